@@ -1,0 +1,230 @@
+//! The WebAssembly component's exports: a thin mapping between the WIT types and the core.
+
+use crate::event::{self, Claim, Coverage, EndReason, EventKind};
+use crate::{doc, json, supervisor};
+use exports::runbook::policy::policy::{self as wit, Guest, GuestSession};
+use exports::runbook::policy::policy as t;
+use std::cell::RefCell;
+
+wit_bindgen::generate!({ path: "../wit", world: "runbook-policy" });
+
+struct Component;
+
+export!(Component);
+
+fn finding(f: &doc::Finding) -> t::Finding {
+    t::Finding {
+        code: f.code.to_string(),
+        severity: match f.severity {
+            doc::Severity::Error => t::Severity::Error,
+            doc::Severity::Warning => t::Severity::Warning,
+        },
+        line: f.pos.line,
+        column: f.pos.column,
+        pointer: f.pointer.clone(),
+        message: f.message.clone(),
+    }
+}
+
+fn json_arg(text: &str, what: &str) -> Result<crate::value::Node, String> {
+    let p = json::parse(text);
+    match (p.node, p.issues.first()) {
+        (Some(n), None) => Ok(n),
+        (_, Some(i)) => Err(format!("{what}: {}", i.message)),
+        (None, None) => Err(format!("{what}: not JSON")),
+    }
+}
+
+/// Converts a typed event; an argument that is not JSON makes it malformed.
+fn to_event(e: t::Event) -> Result<event::Event, String> {
+    let kind = match e.kind {
+        t::EventKind::Start(c) => EventKind::Start(Claim {
+            run_id: c.run_id,
+            profile: match c.profile {
+                t::Profile::R0 => doc::Profile::R0,
+                t::Profile::R1 => doc::Profile::R1,
+                t::Profile::R2 => doc::Profile::R2,
+            },
+            allowlist: c.allowlist,
+            risk_ceiling: match c.risk_ceiling {
+                t::Risk::ReadOnly => doc::Risk::ReadOnly,
+                t::Risk::Mutating => doc::Risk::Mutating,
+                t::Risk::Destructive => doc::Risk::Destructive,
+                t::Risk::Irreversible => doc::Risk::Irreversible,
+            },
+            coverage: match c.coverage {
+                t::Coverage::Complete => Coverage::Complete,
+                t::Coverage::Blind(mut v) => {
+                    v.sort();
+                    v.dedup();
+                    if v.is_empty() {
+                        Coverage::Complete
+                    } else {
+                        Coverage::Blind(v)
+                    }
+                }
+            },
+            agent: c.agent,
+            available: c.available,
+        }),
+        t::EventKind::Invoke(i) => EventKind::Invoke {
+            arguments: json_arg(&i.arguments, "arguments")?,
+            tool: i.tool,
+            call_id: i.call_id,
+            step: i.step,
+            guard: i.guard,
+        },
+        t::EventKind::Result(r) => EventKind::Result { result: json_arg(&r.result, "result")?, tool: r.tool, is_error: r.is_error, call_id: r.call_id },
+        t::EventKind::Approval(a) => {
+            if let Some(h) = &a.call_sha256 {
+                if h.len() != 64 || !h.bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)) {
+                    return Err("call-sha256 must be 64 lowercase hex digits".into());
+                }
+            }
+            EventKind::Approval { step: a.step, call_sha256: a.call_sha256, approver: a.approver, granted: a.granted }
+        }
+        t::EventKind::Advance(to) => EventKind::Advance { to },
+        t::EventKind::Verdict(v) => EventKind::Verdict { step: v.step, pass: v.pass, by: v.by },
+        t::EventKind::FinalOutput => EventKind::FinalOutput,
+        t::EventKind::Tick => EventKind::Tick,
+        t::EventKind::End(r) => EventKind::End {
+            reason: match r {
+                t::EndReason::Normal => EndReason::Normal,
+                t::EndReason::ClientClosed => EndReason::ClientClosed,
+                t::EndReason::ServerExited => EndReason::ServerExited,
+                t::EndReason::Interrupted => EndReason::Interrupted,
+                t::EndReason::ApprovalTimeout => EndReason::ApprovalTimeout,
+            },
+        },
+    };
+    Ok(event::Event { at: e.at, kind })
+}
+
+fn from_decision(d: event::Decision) -> t::Decision {
+    use event::{DecisionKind as K, Deviation as D, Reason as R, Refusal as F};
+    t::Decision {
+        seq: d.seq,
+        kind: match d.kind {
+            K::Allow => t::DecisionKind::Allow,
+            K::Deny => t::DecisionKind::Deny,
+            K::NeedsApproval => t::DecisionKind::NeedsApproval,
+            K::NeedsVerdict => t::DecisionKind::NeedsVerdict,
+            K::Halt => t::DecisionKind::Halt,
+        },
+        step: d.step,
+        deviation: d.deviation.map(|x| match x {
+            D::UndeclaredTool => t::Deviation::UndeclaredTool,
+            D::OutOfScopeTool => t::Deviation::OutOfScopeTool,
+            D::OutOfOrderStep => t::Deviation::OutOfOrderStep,
+            D::BudgetExhausted => t::Deviation::BudgetExhausted,
+            D::TerminalNotReached => t::Deviation::TerminalNotReached,
+        }),
+        reason: d.reason.map(|x| match x {
+            R::Refused => t::Reason::Refused,
+            R::AwaitingApproval => t::Reason::AwaitingApproval,
+            R::Guarded => t::Reason::Guarded,
+            R::Limit => t::Reason::Limit,
+            R::Halted => t::Reason::Halted,
+            R::AssertFailed => t::Reason::AssertFailed,
+            R::BudgetExhausted => t::Reason::BudgetExhausted,
+            R::OrphanResult => t::Reason::OrphanResult,
+            R::SelfApproval => t::Reason::SelfApproval,
+            R::NotCurrent => t::Reason::NotCurrent,
+            R::UnknownStep => t::Reason::UnknownStep,
+            R::NoPending => t::Reason::NoPending,
+            R::OutOfOrderStep => t::Reason::OutOfOrderStep,
+            R::NotR1 => t::Reason::NotR1,
+            R::CheckpointTimeout => t::Reason::CheckpointTimeout,
+            R::RunEnded => t::Reason::RunEnded,
+            R::MalformedEvent => t::Reason::MalformedEvent,
+            R::HostTrap => t::Reason::HostTrap,
+        }),
+        refusals: d
+            .refusals
+            .into_iter()
+            .map(|x| match x {
+                F::AutonomousAtR0 => t::Refusal::AutonomousAtR0,
+                F::CapabilityNotAllowed => t::Refusal::CapabilityNotAllowed,
+                F::CoverageIncomplete => t::Refusal::CoverageIncomplete,
+                F::InvalidDocument => t::Refusal::InvalidDocument,
+                F::PrerequisiteUnmet => t::Refusal::PrerequisiteUnmet,
+                F::ProfileTooLow => t::Refusal::ProfileTooLow,
+                F::RiskAboveCeiling => t::Refusal::RiskAboveCeiling,
+            })
+            .collect(),
+    }
+}
+
+impl Guest for Component {
+    type Session = Session;
+
+    fn lint(document: Vec<u8>) -> t::LintReport {
+        let r = crate::lint(&document);
+        t::LintReport {
+            ok: r.ok(),
+            sha256: r.sha256,
+            findings: r.findings.iter().map(finding).collect(),
+            structure: r.structure.map(|s| match s {
+                doc::Structure::P0 => t::Structure::P0,
+                doc::Structure::P1 => t::Structure::P1,
+                doc::Structure::P2 => t::Structure::P2,
+            }),
+        }
+    }
+
+    fn envelope(document: Vec<u8>) -> Result<String, Vec<t::Finding>> {
+        crate::envelope(&document).map_err(|f| f.iter().map(finding).collect())
+    }
+
+    fn call_sha256(tool: String, arguments: String) -> Result<String, String> {
+        crate::call_sha256(&tool, &arguments)
+    }
+
+    fn canonicalize(json: String) -> Result<String, String> {
+        crate::canonicalize(&json)
+    }
+
+    fn encode_event(event: t::Event) -> Result<String, String> {
+        to_event(event).map(|e| crate::jcs::to_string(&e.to_node()))
+    }
+
+    fn version() -> String {
+        crate::VERSION.to_string()
+    }
+}
+
+struct Session(RefCell<supervisor::Session>);
+
+impl GuestSession for Session {
+    fn new(document: Vec<u8>) -> Session {
+        Session(RefCell::new(supervisor::Session::new(&document)))
+    }
+
+    fn handle(&self, event: t::Event) -> t::Decision {
+        let mut s = self.0.borrow_mut();
+        let d = match to_event(event) {
+            Ok(e) => s.handle(e),
+            Err(_) => s.malformed(false),
+        };
+        from_decision(d)
+    }
+
+    fn handle_line(&self, line: String) -> String {
+        self.0.borrow_mut().handle_line(&line)
+    }
+
+    fn report(&self) -> String {
+        self.0.borrow().report()
+    }
+
+    fn status(&self) -> String {
+        self.0.borrow().status()
+    }
+
+    fn is_over(&self) -> bool {
+        self.0.borrow().is_over()
+    }
+}
+
+#[allow(unused)]
+fn _type_check(_: wit::Session) {}

@@ -1,0 +1,127 @@
+//! RFC 8785 (JSON Canonicalization Scheme) output, and small constructors for building the artifacts.
+
+use crate::value::{Member, Node, Num, Pos, Value};
+
+/// Writes `node` as canonical JSON: members sorted by their keys' UTF-16 code units, no insignificant
+/// whitespace, strings escaped as ECMAScript's JSON.stringify does, numbers in their RFC 8785 form.
+pub fn to_string(node: &Node) -> String {
+    let mut out = String::new();
+    write(node, &mut out);
+    out
+}
+
+pub fn write(node: &Node, out: &mut String) {
+    match &node.value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Num(n) => out.push_str(n.canonical()),
+        Value::Str(s) => write_str(s, out),
+        Value::Arr(items) => {
+            out.push('[');
+            for (i, it) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write(it, out);
+            }
+            out.push(']');
+        }
+        Value::Obj(members) => {
+            let mut sorted: Vec<&Member> = members.iter().collect();
+            sorted.sort_by(|a, b| a.key.encode_utf16().cmp(b.key.encode_utf16()));
+            out.push('{');
+            for (i, m) in sorted.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_str(&m.key, out);
+                out.push(':');
+                write(&m.value, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+pub fn write_str(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.push_str("\\u00");
+                out.push(HEX[(c as usize) >> 4] as char);
+                out.push(HEX[(c as usize) & 0xf] as char);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+// Constructors, so artifact code reads as the shape it produces.
+
+pub fn obj(members: Vec<(&str, Node)>) -> Node {
+    Node::new(Value::Obj(
+        members.into_iter().map(|(k, v)| Member { key: k.to_string(), key_pos: Pos::default(), value: v }).collect(),
+    ))
+}
+
+pub fn obj_owned(members: Vec<(String, Node)>) -> Node {
+    Node::new(Value::Obj(members.into_iter().map(|(key, value)| Member { key, key_pos: Pos::default(), value }).collect()))
+}
+
+pub fn s(v: &str) -> Node {
+    Node::new(Value::Str(v.to_string()))
+}
+
+pub fn opt_s(v: Option<&str>) -> Node {
+    v.map(s).unwrap_or_else(null)
+}
+
+pub fn n(v: u64) -> Node {
+    Node::new(Value::Num(Num::from_u64(v)))
+}
+
+pub fn b(v: bool) -> Node {
+    Node::new(Value::Bool(v))
+}
+
+pub fn null() -> Node {
+    Node::new(Value::Null)
+}
+
+pub fn arr(items: Vec<Node>) -> Node {
+    Node::new(Value::Arr(items))
+}
+
+pub fn strs<'a>(items: impl IntoIterator<Item = &'a str>) -> Node {
+    arr(items.into_iter().map(s).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json;
+
+    fn canon(src: &str) -> String {
+        to_string(&json::parse(src).node.unwrap())
+    }
+
+    #[test]
+    fn rfc8785_examples() {
+        assert_eq!(canon(r#"{"b":2,"a":1,"c":{"z":[1.0,true,null],"y":"\u00e9\n"}}"#), r#"{"a":1,"b":2,"c":{"y":"é\n","z":[1,true,null]}}"#);
+        // Sorting is by UTF-16 code units: U+1F600 (a surrogate pair) sorts before U+FB33.
+        assert_eq!(canon("{\"\u{fb33}\":1,\"\u{1f600}\":2}"), "{\"\u{1f600}\":2,\"\u{fb33}\":1}");
+        assert_eq!(canon(r#""\u001f\u007f""#), "\"\\u001f\u{7f}\"");
+        assert_eq!(canon("[1E30, 0.000001, -1e-7, 333333333.33333329]"), "[1e+30,0.000001,-1e-7,333333333.3333333]");
+    }
+}

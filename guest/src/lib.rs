@@ -1,0 +1,79 @@
+//! The runbook policy core.
+//!
+//! Fully deterministic and sans-IO: it reads no file, no clock, no randomness and no environment, and its
+//! data holds no floats (numbers are exact decimals). The host passes time in with every event. Given the
+//! same document bytes and the same events, every build of this crate (native, or the WebAssembly
+//! component every other host loads) gives the same bytes out.
+//!
+//! The surface, in call order:
+//! - [`lint`] and [`envelope`] look at a document alone;
+//! - [`Session::new`] takes a document, [`Session::handle`] / [`Session::handle_line`] take one event each
+//!   (the `start` claim first) and return its decision, [`Session::report`] gives the run report.
+
+pub mod doc;
+pub mod envelope;
+pub mod event;
+pub mod jcs;
+pub mod json;
+pub mod predicate;
+pub mod supervisor;
+pub mod value;
+pub mod yaml;
+
+#[cfg(target_arch = "wasm32")]
+mod component;
+
+pub use doc::{Finding, Severity, Structure};
+pub use event::{Decision, Event};
+pub use supervisor::{Outcome, Session};
+
+/// What `lint` reports for a document.
+#[derive(Clone, Debug)]
+pub struct LintReport {
+    pub sha256: String,
+    pub findings: Vec<Finding>,
+    pub structure: Option<Structure>,
+}
+
+impl LintReport {
+    pub fn ok(&self) -> bool {
+        !self.findings.iter().any(|f| f.severity == Severity::Error)
+    }
+}
+
+/// Parses and lints a document.
+pub fn lint(document: &[u8]) -> LintReport {
+    let a = doc::analyze(document);
+    LintReport { structure: a.parsed.then_some(a.structure), sha256: a.sha256, findings: a.findings }
+}
+
+/// The canonical `runbook-policy-envelope/v1`, or the findings that leave the document without a model.
+pub fn envelope(document: &[u8]) -> Result<String, Vec<Finding>> {
+    let a = doc::analyze(document);
+    match supervisor::envelope_of(&a) {
+        Some(e) => Ok(e),
+        None => Err(a.findings.into_iter().filter(|f| f.severity == Severity::Error).collect()),
+    }
+}
+
+/// The hash an approval bound to one call names (DESIGN 9.19).
+pub fn call_sha256(tool: &str, arguments_json: &str) -> Result<String, String> {
+    let p = json::parse(arguments_json);
+    match (p.node, p.issues.first()) {
+        (Some(n), None) => Ok(event::call_sha256(tool, &n)),
+        (_, Some(i)) => Err(format!("arguments: {} at column {}", i.message, i.pos.column)),
+        (None, None) => Err("arguments: not JSON".into()),
+    }
+}
+
+/// RFC 8785 canonical form of JSON text.
+pub fn canonicalize(json_text: &str) -> Result<String, String> {
+    let p = json::parse(json_text);
+    match (p.node, p.issues.first()) {
+        (Some(n), None) => Ok(jcs::to_string(&n)),
+        (_, Some(i)) => Err(format!("{} at line {}, column {}", i.message, i.pos.line, i.pos.column)),
+        (None, None) => Err("not JSON".into()),
+    }
+}
+
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -1,0 +1,289 @@
+//! Embeds the runbook policy component with wasmtime, for the `runbook-host` CLI and other Rust hosts.
+//!
+//! Every decision comes from the component; this crate only loads it, bounds it and moves bytes in and
+//! out. One [`Policy`] holds one engine and one pre-instantiated component; each [`Session`] and each
+//! document call gets a fresh instance in its own store, with fuel and a memory cap as a backstop (the
+//! module enforces its own limits first, so a backstop never changes an answer, only turns a fault into a
+//! fail-closed halt with reason `host-trap`).
+
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use wasmtime::component::{Component, Linker, ResourceAny};
+use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
+
+mod bindings {
+    wasmtime::component::bindgen!({ path: "../wit", world: "runbook-policy" });
+}
+
+pub use bindings::exports::runbook::policy::policy::{
+    Approval, Coverage, Decision, DecisionKind, Deviation, EndReason, Event, EventKind, Finding, Invoke, LintReport, Profile, Reason, Refusal,
+    Risk, Severity, StartClaim, Structure, ToolResult, Verdict,
+};
+use bindings::exports::runbook::policy::policy::Guest as PolicyExports;
+use bindings::RunbookPolicyPre;
+
+/// The component's bytes, built from `guest/` by this crate's build script.
+pub const COMPONENT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/runbook_policy.wasm"));
+
+/// The WIT the component implements.
+pub const WIT: &str = include_str!("../../wit/policy.wit");
+
+/// Fuel for one call into the component: far above what the module's own limits allow a call to use.
+pub const FUEL_PER_CALL: u64 = 20_000_000_000;
+
+/// The most linear memory one instance may grow to.
+pub const MEMORY_CAP: usize = 1 << 30;
+
+/// Hex SHA-256 of [`COMPONENT`].
+pub fn module_sha256() -> &'static str {
+    static SHA: OnceLock<String> = OnceLock::new();
+    SHA.get_or_init(|| hex::encode(Sha256::digest(COMPONENT)))
+}
+
+/// What went wrong in the host, as opposed to a decision of the module.
+#[derive(Debug)]
+pub enum HostError {
+    /// The engine could not be set up or the component not compiled or loaded.
+    Load(String),
+    /// The component trapped or ran out of a host bound: the run halts with `host-trap`.
+    Trap(String),
+}
+
+impl std::fmt::Display for HostError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HostError::Load(m) => write!(f, "cannot load the policy module: {m}"),
+            HostError::Trap(m) => write!(f, "the policy module trapped: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for HostError {}
+
+fn trap(e: wasmtime::Error) -> HostError {
+    HostError::Trap(format!("{e:#}"))
+}
+
+struct HostState {
+    limits: StoreLimits,
+}
+
+/// The loaded policy module.
+pub struct Policy {
+    engine: Engine,
+    pre: RunbookPolicyPre<HostState>,
+}
+
+/// Where precompiled code is cached: `$RUNBOOK_HOST_CACHE`, else `$XDG_CACHE_HOME/runbook-host`, else
+/// `~/.cache/runbook-host`. None disables the cache.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("RUNBOOK_HOST_CACHE") {
+        return (!d.is_empty()).then(|| PathBuf::from(d));
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(d).join("runbook-host"));
+    }
+    std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/runbook-host"))
+}
+
+pub fn engine_config() -> Config {
+    let mut config = Config::new();
+    // Determinism checklist: NaN canonicalization, fuel, capped memory; the component has no imports.
+    config.cranelift_nan_canonicalization(true);
+    config.consume_fuel(true);
+    config.wasm_component_model(true);
+    config.max_wasm_stack(1 << 20);
+    // Small reservations keep a new store cheap; the module never needs more than MEMORY_CAP.
+    config.memory_reservation(1 << 32);
+    config
+}
+
+impl Policy {
+    /// Loads the embedded component, from the precompiled cache when it has it.
+    pub fn load() -> Result<Policy, HostError> {
+        Policy::load_with_cache(default_cache_dir().as_deref())
+    }
+
+    pub fn load_with_cache(cache: Option<&Path>) -> Result<Policy, HostError> {
+        let engine = Engine::new(&engine_config()).map_err(|e| HostError::Load(format!("{e:#}")))?;
+        let component = load_component(&engine, cache)?;
+        let linker: Linker<HostState> = Linker::new(&engine);
+        let pre = linker.instantiate_pre(&component).map_err(|e| HostError::Load(format!("{e:#}")))?;
+        let pre = RunbookPolicyPre::new(pre).map_err(|e| HostError::Load(format!("{e:#}")))?;
+        Ok(Policy { engine, pre })
+    }
+
+    fn instance(&self) -> Result<(Store<HostState>, bindings::RunbookPolicy), HostError> {
+        let mut store = Store::new(&self.engine, HostState { limits: StoreLimitsBuilder::new().memory_size(MEMORY_CAP).instances(1).build() });
+        store.limiter(|s| &mut s.limits);
+        store.set_fuel(FUEL_PER_CALL).map_err(trap)?;
+        let inst = self.pre.instantiate(&mut store).map_err(trap)?;
+        Ok((store, inst))
+    }
+
+    /// Lints a document.
+    pub fn lint(&self, document: &[u8]) -> Result<LintReport, HostError> {
+        let (mut store, inst) = self.instance()?;
+        inst.runbook_policy_policy().call_lint(&mut store, document).map_err(trap)
+    }
+
+    /// The canonical envelope, or the findings that prevent it.
+    pub fn envelope(&self, document: &[u8]) -> Result<Result<String, Vec<Finding>>, HostError> {
+        let (mut store, inst) = self.instance()?;
+        inst.runbook_policy_policy().call_envelope(&mut store, document).map_err(trap)
+    }
+
+    pub fn call_sha256(&self, tool: &str, arguments_json: &str) -> Result<Result<String, String>, HostError> {
+        let (mut store, inst) = self.instance()?;
+        inst.runbook_policy_policy().call_call_sha256(&mut store, tool, arguments_json).map_err(trap)
+    }
+
+    pub fn canonicalize(&self, json: &str) -> Result<Result<String, String>, HostError> {
+        let (mut store, inst) = self.instance()?;
+        inst.runbook_policy_policy().call_canonicalize(&mut store, json).map_err(trap)
+    }
+
+    pub fn encode_event(&self, event: &Event) -> Result<Result<String, String>, HostError> {
+        let (mut store, inst) = self.instance()?;
+        inst.runbook_policy_policy().call_encode_event(&mut store, event).map_err(trap)
+    }
+
+    pub fn version(&self) -> Result<String, HostError> {
+        let (mut store, inst) = self.instance()?;
+        inst.runbook_policy_policy().call_version(&mut store).map_err(trap)
+    }
+
+    /// Starts a supervised run of `document`.
+    pub fn session(&self, document: &[u8]) -> Result<Session, HostError> {
+        let (mut store, inst) = self.instance()?;
+        let handle = inst.runbook_policy_policy().session().call_constructor(&mut store, document).map_err(trap)?;
+        Ok(Session { store, inst, handle, events: 0, trapped: None })
+    }
+}
+
+fn load_component(engine: &Engine, cache: Option<&Path>) -> Result<Component, HostError> {
+    use std::hash::{Hash, Hasher};
+    let compile = || Component::new(engine, COMPONENT).map_err(|e| HostError::Load(format!("{e:#}")));
+    let Some(dir) = cache else { return compile() };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    env!("CARGO_PKG_VERSION").hash(&mut h);
+    let path = dir.join(format!("{}-{:016x}.cwasm", &module_sha256()[..16], h.finish()));
+    if path.is_file() {
+        // SAFETY: the file is one this host wrote for this exact component and engine configuration; a file
+        // that does not load is recompiled below. Precompiled code is trusted code: the cache directory must
+        // be writable only by its user (DESIGN 10: a same-user agent can rewrite it, as it can the binary).
+        if let Ok(c) = unsafe { Component::deserialize_file(engine, &path) } {
+            return Ok(c);
+        }
+    }
+    let component = compile()?;
+    if let Ok(bytes) = component.serialize() {
+        let _ = std::fs::create_dir_all(dir);
+        let tmp = dir.join(format!(".{}.{}.tmp", path.file_name().unwrap().to_string_lossy(), std::process::id()));
+        if std::fs::write(&tmp, &bytes).is_ok() {
+            let _ = std::fs::rename(&tmp, &path);
+        }
+    }
+    Ok(component)
+}
+
+/// One supervised run. Decisions come from the component; after a trap every event answers `halt`.
+pub struct Session {
+    store: Store<HostState>,
+    inst: bindings::RunbookPolicy,
+    handle: ResourceAny,
+    events: u64,
+    trapped: Option<String>,
+}
+
+impl Session {
+    fn refuel(&mut self) -> Result<(), HostError> {
+        self.store.set_fuel(FUEL_PER_CALL).map_err(trap)
+    }
+
+    /// Whether the component trapped (the run is halted with `host-trap`).
+    pub fn trapped(&self) -> Option<&str> {
+        self.trapped.as_deref()
+    }
+
+    /// The decision line the host writes when the component cannot answer (9.16: reason `host-trap`).
+    fn trap_line(&self, seq: u64, first: bool) -> String {
+        let reason = if first { "host-trap" } else { "halted" };
+        format!(r#"{{"decision":"halt","deviation":null,"reason":"{reason}","refusals":[],"seq":{seq},"step":null}}"#)
+    }
+
+    /// One event line in, one canonical decision line out.
+    pub fn handle_line(&mut self, line: &str) -> String {
+        let seq = self.events;
+        self.events += 1;
+        if self.trapped.is_some() {
+            return self.trap_line(seq, false);
+        }
+        let r = self.refuel().and_then(|_| {
+            self.inst.runbook_policy_policy().session().call_handle_line(&mut self.store, self.handle, line).map_err(trap)
+        });
+        match r {
+            Ok(d) => d,
+            Err(e) => {
+                self.trapped = Some(e.to_string());
+                self.trap_line(seq, true)
+            }
+        }
+    }
+
+    /// The typed path.
+    pub fn handle(&mut self, event: &Event) -> Decision {
+        let seq = self.events;
+        self.events += 1;
+        let halted = |first: bool| Decision {
+            seq,
+            kind: DecisionKind::Halt,
+            step: None,
+            deviation: None,
+            reason: Some(if first { Reason::HostTrap } else { Reason::Halted }),
+            refusals: Vec::new(),
+        };
+        if self.trapped.is_some() {
+            return halted(false);
+        }
+        let r = self.refuel().and_then(|_| self.inst.runbook_policy_policy().session().call_handle(&mut self.store, self.handle, event).map_err(trap));
+        match r {
+            Ok(d) => d,
+            Err(e) => {
+                self.trapped = Some(e.to_string());
+                halted(true)
+            }
+        }
+    }
+
+    /// The run report (canonical JSON). Fails when the component trapped: a report it cannot vouch for is
+    /// never made up by the host.
+    pub fn report(&mut self) -> Result<String, HostError> {
+        if let Some(t) = &self.trapped {
+            return Err(HostError::Trap(t.clone()));
+        }
+        self.refuel()?;
+        self.inst.runbook_policy_policy().session().call_report(&mut self.store, self.handle).map_err(trap)
+    }
+
+    pub fn status(&mut self) -> Result<String, HostError> {
+        if let Some(t) = &self.trapped {
+            return Err(HostError::Trap(t.clone()));
+        }
+        self.refuel()?;
+        self.inst.runbook_policy_policy().session().call_status(&mut self.store, self.handle).map_err(trap)
+    }
+
+    pub fn is_over(&mut self) -> bool {
+        if self.trapped.is_some() {
+            return true;
+        }
+        self.refuel().is_err()
+            || self.inst.runbook_policy_policy().session().call_is_over(&mut self.store, self.handle).unwrap_or(true)
+    }
+}
+
+#[allow(unused)]
+fn _exports_are_sync(_: &dyn Fn() -> PolicyExports) {}

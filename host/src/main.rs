@@ -1,0 +1,1 @@
+fn main() { println!("{}", runbook_host::module_sha256()); }
