@@ -115,7 +115,7 @@ impl Policy {
     }
 
     fn instance(&self) -> Result<(Store<HostState>, bindings::RunbookPolicy), HostError> {
-        let mut store = Store::new(&self.engine, HostState { limits: StoreLimitsBuilder::new().memory_size(MEMORY_CAP).instances(1).build() });
+        let mut store = Store::new(&self.engine, HostState { limits: StoreLimitsBuilder::new().memory_size(MEMORY_CAP).build() });
         store.limiter(|s| &mut s.limits);
         store.set_fuel(FUEL_PER_CALL).map_err(trap)?;
         let inst = self.pre.instantiate(&mut store).map_err(trap)?;

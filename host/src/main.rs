@@ -1,1 +1,57 @@
-fn main() { println!("{}", runbook_host::module_sha256()); }
+//! `runbook-host`: the command-line face of the policy module. Every decision comes from the component.
+
+mod commands;
+mod diag;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "runbook-host", version, about = "Enforce runbooks on AI agents' tool calls with a deterministic policy module")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Lint a runbook: findings with line and column (exit 1 on errors)
+    Lint(commands::lint::Args),
+    /// Print the canonical policy envelope of a runbook
+    Envelope(commands::envelope::Args),
+    /// Admission: would a run of this runbook be refused under this client's claim, and why
+    Check(commands::check::Args),
+    /// Replay an event stream through the module: decisions as NDJSON, then the run report
+    Replay(commands::replay::Args),
+    /// The embedded policy component: its sha256, its WIT, or its bytes
+    Module(commands::module::Args),
+}
+
+/// Output format shared by the commands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Lint(a) => commands::lint::run(a),
+        Command::Envelope(a) => commands::envelope::run(a),
+        Command::Check(a) => commands::check::run(a),
+        Command::Replay(a) => commands::replay::run(a),
+        Command::Module(a) => commands::module::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            // A closed pipe (`| head`) is not an error.
+            if e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)) {
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("runbook-host: error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,0 +1,33 @@
+pub mod check;
+pub mod envelope;
+pub mod lint;
+pub mod module;
+pub mod replay;
+
+use anyhow::{Context, Result};
+use std::io::{IsTerminal, Read, Write};
+
+/// Reads a document (or `-` for stdin) exactly as bytes: its sha256 is of these bytes.
+pub fn read_input(path: &str) -> Result<Vec<u8>> {
+    if path == "-" {
+        let mut v = Vec::new();
+        std::io::stdin().read_to_end(&mut v).context("reading standard input")?;
+        return Ok(v);
+    }
+    std::fs::read(path).with_context(|| format!("cannot read `{path}`"))
+}
+
+pub fn policy() -> Result<runbook_host::Policy> {
+    runbook_host::Policy::load().map_err(anyhow::Error::from)
+}
+
+/// Writes exact bytes to stdout, adding a newline only for a person at a terminal.
+pub fn write_exact(bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)?;
+    if std::io::stdout().is_terminal() {
+        out.write_all(b"\n")?;
+    }
+    out.flush()?;
+    Ok(())
+}
