@@ -17,6 +17,8 @@ pub mod jcs;
 pub mod json;
 pub mod predicate;
 pub mod supervisor;
+#[cfg(feature = "testgen")]
+pub mod testgen;
 pub mod value;
 pub mod yaml;
 
