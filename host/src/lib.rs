@@ -20,7 +20,6 @@ pub use bindings::exports::runbook::policy::policy::{
     Approval, Coverage, Decision, DecisionKind, Deviation, EndReason, Event, EventKind, Finding, Invoke, LintReport, Profile, Reason, Refusal,
     Risk, Severity, StartClaim, Structure, ToolResult, Verdict,
 };
-use bindings::exports::runbook::policy::policy::Guest as PolicyExports;
 use bindings::RunbookPolicyPre;
 
 /// The component's bytes, built from `guest/` by this crate's build script.
@@ -69,10 +68,25 @@ struct HostState {
     limits: StoreLimits,
 }
 
+/// Host-side bounds on every call into the component. They are a backstop: the module's own limits
+/// (DESIGN 9.25) come first, so with the defaults no accepted input ever reaches them.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    pub fuel_per_call: u64,
+    pub memory_cap: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits { fuel_per_call: FUEL_PER_CALL, memory_cap: MEMORY_CAP }
+    }
+}
+
 /// The loaded policy module.
 pub struct Policy {
     engine: Engine,
     pre: RunbookPolicyPre<HostState>,
+    limits: Limits,
 }
 
 /// Where precompiled code is cached: `$RUNBOOK_HOST_CACHE`, else `$XDG_CACHE_HOME/runbook-host`, else
@@ -106,18 +120,22 @@ impl Policy {
     }
 
     pub fn load_with_cache(cache: Option<&Path>) -> Result<Policy, HostError> {
+        Policy::load_with(cache, Limits::default())
+    }
+
+    pub fn load_with(cache: Option<&Path>, limits: Limits) -> Result<Policy, HostError> {
         let engine = Engine::new(&engine_config()).map_err(|e| HostError::Load(format!("{e:#}")))?;
         let component = load_component(&engine, cache)?;
         let linker: Linker<HostState> = Linker::new(&engine);
         let pre = linker.instantiate_pre(&component).map_err(|e| HostError::Load(format!("{e:#}")))?;
         let pre = RunbookPolicyPre::new(pre).map_err(|e| HostError::Load(format!("{e:#}")))?;
-        Ok(Policy { engine, pre })
+        Ok(Policy { engine, pre, limits })
     }
 
     fn instance(&self) -> Result<(Store<HostState>, bindings::RunbookPolicy), HostError> {
-        let mut store = Store::new(&self.engine, HostState { limits: StoreLimitsBuilder::new().memory_size(MEMORY_CAP).build() });
+        let mut store = Store::new(&self.engine, HostState { limits: StoreLimitsBuilder::new().memory_size(self.limits.memory_cap).build() });
         store.limiter(|s| &mut s.limits);
-        store.set_fuel(FUEL_PER_CALL).map_err(trap)?;
+        store.set_fuel(self.limits.fuel_per_call).map_err(trap)?;
         let inst = self.pre.instantiate(&mut store).map_err(trap)?;
         Ok((store, inst))
     }
@@ -158,7 +176,7 @@ impl Policy {
     pub fn session(&self, document: &[u8]) -> Result<Session, HostError> {
         let (mut store, inst) = self.instance()?;
         let handle = inst.runbook_policy_policy().session().call_constructor(&mut store, document).map_err(trap)?;
-        Ok(Session { store, inst, handle, events: 0, trapped: None })
+        Ok(Session { store, inst, handle, events: 0, trapped: None, fuel: self.limits.fuel_per_call })
     }
 }
 
@@ -196,11 +214,12 @@ pub struct Session {
     handle: ResourceAny,
     events: u64,
     trapped: Option<String>,
+    fuel: u64,
 }
 
 impl Session {
     fn refuel(&mut self) -> Result<(), HostError> {
-        self.store.set_fuel(FUEL_PER_CALL).map_err(trap)
+        self.store.set_fuel(self.fuel).map_err(trap)
     }
 
     /// Whether the component trapped (the run is halted with `host-trap`).
@@ -285,5 +304,3 @@ impl Session {
     }
 }
 
-#[allow(unused)]
-fn _exports_are_sync(_: &dyn Fn() -> PolicyExports) {}

@@ -35,6 +35,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             writeln!(out, "{:>4} {:<13} {:<28} -> {:<14} step={} {}", v["seq"], what, tool, v["decision"].as_str().unwrap_or("?"), v["step"].as_str().unwrap_or("-"), extra.join(" "))?;
         }
     }
+    if let Some(why) = session.trapped() {
+        // The halt is recorded in the decisions above; a report the module cannot vouch for is not made up.
+        out.flush()?;
+        eprintln!("runbook-host: the run halted with host-trap: {why}");
+        return Ok(ExitCode::from(1));
+    }
     let report = session.report()?;
     let outcome = serde_json::from_str::<serde_json::Value>(&report)?["outcome"].as_str().map(str::to_string);
     if args.format == Format::Json {

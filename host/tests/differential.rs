@@ -1,0 +1,152 @@
+//! The component (through wasmtime) and the same core linked natively must give identical bytes: lint
+//! findings, envelopes, every decision line and every report, for every example and for generated
+//! documents and event streams.
+
+use runbook_host::{Policy, Severity};
+use runbook_policy::testgen::{self, Rng};
+use std::path::Path;
+
+/// Generated cases checked per test run (DESIGN: at least 1,000).
+const GENERATED: u64 = 1_000;
+
+fn policy() -> Policy {
+    let cache = std::env::temp_dir().join(format!("runbook-host-test-cache-{}", std::process::id()));
+    Policy::load_with_cache(Some(&cache)).expect("the component loads")
+}
+
+fn findings_native(doc: &[u8]) -> Vec<String> {
+    runbook_policy::lint(doc)
+        .findings
+        .iter()
+        .map(|f| format!("{}|{}|{}|{}|{}|{}", f.code, f.severity.as_str(), f.pos.line, f.pos.column, f.pointer, f.message))
+        .collect()
+}
+
+fn findings_component(p: &Policy, doc: &[u8]) -> Vec<String> {
+    p.lint(doc)
+        .unwrap()
+        .findings
+        .iter()
+        .map(|f| {
+            let sev = if f.severity == Severity::Error { "error" } else { "warning" };
+            format!("{}|{sev}|{}|{}|{}|{}", f.code, f.line, f.column, f.pointer, f.message)
+        })
+        .collect()
+}
+
+/// Runs one case through both and returns how many byte strings were compared.
+fn compare(p: &Policy, name: &str, doc: &[u8], events: &[String]) -> usize {
+    assert_eq!(findings_native(doc), findings_component(p, doc), "{name}: lint differs");
+    let native_env = runbook_policy::envelope(doc).ok();
+    let comp_env = p.envelope(doc).unwrap().ok();
+    assert_eq!(native_env, comp_env, "{name}: envelope differs");
+    let mut native = runbook_policy::Session::new(doc);
+    let mut comp = p.session(doc).unwrap();
+    for (i, line) in events.iter().enumerate() {
+        let a = native.handle_line(line);
+        let b = comp.handle_line(line);
+        assert_eq!(a, b, "{name}: decision {i} differs for event {line}");
+    }
+    assert_eq!(native.report(), comp.report().unwrap(), "{name}: report differs");
+    3 + events.len()
+}
+
+#[test]
+fn examples_agree() {
+    let p = policy();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut cases = 0;
+    for dir in std::fs::read_dir(&root).unwrap() {
+        let dir = dir.unwrap().path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let Some(doc) = ["runbook.yaml", "runbook.json"].iter().map(|f| dir.join(f)).find(|f| f.is_file()) else { continue };
+        let bytes = std::fs::read(&doc).unwrap();
+        let mut streams = vec![Vec::new()];
+        for f in std::fs::read_dir(&dir).unwrap() {
+            let f = f.unwrap().path();
+            if f.extension().is_some_and(|e| e == "ndjson") {
+                let text = std::fs::read_to_string(&f).unwrap();
+                streams.push(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect());
+            }
+        }
+        for s in &streams {
+            compare(&p, &doc.display().to_string(), &bytes, s);
+            cases += 1;
+        }
+    }
+    assert!(cases >= 5, "expected the bundled examples, found {cases} cases");
+}
+
+#[test]
+fn generated_documents_and_streams_agree() {
+    let p = policy();
+    let mut compared = 0;
+    let mut decisions = std::collections::BTreeSet::new();
+    for seed in 0..GENERATED {
+        let mut rng = Rng::new(seed);
+        let (doc, shape) = testgen::document(&mut rng, 15);
+        let events = testgen::events(&mut rng, &shape);
+        compared += compare(&p, &format!("seed {seed}"), doc.as_bytes(), &events);
+        let mut s = runbook_policy::Session::new(doc.as_bytes());
+        for e in &events {
+            let line = s.handle_line(e);
+            let kind = line.split('"').nth(3).unwrap_or("").to_string();
+            decisions.insert(kind);
+        }
+    }
+    // The generator must reach every decision kind, or agreement proves little.
+    for kind in ["allow", "deny", "needs-approval", "needs-verdict", "halt"] {
+        assert!(decisions.contains(kind), "no generated case produced `{kind}`");
+    }
+    assert!(compared > 20_000, "only {compared} byte strings compared");
+}
+
+#[test]
+fn typed_and_wire_paths_agree() {
+    use runbook_host::{Coverage, DecisionKind, Event, EventKind, Invoke, Profile, Risk, StartClaim, ToolResult};
+    let p = policy();
+    let doc = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/executive-snapshot/runbook.json")).unwrap();
+    let mut typed = p.session(&doc).unwrap();
+    let mut wire = p.session(&doc).unwrap();
+    let events = [
+        Event {
+            at: 0,
+            kind: EventKind::Start(StartClaim {
+                run_id: "r-1".into(),
+                profile: Profile::R2,
+                allowlist: vec!["*".into()],
+                risk_ceiling: Risk::Irreversible,
+                coverage: Coverage::Complete,
+                agent: "agent-1".into(),
+                available: None,
+            }),
+        },
+        Event { at: 5, kind: EventKind::Invoke(Invoke { tool: "quickbooks_profit_and_loss".into(), arguments: r#"{"period":"Q3"}"#.into(), call_id: Some("1".into()), step: None, guard: false }) },
+        Event { at: 6, kind: EventKind::Result(ToolResult { tool: "quickbooks_profit_and_loss".into(), result: "{}".into(), is_error: false, call_id: Some("1".into()) }) },
+        Event { at: 7, kind: EventKind::Invoke(Invoke { tool: "rm".into(), arguments: "{}".into(), call_id: None, step: None, guard: false }) },
+        Event { at: 8, kind: EventKind::Invoke(Invoke { tool: "rm".into(), arguments: "{not json".into(), call_id: None, step: None, guard: false }) },
+    ];
+    for e in &events {
+        let d = typed.handle(e);
+        let expected = match p.encode_event(e).unwrap() {
+            Ok(l) => wire.handle_line(&l),
+            Err(_) => wire.handle_line("{malformed"),
+        };
+        let v: serde_json::Value = serde_json::from_str(&expected).unwrap();
+        assert_eq!(v["seq"], d.seq);
+        assert_eq!(v["step"].as_str(), d.step.as_deref());
+        assert_eq!(v["deviation"].is_null(), d.deviation.is_none(), "{expected}");
+        assert_eq!(v["reason"].is_null(), d.reason.is_none(), "{expected}");
+        let kind = match d.kind {
+            DecisionKind::Allow => "allow",
+            DecisionKind::Deny => "deny",
+            DecisionKind::NeedsApproval => "needs-approval",
+            DecisionKind::NeedsVerdict => "needs-verdict",
+            DecisionKind::Halt => "halt",
+        };
+        assert_eq!(v["decision"], kind);
+    }
+    assert_eq!(typed.report().unwrap(), wire.report().unwrap());
+}
