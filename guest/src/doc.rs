@@ -6,6 +6,7 @@ use crate::predicate::{Op, Pred, OPS};
 use crate::value::{escape_token, parse_pointer, Node, Pos, Value};
 use crate::yaml;
 use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The module's own limits (DESIGN 9.25).
 pub const MAX_DOCUMENT_BYTES: usize = 1 << 20;
@@ -206,6 +207,8 @@ pub struct Analysis {
     /// For each step: the capability indices whose results its `assert` judges.
     pub step_observe: Vec<Vec<usize>>,
     pub undeclared: Vec<(String, String)>,
+    /// Step id to its (first) position.
+    pub index: BTreeMap<String, usize>,
     pub structure: Structure,
     pub implied_profile: Profile,
     pub destructive: bool,
@@ -218,7 +221,7 @@ impl Analysis {
     }
 
     pub fn step_index(&self, id: &str) -> Option<usize> {
-        self.doc.steps.iter().position(|s| s.id == id)
+        self.index.get(id).copied()
     }
 
     pub fn is_terminal(&self, id: &str) -> bool {
@@ -254,9 +257,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     s
 }
 
-/// Parses a document in JSON (when its first non-blank character is `{`) or YAML.
+/// Parses a document in JSON (when its first non-blank character is `{` or `[`) or YAML.
 pub fn parse_source(text: &str) -> json::Parsed {
-    if text.trim_start().starts_with('{') {
+    if text.trim_start().starts_with(['{', '[']) {
         json::parse(text)
     } else {
         yaml::parse(text)
@@ -265,6 +268,9 @@ pub fn parse_source(text: &str) -> json::Parsed {
 
 struct Ctx {
     findings: Vec<Finding>,
+    /// "Did you mean" against document-sized lists costs a distance per candidate: bounded, so that a
+    /// document full of misspellings stays cheap (the module's answers never depend on a host's fuel).
+    suggestions_left: u32,
 }
 
 impl Ctx {
@@ -273,6 +279,13 @@ impl Ctx {
     }
     fn error(&mut self, code: &'static str, pos: Pos, pointer: &str, message: String) {
         self.push(code, Severity::Error, pos, pointer, message);
+    }
+    fn suggest<'a>(&mut self, word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
+        if self.suggestions_left == 0 {
+            return String::new();
+        }
+        self.suggestions_left -= 1;
+        did_you_mean(word, candidates)
     }
     fn warn(&mut self, code: &'static str, pos: Pos, pointer: &str, message: String) {
         self.push(code, Severity::Warning, pos, pointer, message);
@@ -304,7 +317,11 @@ fn distance(a: &str, b: &str) -> usize {
 pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
     let limit = (word.chars().count() / 3).max(1);
     let mut best: Option<(usize, &str)> = None;
+    let len = word.chars().count();
     for c in candidates {
+        if c.chars().count().abs_diff(len) > limit {
+            continue;
+        }
         let d = distance(word, c);
         if d <= limit && best.is_none_or(|(bd, bc)| d < bd || (d == bd && c < bc)) {
             best = Some((d, c));
@@ -469,7 +486,7 @@ fn issue_to_finding(i: ParseIssue) -> Finding {
 /// Parses and lints a document's exact bytes.
 pub fn analyze(bytes: &[u8]) -> Analysis {
     let sha256 = sha256_hex(bytes);
-    let mut ctx = Ctx { findings: Vec::new() };
+    let mut ctx = Ctx { findings: Vec::new(), suggestions_left: 32 };
     let mut a = Analysis {
         sha256,
         parsed: false,
@@ -481,6 +498,7 @@ pub fn analyze(bytes: &[u8]) -> Analysis {
         step_gated: Vec::new(),
         step_observe: Vec::new(),
         undeclared: Vec::new(),
+        index: BTreeMap::new(),
         structure: Structure::P0,
         implied_profile: Profile::R0,
         destructive: false,
@@ -685,11 +703,18 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
     if let Some(items) = list(ctx, root, "prerequisites", "") {
         for (i, item) in items.iter().enumerate() {
             let p = format!("/prerequisites/{i}");
-            if !check_fields(ctx, item, &p, &["kind", "tool", "runbook_id", "version"], "a prerequisite") || !require(ctx, item, "kind", &p, "a prerequisite") {
+            // The fields a prerequisite may have depend on its kind, so check `kind` first.
+            if !matches!(item.value, Value::Obj(_)) {
+                check_fields(ctx, item, &p, &[], "a prerequisite");
+                continue;
+            }
+            if !require(ctx, item, "kind", &p, "a prerequisite") {
+                check_fields(ctx, item, &p, &["kind", "tool", "runbook_id", "version"], "a prerequisite");
                 continue;
             }
             match get_enum(ctx, item, "kind", &p, &[("tool_available", 0), ("runbook", 1)]) {
                 Some(0) => {
+                    check_fields(ctx, item, &p, &["kind", "tool"], "a `tool_available` prerequisite");
                     if require(ctx, item, "tool", &p, "a `tool_available` prerequisite") {
                         if let Some(t) = get_str(ctx, item, "tool", &p) {
                             d.prerequisites.push(Prerequisite::ToolAvailable(t));
@@ -697,12 +722,21 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                     }
                 }
                 Some(_) => {
+                    check_fields(ctx, item, &p, &["kind", "runbook_id", "version"], "a `runbook` prerequisite");
                     let ok = require(ctx, item, "runbook_id", &p, "a `runbook` prerequisite") & require(ctx, item, "version", &p, "a `runbook` prerequisite");
                     if let (true, Some(id), Some(version)) = (ok, get_str(ctx, item, "runbook_id", &p), get_str(ctx, item, "version", &p)) {
+                        if !valid_runbook_id(&id) {
+                            ctx.error("invalid-id", item.get("runbook_id").unwrap().pos, &ptr(&p, "runbook_id"), format!("`{id}` is not a valid runbook id"));
+                        }
+                        if !valid_semver(&version) {
+                            ctx.error("invalid-id", item.get("version").unwrap().pos, &ptr(&p, "version"), format!("`{version}` is not a semantic version such as `1.2.0`"));
+                        }
                         d.prerequisites.push(Prerequisite::Runbook { id, version });
                     }
                 }
-                None => {}
+                None => {
+                    check_fields(ctx, item, &p, &["kind", "tool", "runbook_id", "version"], "a prerequisite");
+                }
             }
         }
     }
@@ -725,8 +759,10 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             if !valid_step_id(&id) {
                 ctx.error("invalid-id", id_node.pos, &ptr(&p, "id"), format!("`{id}` is not a valid step id (lowercase letters, digits, `_`, `-`)"));
             }
-            if d.steps.iter().any(|s| s.id == id) {
+            if a.index.contains_key(&id) {
                 ctx.error("duplicate-id", id_node.pos, &ptr(&p, "id"), format!("step `{id}` is declared twice"));
+            } else {
+                a.index.insert(id.clone(), d.steps.len());
             }
             let mut tools = Vec::new();
             if item.get("tool").is_some() && item.get("tools").is_some() {
@@ -876,7 +912,11 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
     if op == Op::Matches {
         let v = value.unwrap();
         let pattern = v.as_str().unwrap_or_default();
-        match regex_lite::RegexBuilder::new(pattern).size_limit(1 << 20).build() {
+        // In `when` a pattern grants, so it must match the whole value: besides the lint below, it is
+        // compiled as `\A(?:...)\z`, so neither an alternation (`^a$|b`) nor a multi-line flag (`(?m)`)
+        // can widen it past the anchors it shows.
+        let source = if in_when { format!("\\A(?:{pattern})\\z") } else { pattern.to_string() };
+        match regex_lite::RegexBuilder::new(&source).size_limit(1 << 20).build() {
             Ok(r) => regex = Some(r),
             Err(e) => {
                 let detail = e.to_string();
@@ -885,11 +925,41 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
                 return None;
             }
         }
-        if in_when && !(pattern.starts_with('^') && pattern.ends_with('$') && !pattern.ends_with("\\$")) {
+        if in_when && !anchored_branches(pattern) {
             ctx.error("unanchored-when", v.pos, &ptr(p, "value"), format!("a `matches` in `when` grants access, so it must be anchored at both ends: `^{}$`", pattern.trim_start_matches('^').trim_end_matches('$')));
         }
     }
     Some(Pred::Cmp { path, tokens, op, value: value.cloned(), regex })
+}
+
+/// Whether every top-level branch of a pattern starts with `^` and ends with an unescaped `$`, so that
+/// `^a$|b` (which grants anything containing `b`) is not mistaken for an anchored pattern.
+fn anchored_branches(pattern: &str) -> bool {
+    let mut branches = Vec::new();
+    let (mut depth, mut in_class, mut escaped, mut start) = (0i32, false, false, 0usize);
+    for (i, c) in pattern.char_indices() {
+        if escaped {
+            escaped = false;
+            continue;
+        }
+        match c {
+            '\\' => escaped = true,
+            '[' if !in_class => in_class = true,
+            ']' if in_class => in_class = false,
+            '(' if !in_class => depth += 1,
+            ')' if !in_class => depth -= 1,
+            '|' if !in_class && depth == 0 => {
+                branches.push(&pattern[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    branches.push(&pattern[start..]);
+    branches.iter().all(|b| {
+        let trailing_backslashes = b.strip_suffix('$').map(|x| x.len() - x.trim_end_matches('\\').len());
+        b.starts_with('^') && trailing_backslashes.is_some_and(|n| n % 2 == 0)
+    })
 }
 
 /// Derived facts and the lints that need the whole document.
@@ -898,6 +968,11 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
     let cap_names: Vec<&str> = d.capabilities.iter().map(|c| c.name.as_str()).collect();
     let step_ids: Vec<&str> = d.steps.iter().map(|s| s.id.as_str()).collect();
     let route_targets: Vec<&str> = step_ids.iter().chain(d.terminals.iter().map(|t| t.as_str()).collect::<Vec<_>>().iter()).copied().collect();
+    let target_set: BTreeSet<&str> = route_targets.iter().copied().collect();
+    let mut cap_index: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, c) in d.capabilities.iter().enumerate() {
+        cap_index.entry(c.name.as_str()).or_insert(i);
+    }
 
     for t in &d.terminals {
         if let Some(s) = d.steps.iter().find(|s| &s.id == t) {
@@ -910,7 +985,7 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
         let mut caps = Vec::new();
         let step_node = root.pointer(&["steps".to_string(), i.to_string()]);
         for (j, t) in s.tools.iter().enumerate() {
-            match d.capabilities.iter().position(|c| &c.name == t) {
+            match cap_index.get(t.as_str()).copied() {
                 Some(ci) => {
                     if !caps.contains(&ci) {
                         caps.push(ci);
@@ -924,7 +999,7 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                             format!("{}/tools/{j}", s.pointer),
                         ),
                     };
-                    let hint = did_you_mean(t, cap_names.iter().copied());
+                    let hint = ctx.suggest(t, cap_names.iter().copied());
                     ctx.error("undeclared-tool", pos, &p, format!("step `{}` names `{t}`, which no capability declares{hint}", s.id));
                     undeclared.push((s.id.clone(), t.clone()));
                 }
@@ -934,15 +1009,15 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
         let field_pos = |k: &str| step_node.and_then(|n| n.get(k)).map(|n| n.pos).unwrap_or(s.pos);
         for (k, target) in [("next", &s.next), ("on_fail", &s.on_fail)] {
             if let Some(t) = target {
-                if !route_targets.contains(&t.as_str()) {
-                    let hint = did_you_mean(t, route_targets.iter().copied());
+                if !target_set.contains(t.as_str()) {
+                    let hint = ctx.suggest(t, route_targets.iter().copied());
                     ctx.error("unknown-route", field_pos(k), &ptr(&s.pointer, k), format!("`{k}` goes to `{t}`, which is neither a step nor a terminal{hint}"));
                 }
             }
         }
         if let Some(r) = &s.retry {
-            if !step_ids.contains(&r.to.as_str()) {
-                let hint = did_you_mean(&r.to, step_ids.iter().copied());
+            if !a.index.contains_key(r.to.as_str()) {
+                let hint = ctx.suggest(&r.to, step_ids.iter().copied());
                 let pos = step_node.and_then(|n| n.get("retry")).and_then(|n| n.get("to")).map(|n| n.pos).unwrap_or(field_pos("retry"));
                 ctx.error("unknown-route", pos, &format!("{}/retry/to", s.pointer), format!("`retry.to` goes to `{}`, which is not a step{hint}", r.to));
             }
@@ -1032,7 +1107,7 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
 fn graph_lints(ctx: &mut Ctx, a: &Analysis, root: &Node) {
     let d = &a.doc;
     let n = d.steps.len();
-    let idx = |id: &str| d.steps.iter().position(|s| s.id == id);
+    let idx = |id: &str| a.index.get(id).copied();
     let field_pos = |i: usize, k: &str| root.pointer(&["steps".to_string(), i.to_string(), k.to_string()]).map(|x| x.pos).unwrap_or(d.steps[i].pos);
     if d.terminals.is_empty() {
         let pos = root.get("steps").map(|x| x.pos).unwrap_or_default();
@@ -1106,7 +1181,7 @@ fn graph_lints(ctx: &mut Ctx, a: &Analysis, root: &Node) {
         ctx.error("no-terminal", pos, "/terminals", "no route from the first step reaches a terminal".into());
     }
     for i in 0..n {
-        if !seen[i] && d.steps[..i].iter().all(|s| s.id != d.steps[i].id) {
+        if !seen[i] && a.index.get(&d.steps[i].id) == Some(&i) {
             ctx.warn("unreachable-step", d.steps[i].pos, &ptr(&d.steps[i].pointer, "id"), format!("no route reaches step `{}`", d.steps[i].id));
         }
     }

@@ -404,6 +404,20 @@ impl Session {
         None
     }
 
+    /// Whether capability `ci` is named only by gated steps.
+    fn gated_elsewhere(&self, ci: usize) -> bool {
+        let mut named = false;
+        for (i, caps) in self.a.step_caps.iter().enumerate() {
+            if caps.contains(&ci) {
+                named = true;
+                if !self.a.step_gated[i] {
+                    return false;
+                }
+            }
+        }
+        named
+    }
+
     fn invoke(&mut self, seq: u64, tool: String, arguments: Node, call_id: Option<String>, step: Option<String>, guard: bool) -> Decision {
         let r0 = self.profile() == Profile::R0;
         let blocked = |me: &mut Session, class: Deviation, reason: Option<Reason>, tool: &str| {
@@ -435,6 +449,13 @@ impl Session {
             None => {
                 let class = if self.match_cap(0..ncaps, &tool, &arguments).is_some() { Deviation::OutOfScopeTool } else { Deviation::UndeclaredTool };
                 if !r0 {
+                    return blocked(self, class, None, &tool);
+                }
+                // R0 still honours gates (7.1): a capability that only gated steps name runs only in its
+                // step, after a human's approval, never from elsewhere.
+                let gated_only = class == Deviation::OutOfScopeTool
+                    && (0..ncaps).filter(|ci| self.match_cap(std::iter::once(*ci), &tool, &arguments).is_some()).all(|ci| self.gated_elsewhere(ci));
+                if gated_only {
                     return blocked(self, class, None, &tool);
                 }
                 deviation = deviation.or(Some(class));

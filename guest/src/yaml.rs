@@ -57,6 +57,11 @@ fn build(src: &str, issues: &mut Vec<ParseIssue>) -> Result<Node, ParseIssue> {
             Some(Err(e)) => {
                 let m = e.marker();
                 let pos = Pos { line: m.line() as u32, column: m.col() as u32 + 1 };
+                if e.info().contains("recursion limit") {
+                    // The scanner's own bound (deeper than ours) was hit first: same answer as ours.
+                    let pos = deep_flow_position(src).unwrap_or(pos);
+                    return Err(issue("limit", pos, &[], format!("nesting deeper than {MAX_DEPTH} levels")));
+                }
                 return Err(issue("parse-error", pos, &stack, format!("invalid YAML: {}", e.info())));
             }
         };
@@ -159,6 +164,31 @@ fn build(src: &str, issues: &mut Vec<ParseIssue>) -> Result<Node, ParseIssue> {
         }
     }
     root.ok_or_else(|| ParseIssue { code: "parse-error", pos: Pos { line: 1, column: 1 }, pointer: String::new(), message: "the document is empty".into() })
+}
+
+/// Where flow brackets first nest deeper than the limit (quotes and comments aside, which is enough for
+/// the only case that needs it: a scanner that gave up on deep nesting).
+fn deep_flow_position(src: &str) -> Option<Pos> {
+    let (mut depth, mut line, mut column) = (0usize, 1u32, 1u32);
+    for c in src.chars() {
+        match c {
+            '[' | '{' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Some(Pos { line, column });
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if c == '\n' {
+            line += 1;
+            column = 1;
+        } else {
+            column += 1;
+        }
+    }
+    None
 }
 
 /// YAML 1.2 core schema resolution of a plain scalar. None for a number no double can hold.

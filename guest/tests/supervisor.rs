@@ -440,3 +440,65 @@ fn report_is_stable_bytes() {
         )
     );
 }
+
+fn when_doc(pattern: &str) -> String {
+    format!(
+        "runbook_id: w\nversion: 1.0.0\ncapabilities:\n  - {{name: get, tool: Bash, risk: read-only, when: {{path: /command, op: matches, value: '{pattern}'}}}}\nsteps:\n  - {{id: a, tool: get, next: done}}\nterminals: [done]\n"
+    )
+}
+
+#[test]
+fn when_patterns_match_the_whole_value() {
+    // Patterns that pass the anchoring lint, and that a search would still let widen.
+    for pattern in ["^(?m)kubectl get pods$", "^kubectl get pods$|^kubectl get nodes$"] {
+        let doc = when_doc(pattern);
+        assert!(runbook_policy::lint(doc.as_bytes()).ok(), "{pattern}");
+        for (command, expect) in [
+            ("kubectl get pods", "allow"),
+            ("kubectl get pods; sudo rm -rf /", "deny"),
+            ("kubectl get pods\\nrm -rf /", "deny"),
+            ("rm -rf /\\nkubectl get pods", "deny"),
+        ] {
+            let ev = format!(r#"{{"type":"invoke","at":1,"tool":"Bash","arguments":{{"command":"{command}"}}}}"#);
+            let (d, _) = run(&doc, &[start("R1"), ev]);
+            assert_eq!(d[1].0, expect, "{pattern} / {command}");
+        }
+    }
+}
+
+#[test]
+fn every_branch_of_a_when_pattern_must_be_anchored() {
+    for (pattern, ok) in [
+        ("^kubectl get pods$", true),
+        ("^(get|describe) pods$", true),
+        ("^a$|^b$", true),
+        ("^[|]$", true),
+        ("^kubectl get pods$|rm.*$", false),
+        ("^a$|b", false),
+        ("kubectl", false),
+        ("^kubectl get pods\\$", false),
+        ("^kubectl get pods\\\\$", true),
+        ("(?m)^a$", false),
+    ] {
+        let r = runbook_policy::lint(when_doc(pattern).as_bytes());
+        assert_eq!(!r.findings.iter().any(|f| f.code == "unanchored-when"), ok, "{pattern}: {:?}", r.findings);
+    }
+}
+
+#[test]
+fn r0_never_runs_a_gated_capability_outside_its_step() {
+    let doc = "runbook_id: r0-gate\nversion: 1.0.0\ncapabilities: [{name: read, tool: db.read, risk: read-only}, {name: purge, tool: cache.purge}]\nsteps: [{id: look, tool: read}, {id: purge, tool: purge, requires_approval: true, next: done}]\nterminals: [done]\n";
+    let lines = vec![
+        start("R0"),
+        ev(r#"{"type":"invoke","at":1,"tool":"cache.purge","arguments":{}}"#),
+        ev(r#"{"type":"invoke","at":2,"tool":"rm","arguments":{}}"#),
+        ev(r#"{"type":"advance","at":3,"to":"purge"}"#),
+        ev(r#"{"type":"invoke","at":4,"tool":"cache.purge","arguments":{}}"#),
+        ev(r#"{"type":"invoke","at":5,"tool":"db.read","arguments":{}}"#),
+    ];
+    let (d, _) = run(doc, &lines);
+    assert_eq!(d[1], t("deny", "look", "out-of-scope-tool", "-"));
+    assert_eq!(d[2], t("allow", "look", "undeclared-tool", "-"), "R0 records the rest and allows it");
+    assert_eq!(d[4], t("needs-approval", "purge", "-", "awaiting-approval"));
+    assert_eq!(d[5], t("allow", "purge", "out-of-scope-tool", "-"));
+}

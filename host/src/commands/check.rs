@@ -89,15 +89,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
     match args.format {
         Format::Json => {
             let codes: Vec<&str> = d.refusals.iter().map(|r| refusal_code(*r)).collect();
-            println!("{}", serde_json::json!({"document": args.document, "admitted": admitted, "refusals": codes}));
+            outln!("{}", serde_json::json!({"document": args.document, "admitted": admitted, "refusals": codes}));
         }
         Format::Text => {
             if admitted {
-                println!("{}: admitted", args.document);
+                outln!("{}: admitted", args.document);
             } else {
-                println!("{}: refused", args.document);
+                outln!("{}: refused", args.document);
                 for r in &d.refusals {
-                    println!("  {}: {}", refusal_code(*r), explain(*r));
+                    outln!("  {}: {}", refusal_code(*r), explain(*r));
                 }
             }
         }

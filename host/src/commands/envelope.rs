@@ -22,14 +22,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
             match args.format {
                 Format::Json => {
                     let v = serde_json::json!({"document": args.document, "envelope": null, "findings": findings.iter().map(diag::finding_json).collect::<Vec<_>>()});
-                    println!("{v}");
+                    outln!("{v}");
                 }
                 Format::Text => {
                     let source = String::from_utf8_lossy(&bytes);
                     for f in &findings {
                         eprintln!("{}", diag::render(f, &args.document, &source));
                     }
-                    eprintln!("{}: no envelope: the document has {} error(s) that leave it without a complete model", args.document, findings.len());
+                    eprintln!("{}: no envelope: the document has {} error(s) that leave it without a complete model (`runbook-host lint` lists every finding)", args.document, findings.len());
                 }
             }
             Ok(ExitCode::from(1))

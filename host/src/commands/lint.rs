@@ -33,7 +33,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 "ok": report.ok,
                 "findings": report.findings.iter().map(diag::finding_json).collect::<Vec<_>>(),
             });
-            println!("{v}");
+            outln!("{v}");
         }
         Format::Text => {
             let source = String::from_utf8_lossy(&bytes);
@@ -41,7 +41,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 eprintln!("{}", diag::render(f, &args.document, &source));
             }
             let level = structure(report.structure).unwrap_or("none");
-            println!("{}: {errors} error(s), {warnings} warning(s); structure {level}; sha256 {}", args.document, report.sha256);
+            outln!("{}: {errors} error(s), {warnings} warning(s); structure {level}; sha256 {}", args.document, report.sha256);
         }
     }
     Ok(if report.ok { ExitCode::SUCCESS } else { ExitCode::from(1) })

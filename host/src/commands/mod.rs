@@ -1,3 +1,11 @@
+/// `println!` that returns the error instead of panicking, so a closed pipe (`| head`) ends quietly.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
 pub mod check;
 pub mod envelope;
 pub mod lint;

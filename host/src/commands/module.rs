@@ -30,17 +30,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
         eprintln!("wrote {} bytes to {path} (sha256 {})", runbook_host::COMPONENT.len(), runbook_host::module_sha256());
     }
     if args.sha256 {
-        println!("{}", runbook_host::module_sha256());
+        outln!("{}", runbook_host::module_sha256());
     }
     if args.wit {
-        print!("{}", decoded_wit()?);
+        {
+            use std::io::Write as _;
+            write!(std::io::stdout().lock(), "{}", decoded_wit()?)?;
+        }
     }
     if !args.sha256 && !args.wit && args.out.is_none() {
         let version = super::policy()?.version()?;
-        println!("runbook:policy component {version}");
-        println!("sha256 {}", runbook_host::module_sha256());
-        println!("bytes  {}", runbook_host::COMPONENT.len());
-        println!("imports none (see `runbook-host module --wit`)");
+        outln!("runbook:policy component {version}");
+        outln!("sha256 {}", runbook_host::module_sha256());
+        outln!("bytes  {}", runbook_host::COMPONENT.len());
+        outln!("imports none (see `runbook-host module --wit`)");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,5 @@
 use crate::Format;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use std::io::Write;
 use std::process::ExitCode;
 
@@ -17,12 +17,14 @@ pub struct Args {
 pub fn run(args: Args) -> Result<ExitCode> {
     let document = super::read_input(&args.document)?;
     let events = super::read_input(&args.events)?;
-    let events = String::from_utf8(events).with_context(|| format!("`{}` is not UTF-8", args.events))?;
     let policy = super::policy()?;
     let mut session = policy.session(&document)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     // Blank lines separate nothing in NDJSON; every other line is an event, malformed or not.
-    for line in events.lines().filter(|l| !l.trim().is_empty()) {
+    for raw in events.split(|b| *b == b'\n').filter(|l| !l.trim_ascii().is_empty()) {
+        // A line that is not UTF-8 is a malformed event like any other: the module answers it (with the
+        // empty line, which no event is), so the run halts where it stands rather than the tool erroring.
+        let line = std::str::from_utf8(raw).unwrap_or("");
         let decision = session.handle_line(line);
         if args.format == Format::Json {
             writeln!(out, "{decision}")?;
