@@ -1,0 +1,381 @@
+//! The conformance runner: every vector through every implementation, byte for byte (PROTOCOL.md).
+//!
+//! Usage: `runbook-conformance [--only a,b] [--generated N] [--seed S] [--bless] [--vectors DIR]`
+//! run from the repository root (conformance/run does that).
+
+use anyhow::{anyhow, bail, Context, Result};
+use base64::Engine as _;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+mod compare;
+use compare::{check_expected, differences};
+
+/// One implementation: a process speaking the protocol.
+struct Imp {
+    name: String,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Imp {
+    fn start(spec: &Value, root: &Path) -> Result<Imp> {
+        let name = spec["name"].as_str().ok_or_else(|| anyhow!("implementation without a name"))?.to_string();
+        let argv: Vec<String> = spec["command"].as_array().ok_or_else(|| anyhow!("{name}: no command"))?.iter().map(|a| a.as_str().unwrap_or("").to_string()).collect();
+        let mut cmd = Command::new(resolve(root, &argv[0]));
+        cmd.args(&argv[1..]).current_dir(root).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
+        if let Some(env) = spec.get("env").and_then(Value::as_object) {
+            for (k, v) in env {
+                cmd.env(k, resolve(root, v.as_str().unwrap_or("")));
+            }
+        }
+        let mut child = cmd.spawn().with_context(|| format!("starting implementation `{name}` ({})", argv.join(" ")))?;
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Ok(Imp { name, child, stdin, stdout, next_id: 0 })
+    }
+
+    fn call(&mut self, mut req: Value) -> Result<Value> {
+        self.next_id += 1;
+        let id = format!("{}", self.next_id);
+        req["id"] = json!(id);
+        writeln!(self.stdin, "{req}").with_context(|| format!("{}: writing a request", self.name))?;
+        self.stdin.flush()?;
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line)? == 0 {
+            bail!("{}: the adapter closed its output", self.name);
+        }
+        let resp: Value = serde_json::from_str(&line).with_context(|| format!("{}: not a JSON response: {line}", self.name))?;
+        if resp["id"] != json!(id) {
+            bail!("{}: response for id {} answered request {id}", self.name, resp["id"]);
+        }
+        if resp["ok"] != json!(true) {
+            bail!("{}: adapter error: {}", self.name, resp["error"]);
+        }
+        Ok(resp["result"].clone())
+    }
+}
+
+impl Drop for Imp {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Paths in the implementations file are relative to the repository root; `runbook-conformance-adapter`
+/// is the adapter built beside this runner (whatever the target directory).
+fn resolve(root: &Path, s: &str) -> String {
+    if s == "runbook-conformance-adapter" {
+        if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+            return dir.join(s).display().to_string();
+        }
+    }
+    if s.starts_with("./") || s.starts_with("conformance/") || s.starts_with("target/") {
+        root.join(s).display().to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+/// The request a case sends, with `document.file` turned into the file's text or bytes.
+fn request(case: &Value, root: &Path) -> Result<Value> {
+    let input = &case["input"];
+    let mut req = json!({"op": input["op"]});
+    let d = &input["document"];
+    req["document"] = if let Some(f) = d.get("file").and_then(Value::as_str) {
+        let bytes = std::fs::read(root.join(f)).with_context(|| format!("reading {f}"))?;
+        match String::from_utf8(bytes) {
+            Ok(t) => json!({"text": t}),
+            Err(e) => json!({"base64": base64::engine::general_purpose::STANDARD.encode(e.as_bytes())}),
+        }
+    } else {
+        d.clone()
+    };
+    if let Some(ev) = input.get("events") {
+        req["events"] = ev.clone();
+    }
+    Ok(req)
+}
+
+fn sha256(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+#[derive(Default)]
+struct Tally {
+    /// (implementation, area) -> (passed, failed)
+    cells: BTreeMap<(String, String), (u64, u64)>,
+    passed: u64,
+    failed: u64,
+}
+
+impl Tally {
+    fn add(&mut self, imp: &str, area: &str, ok: bool) {
+        let c = self.cells.entry((imp.to_string(), area.to_string())).or_default();
+        if ok {
+            c.0 += 1;
+            self.passed += 1;
+        } else {
+            c.1 += 1;
+            self.failed += 1;
+        }
+    }
+
+    fn print(&self, imps: &[String]) {
+        let areas: Vec<&String> = {
+            let mut a: Vec<&String> = self.cells.keys().map(|(_, a)| a).collect();
+            a.sort();
+            a.dedup();
+            a
+        };
+        let w = imps.iter().map(|i| i.len()).max().unwrap_or(4).max(14);
+        print!("{:w$}", "area");
+        for i in imps {
+            print!("  {:>w$}", i);
+        }
+        println!();
+        for a in areas {
+            print!("{:w$}", a);
+            for i in imps {
+                let (p, f) = self.cells.get(&(i.clone(), a.clone())).copied().unwrap_or_default();
+                let cell = if f == 0 { format!("{p} passed") } else { format!("{p} passed, {f} FAILED") };
+                print!("  {:>w$}", cell);
+            }
+            println!();
+        }
+    }
+}
+
+fn vector_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "json") {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+struct Options {
+    only: Option<Vec<String>>,
+    generated: u64,
+    seed: u64,
+    bless: bool,
+    vectors: PathBuf,
+    implementations: PathBuf,
+}
+
+fn options(root: &Path) -> Result<Options> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut o = Options {
+        only: None,
+        generated: 0,
+        seed: 0,
+        bless: false,
+        vectors: root.join("conformance/vectors"),
+        implementations: root.join("conformance/implementations.json"),
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let val = || args.get(i + 1).cloned().ok_or_else(|| anyhow!("{} needs a value", args[i]));
+        match args[i].as_str() {
+            "--only" => o.only = Some(val()?.split(',').map(str::to_string).collect()),
+            "--generated" => o.generated = val()?.parse()?,
+            "--seed" => o.seed = val()?.parse()?,
+            "--vectors" => o.vectors = PathBuf::from(val()?),
+            "--implementations" => o.implementations = PathBuf::from(val()?),
+            "--bless" => {
+                o.bless = true;
+                i += 1;
+                continue;
+            }
+            other => bail!("unknown argument `{other}`"),
+        }
+        i += 2;
+    }
+    Ok(o)
+}
+
+fn main() -> Result<()> {
+    let root = std::env::current_dir()?;
+    let o = options(&root)?;
+    let specs: Value = serde_json::from_str(&std::fs::read_to_string(&o.implementations).context("reading the implementations file")?)?;
+    let specs: Vec<&Value> = specs["implementations"].as_array().ok_or_else(|| anyhow!("no `implementations` list"))?.iter().filter(|s| o.only.as_ref().is_none_or(|only| only.iter().any(|n| s["name"] == json!(n)))).collect();
+    if specs.is_empty() {
+        bail!("no implementation selected");
+    }
+    let mut imps = Vec::new();
+    let mut modules: Vec<(String, String)> = Vec::new();
+    for s in &specs {
+        let mut imp = Imp::start(s, &root)?;
+        let hello = imp.call(json!({"op": "hello"}))?;
+        eprintln!("{}: {} (module {})", imp.name, hello["implementation"], hello["module_sha256"]);
+        if let Some(m) = hello["module_sha256"].as_str() {
+            modules.push((imp.name.clone(), m.to_string()));
+        }
+        imps.push(imp);
+    }
+    // Every implementation that loads the component must load the same bytes.
+    if let Some((a, b)) = modules.iter().flat_map(|a| modules.iter().map(move |b| (a, b))).find(|(a, b)| a.1 != b.1) {
+        bail!("implementations load different components: {} has {}, {} has {}", a.0, a.1, b.0, b.1);
+    }
+    let names: Vec<String> = imps.iter().map(|i| i.name.clone()).collect();
+    let started = std::time::Instant::now();
+    let mut tally = Tally::default();
+    if o.bless {
+        return bless(&o, &root, &mut imps[0]);
+    }
+    run_vectors(&o, &root, &mut imps, &mut tally)?;
+    if o.generated > 0 {
+        run_generated(&o, &mut imps, &mut tally)?;
+    }
+    tally.print(&names);
+    eprintln!("took {:.1} s", started.elapsed().as_secs_f64());
+    println!("{} passed, {} failed", tally.passed, tally.failed);
+    if tally.failed > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn run_vectors(o: &Options, root: &Path, imps: &mut [Imp], tally: &mut Tally) -> Result<()> {
+    for file in vector_files(&o.vectors)? {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&file)?).with_context(|| format!("{}", file.display()))?;
+        let area = v["area"].as_str().unwrap_or("?").to_string();
+        for case in v["cases"].as_array().into_iter().flatten() {
+            let name = format!("{}/{}", area, case["id"].as_str().unwrap_or("?"));
+            let req = request(case, root)?;
+            let op = req["op"].as_str().unwrap_or("").to_string();
+            let results: Vec<Result<Value>> = imps.iter_mut().map(|i| i.call(req.clone())).collect();
+            for (k, r) in results.iter().enumerate() {
+                let mut problems = Vec::new();
+                match r {
+                    Err(e) => problems.push(format!("{e:#}")),
+                    Ok(res) => {
+                        problems.extend(check_expected(&op, &case["expected"], res));
+                        for (j, other) in results.iter().enumerate() {
+                            if let (true, Ok(other)) = (j != k, other) {
+                                problems.extend(differences(&op, res, other).into_iter().map(|d| format!("differs from {}: {d}", imps[j].name)));
+                            }
+                        }
+                    }
+                }
+                if !problems.is_empty() {
+                    eprintln!("FAIL {name} [{}]", imps[k].name);
+                    for p in &problems {
+                        eprintln!("    {p}");
+                    }
+                }
+                tally.add(&imps[k].name, &area, problems.is_empty());
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_generated(o: &Options, imps: &mut [Imp], tally: &mut Tally) -> Result<()> {
+    use runbook_policy::testgen::{self, Rng};
+    for i in 0..o.generated {
+        let seed = o.seed.wrapping_add(i);
+        let mut rng = Rng::new(seed);
+        let (doc, shape) = testgen::document(&mut rng, 15);
+        let events = testgen::events(&mut rng, &shape);
+        for op in ["lint", "envelope", "replay"] {
+            let req = json!({"op": op, "document": {"text": doc}, "events": events});
+            let results: Vec<Result<Value>> = imps.iter_mut().map(|imp| imp.call(req.clone())).collect();
+            for (k, r) in results.iter().enumerate() {
+                let mut problems = Vec::new();
+                match r {
+                    Err(e) => problems.push(format!("{e:#}")),
+                    Ok(res) => {
+                        for (j, other) in results.iter().enumerate() {
+                            if let (true, Ok(other)) = (j != k, other) {
+                                problems.extend(differences(op, res, other).into_iter().map(|d| format!("differs from {}: {d}", imps[j].name)));
+                            }
+                        }
+                    }
+                }
+                if !problems.is_empty() {
+                    eprintln!("FAIL generated seed {seed} {op} [{}]", imps[k].name);
+                    for p in problems.iter().take(3) {
+                        eprintln!("    {p}");
+                    }
+                }
+                tally.add(&imps[k].name, "generated", problems.is_empty());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fills the exact bytes of each case from one implementation, but only where the hand-written
+/// expectations (summary, outcome, codes, fields) already hold: vectors are never self-blessed.
+fn bless(o: &Options, root: &Path, imp: &mut Imp) -> Result<()> {
+    let mut refused = 0;
+    for file in vector_files(&o.vectors)? {
+        let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&file)?)?;
+        let area = v["area"].as_str().unwrap_or("?").to_string();
+        let mut changed = false;
+        for case in v["cases"].as_array_mut().into_iter().flatten() {
+            let req = request(case, root)?;
+            let op = req["op"].as_str().unwrap_or("").to_string();
+            let res = imp.call(req)?;
+            let mut hand = case["expected"].clone();
+            if let Some(m) = hand.as_object_mut() {
+                for k in ["decisions", "report", "report_sha256", "envelope", "envelope_sha256", "findings"] {
+                    m.remove(k);
+                }
+            }
+            let problems = check_expected(&op, &hand, &res);
+            if !problems.is_empty() {
+                refused += 1;
+                eprintln!("NOT BLESSED {area}/{}: the hand-written expectation does not hold:", case["id"].as_str().unwrap_or("?"));
+                for p in problems {
+                    eprintln!("    {p}");
+                }
+                continue;
+            }
+            let e = case["expected"].as_object_mut().ok_or_else(|| anyhow!("case without `expected`"))?;
+            match op.as_str() {
+                "replay" => {
+                    e.insert("decisions".into(), res["decisions"].clone());
+                    let report = res["report"].as_str().unwrap_or("");
+                    e.insert("report".into(), json!(report));
+                    e.insert("report_sha256".into(), json!(sha256(report)));
+                }
+                "envelope" => {
+                    e.insert("envelope".into(), res["envelope"].clone());
+                    e.insert("envelope_sha256".into(), res["envelope"].as_str().map(|s| json!(sha256(s))).unwrap_or(Value::Null));
+                    e.insert("findings".into(), res["findings"].clone());
+                }
+                "lint" => {
+                    e.insert("findings".into(), res["findings"].clone());
+                }
+                _ => {}
+            }
+            changed = true;
+        }
+        if changed {
+            std::fs::write(&file, serde_json::to_string_pretty(&v)? + "\n")?;
+        }
+    }
+    println!("blessed; {refused} case(s) refused");
+    if refused > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
