@@ -28,8 +28,18 @@ struct Parser<'a> {
     line: u32,
     col: u32,
     issues: Vec<ParseIssue>,
-    path: Vec<String>,
+    /// Where the parser is, for the pointer of a finding; built into text only when one is reported.
+    path: Vec<Seg>,
 }
+
+enum Seg {
+    Key(String),
+    Index(usize),
+}
+
+/// Members past which duplicate keys are found with a set rather than a scan, so that an object with many
+/// keys costs n log n, not n squared.
+const SCAN_LIMIT: usize = 16;
 
 type PResult<T> = Result<T, ParseIssue>;
 
@@ -53,9 +63,12 @@ impl<'a> Parser<'a> {
 
     fn pointer(&self) -> String {
         let mut s = String::new();
-        for t in &self.path {
+        for seg in &self.path {
             s.push('/');
-            s.push_str(&escape_token(t));
+            match seg {
+                Seg::Key(k) => s.push_str(&escape_token(k)),
+                Seg::Index(i) => s.push_str(&i.to_string()),
+            }
         }
         s
     }
@@ -65,6 +78,17 @@ impl<'a> Parser<'a> {
     }
 
     fn bump(&mut self) -> Option<char> {
+        let b = *self.bytes.get(self.i)?;
+        if b < 0x80 {
+            self.i += 1;
+            if b == b'\n' {
+                self.line += 1;
+                self.col = 1;
+            } else {
+                self.col += 1;
+            }
+            return Some(b as char);
+        }
         let c = self.src[self.i..].chars().next()?;
         self.i += c.len_utf8();
         if c == '\n' {
@@ -111,6 +135,7 @@ impl<'a> Parser<'a> {
                 }
                 self.bump();
                 let mut members: Vec<Member> = Vec::new();
+                let mut seen: std::collections::BTreeSet<String> = std::collections::BTreeSet::new();
                 self.ws();
                 if self.peek() == Some(b'}') {
                     self.bump();
@@ -129,19 +154,27 @@ impl<'a> Parser<'a> {
                     }
                     self.bump();
                     self.ws();
-                    self.path.push(key.clone());
+                    self.path.push(Seg::Key(key));
                     let v = self.value(depth + 1)?;
-                    if members.iter().any(|m| m.key == key) {
-                        self.issues.push(ParseIssue {
-                            code: "duplicate-key",
-                            pos: key_pos,
-                            pointer: self.pointer(),
-                            message: format!("duplicate key `{key}`"),
-                        });
+                    let duplicate = {
+                        let Some(Seg::Key(key)) = self.path.last() else { unreachable!("pushed above") };
+                        if members.len() < SCAN_LIMIT {
+                            members.iter().any(|m| &m.key == key)
+                        } else {
+                            if seen.is_empty() {
+                                seen.extend(members.iter().map(|m| m.key.clone()));
+                            }
+                            !seen.insert(key.clone())
+                        }
+                    };
+                    if duplicate {
+                        let pointer = self.pointer();
+                        let Some(Seg::Key(key)) = self.path.pop() else { unreachable!("pushed above") };
+                        self.issues.push(ParseIssue { code: "duplicate-key", pos: key_pos, pointer, message: format!("duplicate key `{key}`") });
                     } else {
+                        let Some(Seg::Key(key)) = self.path.pop() else { unreachable!("pushed above") };
                         members.push(Member { key, key_pos, value: v });
                     }
-                    self.path.pop();
                     self.ws();
                     match self.peek() {
                         Some(b',') => {
@@ -168,7 +201,7 @@ impl<'a> Parser<'a> {
                 }
                 loop {
                     self.ws();
-                    self.path.push(items.len().to_string());
+                    self.path.push(Seg::Index(items.len()));
                     let v = self.value(depth + 1)?;
                     self.path.pop();
                     items.push(v);
@@ -259,13 +292,13 @@ impl<'a> Parser<'a> {
         self.bump(); // opening quote
         let mut out = String::new();
         loop {
+            // A run of plain characters in one go: no newline can be in it, so only the column moves,
+            // by the number of characters (bytes that do not continue a UTF-8 sequence).
             let run_start = self.i;
-            while let Some(c) = self.peek() {
-                if c == b'"' || c == b'\\' || c < 0x20 {
-                    break;
-                }
-                self.bump();
-            }
+            let rest = &self.bytes[self.i..];
+            let n = rest.iter().position(|&c| c == b'"' || c == b'\\' || c < 0x20).unwrap_or(rest.len());
+            self.i += n;
+            self.col += rest[..n].iter().filter(|&&c| (c & 0xC0) != 0x80).count() as u32;
             out.push_str(&self.src[run_start..self.i]);
             match self.peek() {
                 None => return Err(self.err("unterminated string")),

@@ -92,7 +92,6 @@ enum CheckpointStatus {
 #[derive(Clone, Debug)]
 pub struct Session {
     a: Analysis,
-    envelope_sha256: Option<String>,
     phase: Phase,
     claim: Option<Claim>,
     refusals: Vec<Refusal>,
@@ -151,13 +150,11 @@ impl Session {
     }
 
     pub fn from_analysis(a: Analysis) -> Session {
-        let envelope_sha256 = envelope_of(&a).map(|e| doc::sha256_hex(e.as_bytes()));
         let steps = a.doc.steps.len();
         let budgets = steps;
         let checkpoints = a.doc.checkpoints.len();
         Session {
             a,
-            envelope_sha256,
             phase: Phase::New,
             claim: None,
             refusals: Vec::new(),
@@ -438,12 +435,11 @@ impl Session {
             }
         }
         let ncaps = self.a.doc.capabilities.len();
-        let (scope, gated_step): (Vec<usize>, Option<usize>) = match &self.pos {
-            Position::Open => ((0..ncaps).collect(), None),
-            Position::Step(i) => (self.a.step_caps[*i].clone(), Some(*i)),
-            Position::Terminal(_) => (Vec::new(), None),
+        let (in_scope, gated_step) = match &self.pos {
+            Position::Open => (self.match_cap(0..ncaps, &tool, &arguments), None),
+            Position::Step(i) => (self.match_cap(self.a.step_caps[*i].iter().copied(), &tool, &arguments), Some(*i)),
+            Position::Terminal(_) => (None, None),
         };
-        let in_scope = self.match_cap(scope.iter().copied(), &tool, &arguments);
         let cap = match in_scope {
             Some(ci) => Some(ci),
             None => {
@@ -793,7 +789,8 @@ impl Session {
                 "document",
                 obj(vec![("runbook_id", opt_s(a.doc.runbook_id.as_deref())), ("version", opt_s(a.doc.version.as_deref())), ("sha256", s(&a.sha256))]),
             ),
-            ("envelope_sha256", opt_s(self.envelope_sha256.as_deref())),
+            // Derived when asked: a run rarely needs it before its report.
+            ("envelope_sha256", opt_s(envelope_of(a).map(|e| doc::sha256_hex(e.as_bytes())).as_deref())),
             ("profile", opt_s(claim.map(|c| c.profile.as_str()))),
             ("coverage", coverage),
             ("outcome", opt_s(self.outcome.map(|o| o.as_str()))),

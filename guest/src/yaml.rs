@@ -8,7 +8,8 @@ use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 
 enum Frame {
     Seq { pos: Pos, items: Vec<Node> },
-    Map { pos: Pos, members: Vec<Member>, key: Option<(String, Pos)> },
+    /// `seen` holds the keys so far: duplicate checks stay n log n however large the mapping.
+    Map { pos: Pos, members: Vec<Member>, key: Option<(String, Pos, bool)>, seen: std::collections::BTreeSet<String> },
 }
 
 fn pos_of(span: &Span) -> Pos {
@@ -34,7 +35,7 @@ fn pointer_of(stack: &[Frame]) -> String {
                 s.push('/');
                 s.push_str(&items.len().to_string());
             }
-            Frame::Map { key: Some((k, _)), .. } => {
+            Frame::Map { key: Some((k, _, _)), .. } => {
                 s.push('/');
                 s.push_str(&escape_token(k));
             }
@@ -98,7 +99,7 @@ fn build(src: &str, issues: &mut Vec<ParseIssue>) -> Result<Node, ParseIssue> {
                 if let Some(Frame::Map { key: None, .. }) = stack.last() {
                     return Err(issue("parse-error", pos, &stack, "mapping keys must be plain strings".into()));
                 }
-                stack.push(Frame::Map { pos, members: Vec::new(), key: None });
+                stack.push(Frame::Map { pos, members: Vec::new(), key: None, seen: Default::default() });
                 continue;
             }
             Event::SequenceEnd => match stack.pop() {
@@ -117,19 +118,20 @@ fn build(src: &str, issues: &mut Vec<ParseIssue>) -> Result<Node, ParseIssue> {
                     return Err(issue("parse-error", pos, &stack, "YAML tags are not allowed".into()));
                 }
                 // A scalar in key position is a key, whatever it looks like.
-                if let Some(Frame::Map { members, key, .. }) = stack.last_mut() {
+                if let Some(Frame::Map { key, seen, .. }) = stack.last_mut() {
                     if key.is_none() {
                         if style == ScalarStyle::Plain && text == "<<" {
                             return Err(issue("parse-error", pos, &stack, "YAML merge keys are not allowed".into()));
                         }
-                        if members.iter().any(|m| m.key == text.as_ref()) {
+                        let duplicate = !seen.insert(text.to_string());
+                        if duplicate {
                             let mut ptr = pointer_of(&stack);
                             ptr.push('/');
                             ptr.push_str(&escape_token(&text));
                             issues.push(ParseIssue { code: "duplicate-key", pos, pointer: ptr, message: format!("duplicate key `{text}`") });
                         }
                         if let Some(Frame::Map { key, .. }) = stack.last_mut() {
-                            *key = Some((text.into_owned(), pos));
+                            *key = Some((text.into_owned(), pos, duplicate));
                         }
                         continue;
                     }
@@ -155,9 +157,9 @@ fn build(src: &str, issues: &mut Vec<ParseIssue>) -> Result<Node, ParseIssue> {
             }
             Some(Frame::Seq { items, .. }) => items.push(node),
             Some(Frame::Map { members, key, .. }) => {
-                let (k, key_pos) = key.take().expect("scalar keys are taken above");
+                let (k, key_pos, duplicate) = key.take().expect("scalar keys are taken above");
                 // The first of duplicate keys wins; the duplicate is already an error.
-                if !members.iter().any(|m| m.key == k) {
+                if !duplicate {
                     members.push(Member { key: k, key_pos, value: node });
                 }
             }

@@ -1,0 +1,48 @@
+//! The adapters' traffic conforms to conformance/protocol.schema.json: requests the runner sends and the
+//! responses both Rust adapters give (the Node and Python adapters are checked the same way by the suite,
+//! since the runner refuses a response it cannot read).
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+#[test]
+fn requests_and_responses_match_the_protocol_schema() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let schema: Value = serde_json::from_str(&std::fs::read_to_string(root.join("protocol.schema.json")).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the protocol schema compiles");
+    let doc = "runbook_id: p\nversion: 1.0.0\ncapabilities: [q]\nsteps:\n  - {id: a, tool: q, next: done}\nterminals: [done]\n";
+    let requests = [
+        json!({"id": "1", "op": "hello"}),
+        json!({"id": "2", "op": "lint", "document": {"text": doc}}),
+        json!({"id": "3", "op": "envelope", "document": {"base64": "cnVuYm9va19pZDogeAo="}}),
+        json!({"id": "4", "op": "replay", "document": {"text": doc}, "events": ["{\"type\":\"tick\",\"at\":0}", "not json"]}),
+        json!({"id": "5", "op": "frobnicate"}),
+    ];
+    for imp in ["wasmtime", "native"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_runbook-conformance-adapter"))
+            .args(["--impl", imp])
+            .env("RUNBOOK_HOST_CACHE", std::env::temp_dir().join(format!("runbook-protocol-{}", std::process::id())))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        for req in &requests {
+            let valid_request = validator.is_valid(req);
+            assert_eq!(valid_request, req["op"] != "frobnicate", "request {req}");
+            writeln!(stdin, "{req}").unwrap();
+            let mut line = String::new();
+            stdout.read_line(&mut line).unwrap();
+            let resp: Value = serde_json::from_str(&line).unwrap();
+            let errors: Vec<String> = validator.iter_errors(&resp).map(|e| e.to_string()).collect();
+            assert!(errors.is_empty(), "{imp}: response {resp} does not match the protocol: {errors:?}");
+            assert_eq!(resp["id"], req["id"]);
+            assert_eq!(resp["ok"], json!(req["op"] != "frobnicate"), "{resp}");
+        }
+        drop(stdin);
+        assert!(child.wait().unwrap().success());
+    }
+}
