@@ -55,7 +55,7 @@ fn to_event(e: t::Event) -> Result<event::Event, String> {
             coverage: match c.coverage {
                 t::Coverage::Complete => Coverage::Complete,
                 t::Coverage::Blind(mut v) => {
-                    v.sort();
+                    v.sort_unstable();
                     v.dedup();
                     if v.is_empty() {
                         Coverage::Complete

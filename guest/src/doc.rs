@@ -542,7 +542,7 @@ pub fn analyze(bytes: &[u8]) -> Analysis {
 }
 
 pub fn sort_findings(f: &mut [Finding]) {
-    f.sort_by(|x, y| (x.pos.line, x.pos.column, x.code, &x.pointer, &x.message).cmp(&(y.pos.line, y.pos.column, y.code, &y.pointer, &y.message)));
+    f.sort_unstable_by(|x, y| (x.pos.line, x.pos.column, x.code, &x.pointer, &x.message).cmp(&(y.pos.line, y.pos.column, y.code, &y.pointer, &y.message)));
 }
 
 fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {

@@ -10,7 +10,7 @@ pub const SCHEMA: &str = "runbook-policy-envelope/v1";
 pub fn build(a: &Analysis) -> Node {
     let d = &a.doc;
     let mut allowlist: Vec<&str> = d.capabilities.iter().map(|c| c.name.as_str()).collect();
-    allowlist.sort_by(|x, y| x.encode_utf16().cmp(y.encode_utf16()));
+    allowlist.sort_unstable_by(|x, y| crate::jcs::utf16_order(x, y));
     let capabilities = obj_owned(
         d.capabilities
             .iter()
@@ -26,7 +26,7 @@ pub fn build(a: &Analysis) -> Node {
             .enumerate()
             .map(|(i, st)| {
                 let mut tools: Vec<&str> = a.step_caps[i].iter().map(|ci| d.capabilities[*ci].name.as_str()).collect();
-                tools.sort_by(|x, y| x.encode_utf16().cmp(y.encode_utf16()));
+                tools.sort_unstable_by(|x, y| crate::jcs::utf16_order(x, y));
                 (
                     st.id.clone(),
                     obj(vec![
@@ -46,7 +46,7 @@ pub fn build(a: &Analysis) -> Node {
         d.steps.iter().filter_map(|st| st.retry.as_ref().map(|r| (format!("{}->{}", st.id, r.to), n(r.max)))).collect(),
     );
     let mut terminals: Vec<&str> = d.terminals.iter().map(|t| t.as_str()).collect();
-    terminals.sort_by(|x, y| x.encode_utf16().cmp(y.encode_utf16()));
+    terminals.sort_unstable_by(|x, y| crate::jcs::utf16_order(x, y));
     let checkpoints = arr(
         d.checkpoints
             .iter()

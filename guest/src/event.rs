@@ -346,7 +346,7 @@ pub fn from_node(node: &Node) -> Result<Event, Malformed> {
                 Some(Value::Str(s)) if s == "complete" => Coverage::Complete,
                 Some(Value::Arr(_)) => {
                     let mut blind = str_list(node, "coverage")?;
-                    blind.sort();
+                    blind.sort_unstable();
                     blind.dedup();
                     if blind.is_empty() {
                         Coverage::Complete

@@ -29,7 +29,7 @@ pub fn write(node: &Node, out: &mut String) {
         }
         Value::Obj(members) => {
             let mut sorted: Vec<&Member> = members.iter().collect();
-            sorted.sort_by(|a, b| a.key.encode_utf16().cmp(b.key.encode_utf16()));
+            sorted.sort_unstable_by(|a, b| utf16_order(&a.key, &b.key));
             out.push('{');
             for (i, m) in sorted.iter().enumerate() {
                 if i > 0 {
@@ -42,6 +42,11 @@ pub fn write(node: &Node, out: &mut String) {
             out.push('}');
         }
     }
+}
+
+/// RFC 8785 orders keys by their UTF-16 code units (which differs from UTF-8 byte order only past U+FFFF).
+pub fn utf16_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.encode_utf16().cmp(b.encode_utf16())
 }
 
 pub fn write_str(s: &str, out: &mut String) {

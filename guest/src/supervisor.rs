@@ -345,7 +345,7 @@ impl Session {
                 refusals.push(Refusal::PrerequisiteUnmet);
             }
         }
-        refusals.sort();
+        refusals.sort_unstable();
         self.start_at = at;
         self.last_at = at;
         self.claim = Some(claim);
@@ -814,7 +814,7 @@ impl Session {
             Position::Terminal(_) => (Vec::new(), false),
         };
         let mut scope = scope;
-        scope.sort();
+        scope.sort_unstable_by(|x, y| crate::jcs::utf16_order(x, y));
         let phase = match self.phase {
             Phase::New => "new",
             Phase::Running => "running",
