@@ -136,13 +136,14 @@ impl Tally {
             a
         };
         let w = imps.iter().map(|i| i.len()).max().unwrap_or(4).max(14);
-        print!("{:w$}", "area");
+        let aw = areas.iter().map(|a| a.len()).max().unwrap_or(4).max(4);
+        print!("{:aw$}", "area");
         for i in imps {
             print!("  {:>w$}", i);
         }
         println!();
         for a in areas {
-            print!("{:w$}", a);
+            print!("{:aw$}", a);
             for i in imps {
                 let (p, f) = self.cells.get(&(i.clone(), a.clone())).copied().unwrap_or_default();
                 let cell = if f == 0 { format!("{p} passed") } else { format!("{p} passed, {f} FAILED") };
@@ -218,6 +219,8 @@ fn main() -> Result<()> {
     if specs.is_empty() {
         bail!("no implementation selected");
     }
+    // Blessing takes the bytes of the first implementation only; the full run compares them all.
+    let specs: Vec<&Value> = if o.bless { specs.into_iter().take(1).collect() } else { specs };
     let mut imps = Vec::new();
     let mut modules: Vec<(String, String)> = Vec::new();
     for s in &specs {
@@ -252,9 +255,22 @@ fn main() -> Result<()> {
     Ok(())
 }
 
+/// Vector files must match conformance/vectors.schema.json before anything runs.
+fn check_schema(root: &Path, file: &Path, v: &Value) -> Result<()> {
+    let _ = root;
+    let schema: Value = serde_json::from_str(include_str!("../vectors.schema.json"))?;
+    let validator = jsonschema::validator_for(&schema).map_err(|e| anyhow!("vectors.schema.json: {e}"))?;
+    let errors: Vec<String> = validator.iter_errors(v).take(5).map(|e| format!("{} at {}", e, e.instance_path)).collect();
+    if !errors.is_empty() {
+        bail!("{} does not match vectors.schema.json: {}", file.display(), errors.join("; "));
+    }
+    Ok(())
+}
+
 fn run_vectors(o: &Options, root: &Path, imps: &mut [Imp], tally: &mut Tally) -> Result<()> {
     for file in vector_files(&o.vectors)? {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&file)?).with_context(|| format!("{}", file.display()))?;
+        check_schema(root, &file, &v)?;
         let area = v["area"].as_str().unwrap_or("?").to_string();
         for case in v["cases"].as_array().into_iter().flatten() {
             let name = format!("{}/{}", area, case["id"].as_str().unwrap_or("?"));

@@ -840,7 +840,7 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
     if let Some(k) = combinator {
         let real: Vec<&str> = members.iter().filter(|m| !m.key.starts_with("x-")).map(|m| m.key.as_str()).collect();
         if real.len() != 1 {
-            ctx.error("invalid-predicate", node.pos, p, format!("a `{k}` predicate has no other fields"));
+            ctx.error("invalid-predicate", node.pos, p, format!("a predicate with `{k}` has no other fields"));
             return None;
         }
         let inner = node.get(k).unwrap();
@@ -1005,6 +1005,8 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                 }
             }
         }
+        // Document order (9.18): a call that two of the step's capabilities match is the one declared first.
+        caps.sort_unstable();
         a.step_caps.push(caps);
         let field_pos = |k: &str| step_node.and_then(|n| n.get(k)).map(|n| n.pos).unwrap_or(s.pos);
         for (k, target) in [("next", &s.next), ("on_fail", &s.on_fail)] {
