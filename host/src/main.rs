@@ -25,6 +25,8 @@ enum Command {
     Replay(commands::replay::Args),
     /// The embedded policy component: its sha256, its WIT, or its bytes
     Module(commands::module::Args),
+    /// Serve the envelope playground on 127.0.0.1
+    Playground(commands::playground::Args),
 }
 
 /// Output format shared by the commands.
@@ -42,6 +44,7 @@ fn main() -> ExitCode {
         Command::Check(a) => commands::check::run(a),
         Command::Replay(a) => commands::replay::run(a),
         Command::Module(a) => commands::module::run(a),
+        Command::Playground(a) => commands::playground::run(a),
     };
     match result {
         Ok(code) => code,

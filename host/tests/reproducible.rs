@@ -11,8 +11,8 @@ fn copy_tracked(root: &Path, to: &Path) {
     for rel in out.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()) {
         let rel = Path::new(std::str::from_utf8(rel).unwrap());
         let top = rel.components().next().unwrap().as_os_str();
-        // Only what the component is built from.
-        if !(top == "guest" || top == "wit" || top == "Cargo.toml" || top == "Cargo.lock" || top == "rust-toolchain.toml" || top == "host" || top == "benches") {
+        // The workspace (every member's manifest and sources), not the data beside it.
+        if top == "examples" || top == "playground" || top == "schema" || top == ".ci" {
             continue;
         }
         let src = root.join(rel);

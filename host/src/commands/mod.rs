@@ -10,6 +10,7 @@ pub mod check;
 pub mod envelope;
 pub mod lint;
 pub mod module;
+pub mod playground;
 pub mod replay;
 
 use anyhow::{Context, Result};
