@@ -6,6 +6,10 @@
 //! module enforces its own limits first, so a backstop never changes an answer, only turns a fault into a
 //! fail-closed halt with reason `host-trap`).
 
+pub mod approvals;
+pub mod bundle;
+pub mod registry;
+
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

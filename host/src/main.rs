@@ -25,6 +25,14 @@ enum Command {
     Replay(commands::replay::Args),
     /// The embedded policy component: its sha256, its WIT, or its bytes
     Module(commands::module::Args),
+    /// Approve (or refuse) a gated call of a run, from a terminal the agent cannot reach
+    Approve(commands::approve::Args),
+    /// Verify a run bundle: files, hashes, hash chain, and a replay through the module
+    Verify(commands::verify::Args),
+    /// Add runbooks to a directory registry, or list it
+    Registry(commands::registry::Args),
+    /// Write a redacted derivative of a run bundle (digests in place of raw arguments and results)
+    Export(commands::verify::ExportArgs),
     /// Serve the envelope playground on 127.0.0.1
     Playground(commands::playground::Args),
 }
@@ -44,6 +52,10 @@ fn main() -> ExitCode {
         Command::Check(a) => commands::check::run(a),
         Command::Replay(a) => commands::replay::run(a),
         Command::Module(a) => commands::module::run(a),
+        Command::Approve(a) => commands::approve::run(a),
+        Command::Verify(a) => commands::verify::run(a),
+        Command::Registry(a) => commands::registry::run(a),
+        Command::Export(a) => commands::verify::export(a),
         Command::Playground(a) => commands::playground::run(a),
     };
     match result {

@@ -6,12 +6,15 @@ macro_rules! outln {
     }};
 }
 
+pub mod approve;
 pub mod check;
 pub mod envelope;
 pub mod lint;
 pub mod module;
 pub mod playground;
+pub mod registry;
 pub mod replay;
+pub mod verify;
 
 use anyhow::{Context, Result};
 use std::io::{IsTerminal, Read, Write};

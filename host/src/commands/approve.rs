@@ -1,0 +1,168 @@
+//! `runbook-host approve RUN STEP [--runs .runbook/runs] [--deny]`: a human answers the gated calls of a
+//! run's step from a terminal, the channel the agent cannot reach.
+//!
+//! RUN is a run id or `latest`; STEP is the step id (`-` for a manifest without steps, whose gated calls
+//! have no step). Each pending call of STEP is shown (tool, arguments, the canonical hash of the exact
+//! call, recomputed by the module) and confirmed on the controlling terminal (`/dev/tty`, never standard
+//! input); without a terminal the command refuses. The answer is bound to that call's hash: a different
+//! call needs a new approval. The approver is the operating-system user.
+
+use anyhow::{Context, Result};
+use runbook_host::approvals;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The run: its id, or `latest`
+    pub run: String,
+    /// The step whose gated calls to answer (`-` for calls without a step)
+    pub step: String,
+    /// Where the run bundles are
+    #[arg(long, default_value = ".runbook/runs")]
+    pub runs: PathBuf,
+    /// Refuse the calls instead of approving them
+    #[arg(long)]
+    pub deny: bool,
+}
+
+/// What a terminal shows of text an agent chose: control, bidirectional and invisible format characters
+/// escaped, so no argument can redraw the prompt or hide part of the call.
+pub fn shown(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        let hidden = c.is_control() && c != '\n'
+            || matches!(c, '\u{00AD}' | '\u{061C}' | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}' | '\u{FFF9}'..='\u{FFFB}');
+        if hidden {
+            out.push_str(&format!("\\u{{{:04x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Indents canonical (whitespace-free) JSON text, two spaces a level, changing no token.
+pub fn pretty(canon: &str) -> String {
+    let mut out = String::with_capacity(canon.len() * 2);
+    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
+    let mut chars = canon.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_str {
+            out.push(c);
+            if esc {
+                esc = false;
+            } else if c == '\\' {
+                esc = true;
+            } else if c == '"' {
+                in_str = false;
+            }
+            continue;
+        }
+        match c {
+            '"' => {
+                in_str = true;
+                out.push(c);
+            }
+            '{' | '[' => {
+                out.push(c);
+                if matches!(chars.peek(), Some('}') | Some(']')) {
+                    out.push(chars.next().unwrap());
+                } else {
+                    depth += 1;
+                    out.push('\n');
+                    out.push_str(&"  ".repeat(depth));
+                }
+            }
+            '}' | ']' => {
+                depth = depth.saturating_sub(1);
+                out.push('\n');
+                out.push_str(&"  ".repeat(depth));
+                out.push(c);
+            }
+            ',' => {
+                out.push_str(",\n");
+                out.push_str(&"  ".repeat(depth));
+            }
+            ':' => out.push_str(": "),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+pub const NO_TERMINAL: &str = "approve needs a terminal: it is the channel the agent cannot reach";
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    // The terminal first: without one, nothing is read or shown.
+    let tty = match std::fs::OpenOptions::new().read(true).write(true).open("/dev/tty") {
+        Ok(t) => t,
+        Err(_) => {
+            eprintln!("runbook-host: {NO_TERMINAL}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let mut out = tty.try_clone().context("the terminal")?;
+    let mut input = BufReader::new(tty);
+
+    let run_dir = runbook_host::bundle::find_run(&args.runs, &args.run).with_context(|| format!("run `{}`", args.run))?;
+    let run_id = run_dir.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    let want: Option<&str> = if args.step == "-" { None } else { Some(args.step.as_str()) };
+    let calls: Vec<_> = approvals::pending(&run_dir)?.into_iter().filter(|p| p.step.as_deref() == want).collect();
+    if calls.is_empty() {
+        eprintln!("runbook-host: no call of step `{}` awaits an answer in run {run_id}", args.step);
+        return Ok(ExitCode::from(1));
+    }
+    let policy = super::policy()?;
+    let approver = approvals::operator();
+    let verb = if args.deny { "DENY" } else { "approve" };
+    let mut answered = 0;
+    for p in &calls {
+        let record = approvals::request_record(&run_dir, &p.id)?;
+        let arguments_json = record["arguments_json"].as_str().unwrap_or("").to_string();
+        // The hash shown is the module's, of the exact text the host hashed; a request whose hash is not
+        // its call's is refused, never shown as something else.
+        match policy.call_sha256(&p.tool, &arguments_json)? {
+            Ok(h) if h == p.call_sha256 => {}
+            _ => {
+                writeln!(out, "request {} does not hash to its call; it is not shown and stays unanswered", p.id)?;
+                continue;
+            }
+        }
+        // Shown from the very text that was hashed (never from another field of the request), in the
+        // module's canonical form: exact numbers, no reformatting by this host.
+        let canonical = match policy.canonicalize(&arguments_json)? {
+            Ok(c) => pretty(&c),
+            Err(_) => arguments_json.clone(),
+        };
+        let args_shown = shown(&canonical);
+        writeln!(out, "\nrun {run_id}, step {}: a gated call awaits an answer (request {})", args.step, p.id)?;
+        writeln!(out, "  tool:        {}", shown(&p.tool))?;
+        writeln!(out, "  arguments:   {}", args_shown.replace('\n', "\n               "))?;
+        writeln!(out, "  call_sha256: {}", p.call_sha256)?;
+        write!(out, "{verb} this exact call as {approver}? [y/N] ")?;
+        out.flush()?;
+        let mut line = String::new();
+        if input.read_line(&mut line)? == 0 {
+            writeln!(out)?;
+            break;
+        }
+        let yes = matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes");
+        if !yes {
+            writeln!(out, "left unanswered")?;
+            continue;
+        }
+        match approvals::answer(&run_dir, &p.id, &approver, !args.deny, &p.call_sha256) {
+            Ok(()) => {
+                answered += 1;
+                let what = if args.deny { "denied" } else { "approved" };
+                writeln!(out, "{what} by {approver}")?;
+                outln!("{what} {} step={} tool={} call_sha256={} approver={approver}", p.id, args.step, shown(&p.tool), p.call_sha256);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => writeln!(out, "already answered")?,
+            Err(e) => return Err(e).context("writing the answer"),
+        }
+    }
+    Ok(if answered > 0 { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}

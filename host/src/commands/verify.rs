@@ -1,0 +1,545 @@
+//! `runbook-host verify RUN_DIR [--format json]`: fail-closed verification of a run bundle (DESIGN 5, seed
+//! 002). Checks, in order, stopping at the first failure and naming its place (a file, or `events.ndjson:N`):
+//!
+//! 1. `run.json` parses, is a `runbook-run-bundle/v1` with the fixed layout of relative artifact names;
+//! 2. every artifact is present (and a regular file inside the bundle: the directory is a `cap-std`
+//!    capability, so no name can reach outside it);
+//! 3. `receipt.json` is canonical JSON with exactly the `runbook-receipt/v1` keys;
+//! 4. no absolute path in `run.json`, the report or the receipt;
+//! 5. the document's sha256 agrees with `run.json`, the envelope, the report (and the registry pin, T2);
+//! 6. `envelope.json` is the module's envelope of the document, byte for byte, and its sha256 is the one
+//!    `run.json` and the report name;
+//! 7. `events.ndjson`: every line has the documented shape and its `h` continues the chain (9.22), and a
+//!    replay of its events through the embedded module reproduces every decision line byte for byte;
+//! 8. `report.json` is the replay's report byte for byte;
+//! 9. the receipt: its report is `report.json`, `report_sha256`, `chain_head`, `module_sha256` (the module
+//!    that replayed it), the host, and its `artifacts` pins of every other file (`run.json` last).
+//!
+//! Then share safety: `blocked` when a check failed, `local_only` when raw tool arguments or results (or
+//! approval requests, which hold arguments) are inside, else `share_ready`. Exit 0 when verified, 1 when
+//! not, 2 when the directory cannot be opened.
+
+use crate::Format;
+use anyhow::Result;
+use cap_std::fs::Dir;
+use runbook_host::bundle::{self, sha256_hex};
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The run bundle's directory (e.g. .runbook/runs/<run-id>)
+    pub run_dir: PathBuf,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+pub const VERIFY_SCHEMA: &str = "runbook-verify-result/v1";
+
+/// A failed check: where, and why.
+#[derive(Debug)]
+pub struct Failure {
+    pub place: String,
+    pub message: String,
+}
+
+fn fail<T>(place: impl Into<String>, message: impl Into<String>) -> Result<T, Failure> {
+    Err(Failure { place: place.into(), message: message.into() })
+}
+
+/// What verification found.
+pub struct Outcome {
+    pub checks: Vec<(&'static str, bool)>,
+    pub failure: Option<Failure>,
+    pub run_id: Option<String>,
+    pub outcome: Option<String>,
+    pub events: usize,
+    pub reasons: Vec<(&'static str, String)>,
+    pub warnings: Vec<String>,
+    /// A redacted derivative: chain and receipt verified, not replayed.
+    pub redacted: bool,
+}
+
+struct Ctx {
+    checks: Vec<(&'static str, bool)>,
+    run_id: Option<String>,
+    outcome: Option<String>,
+    events: usize,
+    reasons: Vec<(&'static str, String)>,
+    warnings: Vec<String>,
+    redacted: bool,
+}
+
+impl Ctx {
+    fn pass(&mut self, id: &'static str) {
+        self.checks.push((id, true));
+    }
+}
+
+fn read(dir: &Dir, name: &str) -> Result<Vec<u8>, Failure> {
+    match dir.symlink_metadata(name) {
+        Ok(m) if m.is_file() => {}
+        Ok(_) => return fail(name, "not a regular file"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return fail(name, "missing"),
+        Err(e) => return fail(name, format!("cannot be read: {e}")),
+    }
+    dir.read(name).or_else(|e| fail(name, format!("cannot be read: {e}")))
+}
+
+fn parse_json(name: &str, bytes: &[u8]) -> Result<Value, Failure> {
+    serde_json::from_slice(bytes).or_else(|e| fail(name, format!("not JSON: {e}")))
+}
+
+fn is_hex64(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// An absolute path (or a home-relative or file: one) of any common system.
+fn looks_absolute(s: &str) -> bool {
+    let b = s.as_bytes();
+    s.starts_with('/') || s.starts_with('~') || s.starts_with("\\\\") || s.starts_with("file:") || (b.len() >= 3 && b[0].is_ascii_alphabetic() && b[1] == b':' && (b[2] == b'\\' || b[2] == b'/'))
+}
+
+fn find_absolute(v: &Value, at: &str) -> Option<String> {
+    match v {
+        Value::String(s) if looks_absolute(s) => Some(at.to_string()),
+        Value::Array(a) => a.iter().enumerate().find_map(|(i, x)| find_absolute(x, &format!("{at}/{i}"))),
+        Value::Object(o) => o.iter().find_map(|(k, x)| if looks_absolute(k) { Some(format!("{at}/{k}")) } else { find_absolute(x, &format!("{at}/{k}")) }),
+        _ => None,
+    }
+}
+
+const RECEIPT_KEYS: [&str; 7] = ["artifacts", "chain_head", "host", "module_sha256", "report", "report_sha256", "schema"];
+
+/// Runs every check on the bundle in `dir`.
+pub fn verify_dir(dir: &Dir) -> Outcome {
+    let mut cx = Ctx { checks: Vec::new(), run_id: None, outcome: None, events: 0, reasons: Vec::new(), warnings: Vec::new(), redacted: false };
+    let failure = checks(dir, &mut cx).err();
+    if failure.is_none() {
+        share_safety(dir, &mut cx);
+    }
+    Outcome { checks: cx.checks, failure, run_id: cx.run_id, outcome: cx.outcome, events: cx.events, reasons: cx.reasons, warnings: cx.warnings, redacted: cx.redacted }
+}
+
+fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
+    // 1. The manifest and its layout.
+    let run_bytes = read(dir, "run.json")?;
+    let run = parse_json("run.json", &run_bytes)?;
+    if run["schema"] != bundle::RUN_SCHEMA {
+        return fail("run.json", format!("`schema` is not `{}`", bundle::RUN_SCHEMA));
+    }
+    let run_id = run["run_id"].as_str().filter(|s| bundle::is_safe_name(s));
+    let Some(run_id) = run_id else { return fail("run.json", "`run_id` is missing or not a plain name") };
+    cx.run_id = Some(run_id.to_string());
+    let a = &run["artifacts"];
+    let doc_file = match a["document"].as_str() {
+        Some(f @ ("runbook.yaml" | "runbook.json")) => f.to_string(),
+        _ => return fail("run.json", "`artifacts.document` must be `runbook.yaml` or `runbook.json`"),
+    };
+    let has_envelope = match &a["envelope"] {
+        Value::Null => false,
+        Value::String(s) if s == "envelope.json" => true,
+        _ => return fail("run.json", "`artifacts.envelope` must be `envelope.json` or null"),
+    };
+    for (k, f) in [("run", "run.json"), ("events", "events.ndjson"), ("report", "report.json"), ("receipt", "receipt.json")] {
+        if a[k] != f {
+            return fail("run.json", format!("`artifacts.{k}` must be the relative path `{f}`"));
+        }
+    }
+    if a.as_object().map(|o| o.len()) != Some(6) {
+        return fail("run.json", "`artifacts` names an unknown artifact");
+    }
+    if run["document"]["file"] != doc_file.as_str() {
+        return fail("run.json", "`document.file` is not the document artifact");
+    }
+    cx.pass("layout");
+
+    // 2. Presence.
+    let doc = read(dir, &doc_file)?;
+    let envelope = if has_envelope { Some(read(dir, "envelope.json")?) } else { None };
+    let events_bytes = read(dir, "events.ndjson")?;
+    let report_bytes = read(dir, "report.json")?;
+    let receipt_bytes = read(dir, "receipt.json")?;
+    // A redacted derivative (`export --redact`) carries derivation.json: its chain and receipt verify, its
+    // events cannot be replayed.
+    let derivation = match dir.symlink_metadata("derivation.json") {
+        Ok(_) => Some(parse_json("derivation.json", &read(dir, "derivation.json")?)?),
+        Err(_) => None,
+    };
+    cx.pass("files-present");
+
+    // 3. The receipt's form.
+    let policy = runbook_host::bundle::shared_policy().or_else(|e| fail("(module)", e.to_string()))?;
+    let receipt_text = std::str::from_utf8(&receipt_bytes).or_else(|_| fail("receipt.json", "not UTF-8"))?;
+    let receipt = parse_json("receipt.json", &receipt_bytes)?;
+    match policy.canonicalize(receipt_text) {
+        Ok(Ok(c)) if c == receipt_text => {}
+        _ => return fail("receipt.json", "not canonical JSON (RFC 8785)"),
+    }
+    let keys: Vec<&str> = receipt.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+    if keys != RECEIPT_KEYS {
+        return fail("receipt.json", format!("the keys must be exactly {}", RECEIPT_KEYS.join(", ")));
+    }
+    if receipt["schema"] != bundle::RECEIPT_SCHEMA {
+        return fail("receipt.json", format!("`schema` is not `{}`", bundle::RECEIPT_SCHEMA));
+    }
+    cx.pass("receipt-form");
+
+    // 4. No absolute path in the bundle's own metadata.
+    let report = parse_json("report.json", &report_bytes)?;
+    for (name, v) in [("run.json", &run), ("report.json", &report), ("receipt.json", &receipt)] {
+        if let Some(at) = find_absolute(v, "") {
+            return fail(name, format!("an absolute path at {at}"));
+        }
+    }
+    cx.pass("relative-paths-only");
+
+    // 5. The document's hash, everywhere it is named.
+    let doc_sha = sha256_hex(&doc);
+    let env_v = match &envelope {
+        Some(e) => Some(parse_json("envelope.json", e)?),
+        None => None,
+    };
+    let report_doc_sha = report["document"]["sha256"].as_str().unwrap_or("");
+    let env_doc_sha = env_v.as_ref().map(|e| e["document"]["sha256"].as_str().unwrap_or("").to_string());
+    let run_doc_sha = run["document"]["sha256"].as_str().unwrap_or("");
+    // Name the odd one out: the document when every record agrees against it.
+    let others = [Some(report_doc_sha), env_doc_sha.as_deref(), Some(run_doc_sha)];
+    if others.iter().flatten().all(|s| *s != doc_sha) {
+        return fail(&doc_file, format!("its sha256 is {doc_sha}; run.json, the envelope and the report name {run_doc_sha}"));
+    }
+    if let Some(e) = &env_doc_sha {
+        if *e != doc_sha {
+            return fail("envelope.json", format!("names the document sha256 {e}, not {doc_sha}"));
+        }
+    }
+    if report_doc_sha != doc_sha {
+        return fail("report.json", format!("names the document sha256 {report_doc_sha}, not {doc_sha}"));
+    }
+    if run_doc_sha != doc_sha {
+        return fail("run.json", format!("`document.sha256` is {run_doc_sha}, not {doc_sha}"));
+    }
+    match (run["document"]["trust"].as_str(), &run["document"]["pinned_sha256"]) {
+        (Some("T1"), Value::Null) => {}
+        (Some("T2"), Value::String(p)) if *p == doc_sha => {}
+        (Some("T2"), _) => return fail("run.json", "`document.pinned_sha256` is not the document's sha256"),
+        _ => return fail("run.json", "`document.trust` must be T1 (unpinned) or T2 (pinned)"),
+    }
+    cx.pass("document-sha256");
+
+    // 6. The envelope.
+    let derived = policy.envelope(&doc).or_else(|e| fail("(module)", e.to_string()))?;
+    let env_sha = match (&envelope, derived) {
+        (Some(e), Ok(d)) => {
+            if e.as_slice() != d.as_bytes() {
+                return fail("envelope.json", "not the module's envelope of the document, byte for byte");
+            }
+            Some(sha256_hex(e))
+        }
+        (None, Err(_)) => None,
+        (None, Ok(_)) => return fail("run.json", "the document has an envelope, but the bundle records none"),
+        (Some(_), Err(_)) => return fail("envelope.json", "the document has no complete model, so no envelope"),
+    };
+    if let Some(ev) = &env_v {
+        for k in ["runbook_id", "version"] {
+            if run["document"][k] != ev["document"][k] {
+                return fail("run.json", format!("`document.{k}` is not the envelope's"));
+            }
+        }
+    }
+    if report["envelope_sha256"].as_str() != env_sha.as_deref() {
+        return fail("report.json", "`envelope_sha256` is not the envelope's sha256");
+    }
+    if run["envelope_sha256"].as_str() != env_sha.as_deref() {
+        return fail("run.json", "`envelope_sha256` is not the envelope's sha256");
+    }
+    let h0 = bundle::chain_h0(envelope.as_deref().map(|e| std::str::from_utf8(e).unwrap_or("")), &doc_sha);
+    if run["chain_h0"] != h0.as_str() {
+        return fail("run.json", "`chain_h0` is not the chain's start");
+    }
+    cx.pass("envelope");
+
+    // 6b. The derivation of a redacted derivative.
+    let mut events_source_sha = sha256_hex(&events_bytes);
+    if let Some(d) = &derivation {
+        cx.redacted = true;
+        if d["schema"] != bundle::DERIVATION_SCHEMA || d["transformation"] != bundle::REDACTION {
+            return fail("derivation.json", format!("not a {} of `{}`", bundle::DERIVATION_SCHEMA, bundle::REDACTION));
+        }
+        if d["source_run_id"] != run_id {
+            return fail("derivation.json", "`source_run_id` is not the bundle's run id");
+        }
+        let files = d["files"].as_array().cloned().unwrap_or_default();
+        let mut copied: Vec<(&str, &[u8])> = vec![("run.json", &run_bytes), (&doc_file, &doc), ("report.json", &report_bytes), ("receipt.json", &receipt_bytes)];
+        if let Some(e) = &envelope {
+            copied.push(("envelope.json", e));
+        }
+        for (name, bytes) in copied {
+            let e = files.iter().find(|f| f["path"] == name);
+            let sha = sha256_hex(bytes);
+            if !e.is_some_and(|e| e["action"] == "copied" && e["source_sha256"] == sha.as_str() && e["output_sha256"] == sha.as_str()) {
+                return fail(name, "not the copy derivation.json records");
+            }
+        }
+        let Some(ev) = files.iter().find(|f| f["path"] == "events.ndjson" && f["action"] == "redacted") else {
+            return fail("derivation.json", "records no redacted events.ndjson");
+        };
+        if ev["output_sha256"] != events_source_sha.as_str() {
+            return fail("events.ndjson", "not the redacted events derivation.json records");
+        }
+        events_source_sha = ev["source_sha256"].as_str().filter(|s| is_hex64(s)).ok_or(Failure { place: "derivation.json".into(), message: "no source sha256 of events.ndjson".into() })?.to_string();
+        cx.pass("derivation");
+    }
+
+    // 7. Events: shape, chain, replay.
+    let records = bundle::read_events(&events_bytes).or_else(|(n, m)| fail(format!("events.ndjson:{n}"), m))?;
+    cx.events = records.len();
+    let mut h = h0;
+    let mut session = policy.session(&doc).or_else(|e| fail("(module)", e.to_string()))?;
+    for (n, r) in records.iter().enumerate() {
+        let place = format!("events.ndjson:{}", n + 1);
+        let next = if cx.redacted {
+            bundle::chain_next_redacted(policy, &h, &r.event_line, &r.decision_line)
+        } else {
+            bundle::chain_next_with(policy, &h, &r.event_line, &r.decision_line)
+        };
+        if next != r.h {
+            return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {next}", r.h));
+        }
+        h = next;
+        if cx.redacted {
+            continue;
+        }
+        let d = session.handle_line(&r.event_line);
+        if d != r.decision_line {
+            return fail(place, format!("the replay decides {d}, the bundle records {}", r.decision_line));
+        }
+    }
+    cx.pass("hash-chain");
+
+    // 8. The report.
+    if cx.redacted {
+        if report["events"].as_u64() != Some(records.len() as u64) {
+            return fail("report.json", "`events` is not the number of recorded events");
+        }
+    } else {
+        cx.pass("replay-decisions");
+        let replayed = match session.report() {
+            Ok(r) => r,
+            Err(e) => return fail("events.ndjson", format!("the module cannot make a report of this run: {e}")),
+        };
+        if replayed.as_bytes() != report_bytes.as_slice() {
+            return fail("report.json", "not the replay's report, byte for byte");
+        }
+        cx.pass("replay-report");
+    }
+    cx.outcome = report["outcome"].as_str().map(str::to_string);
+    if report["run_id"].as_str().is_some_and(|r| r != run_id) {
+        cx.warnings.push(format!("the start claim's run_id `{}` is not the bundle's `{run_id}`", report["run_id"].as_str().unwrap_or("")));
+    }
+
+    // 9. The receipt's content, then the pins of every file (run.json last).
+    let members = bundle::canonical_members(receipt_text).unwrap_or_default();
+    let embedded = members.iter().find(|(k, _)| *k == "\"report\"").map(|(_, v)| *v).unwrap_or("");
+    if embedded.as_bytes() != report_bytes.as_slice() {
+        return fail("receipt.json", "`report` is not report.json");
+    }
+    if receipt["report_sha256"] != sha256_hex(&report_bytes).as_str() {
+        return fail("receipt.json", "`report_sha256` is not report.json's sha256");
+    }
+    if receipt["chain_head"] != h.as_str() {
+        return fail("receipt.json", format!("`chain_head` is not the chain's head {h}"));
+    }
+    let module = runbook_host::module_sha256();
+    if receipt["module_sha256"] != module {
+        return fail("receipt.json", format!("`module_sha256` is {}, but this host embeds (and replayed with) {module}", receipt["module_sha256"]));
+    }
+    if receipt["host"]["name"] != bundle::HOST_NAME || receipt["host"].as_object().map(|o| o.len()) != Some(2) || !receipt["host"]["version"].is_string() {
+        return fail("receipt.json", "`host` must be {name: runbook-host, version}");
+    }
+    let mut files: Vec<(&str, String)> = vec![(&doc_file, sha256_hex(&doc)), ("events.ndjson", events_source_sha), ("report.json", sha256_hex(&report_bytes))];
+    if let Some(e) = &envelope {
+        files.push(("envelope.json", sha256_hex(e)));
+    }
+    let pins = receipt["artifacts"].as_object().cloned().unwrap_or_default();
+    if pins.len() != files.len() + 1 {
+        return fail("receipt.json", "`artifacts` does not pin exactly the bundle's other files");
+    }
+    for (name, sha) in &files {
+        if pins.get(*name).and_then(Value::as_str) != Some(sha.as_str()) {
+            let place = if *name == "events.ndjson" && cx.redacted { "derivation.json" } else { "receipt.json" };
+            return fail(place, format!("`artifacts` of receipt.json does not pin {name}'s sha256"));
+        }
+    }
+    // run.json is the receipt's: from here on, a disagreement between them is the receipt's.
+    match pins.get("run.json").and_then(Value::as_str) {
+        Some(p) if *p == sha256_hex(&run_bytes) => {}
+        Some(p) => return fail("run.json", format!("its sha256 is {}, receipt.json pins {p}", sha256_hex(&run_bytes))),
+        None => return fail("receipt.json", "`artifacts` does not pin run.json"),
+    }
+    if run["module_sha256"] != receipt["module_sha256"] {
+        return fail("run.json", "`module_sha256` is not the receipt's");
+    }
+    if run["host"] != receipt["host"] {
+        return fail("receipt.json", "`host` is not the host run.json records");
+    }
+    if run["outcome"] != report["outcome"] {
+        return fail("run.json", "`outcome` is not the report's");
+    }
+    let lifecycle = run["lifecycle"].as_array().cloned().unwrap_or_default();
+    let ok_time = |v: &Value| v.as_str().is_some_and(|s| s.len() >= 20 && s.ends_with('Z') && s.as_bytes()[10] == b'T');
+    if lifecycle.first().map(|e| &e["event"]) != Some(&json!("created"))
+        || lifecycle.last().map(|e| &e["event"]) != Some(&json!("ended"))
+        || !lifecycle.iter().all(|e| ok_time(&e["at"]))
+    {
+        return fail("run.json", "`lifecycle` must run from `created` to `ended`, each with a UTC RFC 3339 time");
+    }
+    cx.pass("receipt");
+    Ok(())
+}
+
+fn is_digest(v: &Value) -> bool {
+    v.as_str().is_some_and(is_hex64)
+}
+
+fn share_safety(dir: &Dir, cx: &mut Ctx) {
+    let events = dir.read("events.ndjson").unwrap_or_default();
+    let (mut args, mut results) = (false, false);
+    for r in bundle::read_events(&events).unwrap_or_default() {
+        let Ok(v) = serde_json::from_str::<Value>(&r.event_line) else { continue };
+        if v.get("arguments").is_some_and(|a| !is_digest(a)) {
+            args = true;
+        }
+        if v.get("result").is_some_and(|a| !is_digest(a)) {
+            results = true;
+        }
+    }
+    if args {
+        cx.reasons.push(("RAW_TOOL_ARGUMENTS", "events.ndjson holds raw tool arguments".into()));
+    }
+    if results {
+        cx.reasons.push(("RAW_TOOL_RESULTS", "events.ndjson holds raw tool results".into()));
+    }
+    if bundle::read_events(&events).unwrap_or_default().iter().any(|r| !r.event_line.trim_start().starts_with('{')) {
+        cx.reasons.push(("RAW_EVENT_TEXT", "events.ndjson holds malformed event lines verbatim".into()));
+    }
+    for d in ["pending", "approvals", "consumed"] {
+        if dir.read_dir(d).map(|mut it| it.next().is_some()).unwrap_or(false) {
+            cx.reasons.push(("APPROVAL_REQUESTS", "the approval channel (pending/, approvals/, consumed/) holds requested calls and their arguments".into()));
+            break;
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    // A run id (or `latest`) names a run under .runbook/runs when no such directory exists here.
+    let mut run_dir = args.run_dir.clone();
+    if !run_dir.is_dir() {
+        if let Some(found) = run_dir.to_str().and_then(|r| bundle::find_run(std::path::Path::new(".runbook/runs"), r).ok()) {
+            run_dir = found;
+        }
+    }
+    let dir = match Dir::open_ambient_dir(&run_dir, cap_std::ambient_authority()) {
+        Ok(d) => d,
+        Err(e) => anyhow::bail!("cannot open the run directory `{}`: {e}", args.run_dir.display()),
+    };
+    let o = verify_dir(&dir);
+    let status = if o.failure.is_some() {
+        "blocked"
+    } else if o.reasons.is_empty() {
+        "share_ready"
+    } else {
+        "local_only"
+    };
+    let mut reasons: Vec<Value> = o.reasons.iter().map(|(c, m)| json!({"code": c, "message": m})).collect();
+    if let Some(f) = &o.failure {
+        reasons.insert(0, json!({"code": "VERIFY_FAILED", "message": format!("{}: {}", f.place, f.message)}));
+    }
+    if args.format == Format::Json {
+        let v = json!({
+            "schema": VERIFY_SCHEMA,
+            "ok": o.failure.is_none(),
+            "replayed": o.checks.iter().any(|(c, _)| *c == "replay-decisions"),
+            "run_id": o.run_id,
+            "outcome": o.outcome,
+            "events": o.events,
+            "checks": o.checks.iter().map(|(c, ok)| json!({"id": c, "ok": ok})).collect::<Vec<_>>(),
+            "warnings": o.warnings,
+            "failure": o.failure.as_ref().map(|f| json!({"place": f.place, "message": f.message})),
+            "share_safety": {"status": status, "reasons": reasons},
+        });
+        outln!("{v}");
+    } else {
+        match &o.failure {
+            None if o.redacted => outln!(
+                "verified: run {} ({} events, outcome {}); a redacted derivative: its chain and receipt verify, it cannot be replayed",
+                o.run_id.as_deref().unwrap_or("?"),
+                o.events,
+                o.outcome.as_deref().unwrap_or("none"),
+            ),
+            None => outln!(
+                "verified: run {} ({} events, outcome {}); replayed through module {}",
+                o.run_id.as_deref().unwrap_or("?"),
+                o.events,
+                o.outcome.as_deref().unwrap_or("none"),
+                &runbook_host::module_sha256()[..16]
+            ),
+            Some(f) => outln!("NOT VERIFIED: {}: {}", f.place, f.message),
+        }
+        for w in &o.warnings {
+            outln!("warning: {w}");
+        }
+        outln!("share safety: {status}");
+        for (c, m) in &o.reasons {
+            outln!("  {c}: {m}");
+        }
+    }
+    Ok(if o.failure.is_none() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
+
+/// `runbook-host export RUN_DIR --redact [--out DIR]` (DESIGN 7.15): not yet wired into main.rs; see
+/// [`export`].
+#[derive(clap::Args)]
+pub struct ExportArgs {
+    /// The run bundle's directory
+    pub run_dir: PathBuf,
+    /// Write the redacted derivative (arguments and results replaced by their digests); required
+    #[arg(long)]
+    pub redact: bool,
+    /// Where the derivative goes: `<out>/<run-id>/`
+    #[arg(long, default_value = ".runbook/redacted")]
+    pub out: PathBuf,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+}
+
+/// Verifies the source bundle (refusing one that does not verify), writes its redacted derivative
+/// (`runbook_host::bundle::export_redacted`) and verifies that: exit 0 when it verifies.
+pub fn export(args: ExportArgs) -> Result<ExitCode> {
+    if !args.redact {
+        anyhow::bail!("export writes only redacted derivatives: pass --redact");
+    }
+    let src = Dir::open_ambient_dir(&args.run_dir, cap_std::ambient_authority()).map_err(|e| anyhow::anyhow!("cannot open the run directory `{}`: {e}", args.run_dir.display()))?;
+    if let Some(f) = verify_dir(&src).failure {
+        if args.format == Format::Json {
+            outln!("{}", json!({"ok": false, "failure": {"place": f.place, "message": f.message}}));
+        } else {
+            outln!("NOT EXPORTED: the bundle does not verify: {}: {}", f.place, f.message);
+        }
+        return Ok(ExitCode::from(1));
+    }
+    let out = bundle::export_redacted(&args.run_dir, &args.out)?;
+    let o = verify_dir(&Dir::open_ambient_dir(&out, cap_std::ambient_authority())?);
+    let status = match (&o.failure, o.reasons.is_empty()) {
+        (Some(_), _) => "blocked",
+        (None, true) => "share_ready",
+        (None, false) => "local_only",
+    };
+    if args.format == Format::Json {
+        outln!("{}", json!({"ok": o.failure.is_none(), "run_id": o.run_id, "share_safety": {"status": status}}));
+    } else {
+        outln!("wrote the redacted derivative of run {} under {}; share safety: {status}", o.run_id.as_deref().unwrap_or("?"), args.out.display());
+    }
+    Ok(if o.failure.is_none() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+}
