@@ -25,6 +25,8 @@ enum Command {
     Replay(commands::replay::Args),
     /// The embedded policy component: its sha256, its WIT, or its bytes
     Module(commands::module::Args),
+    /// Run a runbook as an MCP stdio proxy in front of one or more MCP servers
+    Run(commands::run::Args),
     /// Approve (or refuse) a gated call of a run, from a terminal the agent cannot reach
     Approve(commands::approve::Args),
     /// Verify a run bundle: files, hashes, hash chain, and a replay through the module
@@ -52,6 +54,7 @@ fn main() -> ExitCode {
         Command::Check(a) => commands::check::run(a),
         Command::Replay(a) => commands::replay::run(a),
         Command::Module(a) => commands::module::run(a),
+        Command::Run(a) => commands::run::run(a),
         Command::Approve(a) => commands::approve::run(a),
         Command::Verify(a) => commands::verify::run(a),
         Command::Registry(a) => commands::registry::run(a),

@@ -14,6 +14,7 @@ pub mod module;
 pub mod playground;
 pub mod registry;
 pub mod replay;
+pub mod run;
 pub mod verify;
 
 use anyhow::{Context, Result};

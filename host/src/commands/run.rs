@@ -1,0 +1,129 @@
+//! `runbook-host run REF [options] -- SERVER CMD... [-- SERVER CMD...]`: the MCP stdio proxy (DESIGN 5,
+//! 9.23, 9.24). To the client it is one MCP server over stdio; it starts the servers as its children and
+//! feeds every tool call to the policy module, which alone decides. The proxy lives in `host/src/proxy/`.
+
+#[path = "../proxy/mod.rs"]
+mod proxy;
+
+use anyhow::{bail, Context, Result};
+use runbook_host::{Profile, Risk};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The runbook: `id@version` (resolved from the registry and pinned) or a file (trust T1, unpinned)
+    pub reference: String,
+    /// The registry: a directory or an `http://` base URL
+    #[arg(long, default_value = ".runbook/registry")]
+    pub registry: String,
+    /// Where run bundles are written
+    #[arg(long, default_value = ".runbook/runs")]
+    pub runs: PathBuf,
+    /// The agent's identity (default: the client's `clientInfo.name`)
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// How long a gated call waits for a human's approval before answering `needs-approval`
+    /// (keep it below the client's request timeout)
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub approval_timeout: Duration,
+    /// The profile the proxy claims: R1 (the client routes with `runbook_advance`) or R2 (the module
+    /// judges each step's `assert` and routes itself); R0 records deviations without blocking
+    #[arg(long, default_value = "R1", value_parser = parse_profile)]
+    pub profile: Profile,
+    /// The highest risk this client accepts
+    #[arg(long, default_value = "irreversible", value_parser = parse_risk)]
+    pub risk_ceiling: Risk,
+    /// What `tools/list` shows: `scope` (the current step's tools, with `notifications/tools/list_changed`
+    /// when the step changes) or `allowlist` (every declared tool, for clients that ignore that
+    /// notification); the module decides every call either way
+    #[arg(long, default_value = "scope", value_parser = ["scope", "allowlist"])]
+    pub list: String,
+    /// Names of the servers, in order (with several servers their tools are listed as `name.tool`);
+    /// default: from each server's `serverInfo.name`
+    #[arg(long = "server-name", value_name = "NAME")]
+    pub server_names: Vec<String>,
+    /// The servers' command lines, each after `--`
+    #[arg(last = true, value_name = "SERVER CMD")]
+    pub servers: Vec<String>,
+}
+
+fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => s.split_at(i),
+        None => (s, "s"),
+    };
+    let n: f64 = num.parse().map_err(|_| format!("`{s}` is not a duration (e.g. 30s, 500ms, 2m)"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" | "" => n,
+        "m" | "min" => n * 60.0,
+        _ => return Err(format!("`{s}`: unknown unit `{unit}` (ms, s or m)")),
+    };
+    if !(0.0..=86_400.0).contains(&secs) {
+        return Err(format!("`{s}` is out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_profile(s: &str) -> std::result::Result<Profile, String> {
+    match s {
+        "R0" | "r0" => Ok(Profile::R0),
+        "R1" | "r1" => Ok(Profile::R1),
+        "R2" | "r2" => Ok(Profile::R2),
+        _ => Err(format!("`{s}` is not a profile (R0, R1 or R2)")),
+    }
+}
+
+fn parse_risk(s: &str) -> std::result::Result<Risk, String> {
+    match s {
+        "read-only" => Ok(Risk::ReadOnly),
+        "mutating" => Ok(Risk::Mutating),
+        "destructive" => Ok(Risk::Destructive),
+        "irreversible" => Ok(Risk::Irreversible),
+        _ => Err(format!("`{s}` is not a risk (read-only, mutating, destructive, irreversible)")),
+    }
+}
+
+pub fn run(args: Args) -> Result<ExitCode> {
+    // Everything after the first `--` is the servers' command lines, separated by further `--`.
+    let mut servers: Vec<Vec<String>> = vec![Vec::new()];
+    for a in args.servers {
+        if a == "--" {
+            servers.push(Vec::new());
+        } else {
+            servers.last_mut().expect("one at least").push(a);
+        }
+    }
+    servers.retain(|s| !s.is_empty());
+    if args.server_names.len() > servers.len() {
+        bail!("{} --server-name given for {} server(s)", args.server_names.len(), servers.len());
+    }
+    for n in &args.server_names {
+        if n.is_empty() || n.contains('.') || n.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            bail!("`{n}` is not a usable server name (no dot, no space)");
+        }
+    }
+    let config = proxy::Config {
+        reference: args.reference,
+        registry: args.registry,
+        runs: args.runs,
+        agent: args.agent,
+        approval_timeout: args.approval_timeout,
+        profile: args.profile,
+        risk_ceiling: args.risk_ceiling,
+        list_allowlist: args.list == "allowlist",
+        servers: servers
+            .into_iter()
+            .enumerate()
+            .map(|(i, argv)| proxy::ServerSpec { name: args.server_names.get(i).cloned(), argv })
+            .collect(),
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
+    let code = runtime.block_on(proxy::main(config));
+    // Standard input is read by a blocking thread that nothing can interrupt: leave without waiting for it.
+    runtime.shutdown_background();
+    Ok(ExitCode::from(code))
+}

@@ -1,0 +1,462 @@
+//! The proxy's face to the client: an rmcp `ServerHandler`. Every `tools/call` becomes an `invoke` event;
+//! the module's decision says what happens to it.
+
+use super::{Dec, Failure, Shared};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, Implementation, InitializeRequestParams, InitializeResult,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler, ServiceError};
+use runbook_host::approvals;
+use runbook_host::{Approval, EventKind, Invoke, Profile, ToolResult};
+use serde_json::{json, Value};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub const STATUS_TOOL: &str = "runbook_status";
+pub const ADVANCE_TOOL: &str = "runbook_advance";
+
+/// How often a held call looks for a human's answer.
+const POLL: Duration = Duration::from_millis(100);
+
+/// The application error code of a refused `initialize` (JSON-RPC's implementation-defined range).
+const RUNBOOK_FAILED: ErrorCode = ErrorCode(-32000);
+
+fn server_config(instructions: String) -> ServerConfig {
+    ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+        .with_server_info(Implementation::new("runbook-host", env!("CARGO_PKG_VERSION")))
+        .with_instructions(instructions)
+}
+
+fn tool_error(text: impl Into<String>) -> CallToolResponse {
+    CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(text.into())]))
+}
+
+fn failure_error(f: &Failure) -> McpError {
+    McpError::new(RUNBOOK_FAILED, format!("{}: {}", f.text(), f.message), Some(json!({"runbook_failed": f.code})))
+}
+
+fn own_tool(name: &str, description: &str, schema: Value) -> Tool {
+    serde_json::from_value(json!({
+        "name": name,
+        "description": description,
+        "inputSchema": schema,
+        "annotations": {"readOnlyHint": name == STATUS_TOOL, "destructiveHint": false, "openWorldHint": false},
+    }))
+    .expect("a valid tool")
+}
+
+/// Counts a request as answered when it produced an answer; a request dropped half-way (the client left)
+/// stays in flight.
+struct Answered<'a>(&'a Shared, bool);
+
+impl Answered<'_> {
+    fn done(mut self) {
+        self.1 = true;
+    }
+}
+
+impl Drop for Answered<'_> {
+    fn drop(&mut self) {
+        if self.1 {
+            self.0.requests_answered.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// What became of a call held for approval.
+enum Held {
+    /// A human approved and the module accepted it: decide the call again.
+    Approved,
+    /// Answer this tool error.
+    Answer(String),
+}
+
+pub struct Proxy {
+    pub shared: Arc<Shared>,
+}
+
+impl Proxy {
+    fn instructions(&self) -> String {
+        let s = &self.shared;
+        let mut t = format!(
+            "Supervised by runbook-host: runbook {} (sha256 {}, trust {}), profile {}. Only the tools the runbook allows are listed, and every call is decided by its policy module; a blocked call answers a tool error naming the deviation. Call `{STATUS_TOOL}` for the current step, what is in scope and what awaits a human's approval.",
+            s.doc.reference,
+            &s.doc.sha256[..12],
+            s.doc.trust.as_str(),
+            super::profile_str(s.profile)
+        );
+        if s.profile != Profile::R2 {
+            t.push_str(&format!(" Move to the next step with `{ADVANCE_TOOL}` {{\"to\": \"<step>\"}} once a step's work is done."));
+        }
+        t
+    }
+
+    fn advance_offered(&self) -> bool {
+        self.shared.profile != Profile::R2 && self.shared.envelope.as_ref().is_some_and(|e| e["steps"].as_object().is_some_and(|o| !o.is_empty()))
+    }
+
+    fn own_tools(&self) -> Vec<Tool> {
+        let mut v = vec![own_tool(
+            STATUS_TOOL,
+            "The supervised run's state: the runbook, the current step and its tools, what awaits a human's approval, and whether the run can still complete. Read-only.",
+            json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        )];
+        if self.advance_offered() {
+            v.push(own_tool(
+                ADVANCE_TOOL,
+                "Move the supervised run to another step or terminal along a route the runbook declares (R1: the client routes). The policy module accepts or refuses the move.",
+                json!({"type": "object", "properties": {"to": {"type": "string", "description": "the step or terminal to move to"}}, "required": ["to"], "additionalProperties": false}),
+            ));
+        }
+        v
+    }
+
+    fn started(&self, ctx: &RequestContext<RoleServer>) -> Result<(), Failure> {
+        if lock_client_missing(&self.shared) {
+            *super::lock(&self.shared.client) = Some(ctx.peer.clone());
+        }
+        let name = ctx.client_info().map(|i| i.name);
+        self.shared.ensure_started(name.as_deref())
+    }
+
+    fn status_result(&self) -> CallToolResponse {
+        let text = super::status::render(&self.shared);
+        CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(text)]))
+    }
+
+    async fn advance(&self, arguments: &JsonObject) -> CallToolResponse {
+        let Some(to) = arguments.get("to").and_then(|v| v.as_str()) else {
+            return tool_error("runbook_advance needs {\"to\": \"<step or terminal>\"}");
+        };
+        let fed = {
+            let mut run = self.shared.lock_run();
+            if let Some(t) = self.shared.failed_text(&mut run, None) {
+                return tool_error(t);
+            }
+            self.shared.feed(&mut run, EventKind::Advance(to.to_string()))
+        };
+        self.shared.after_event().await;
+        match fed {
+            Err(f) => tool_error(f.text()),
+            Ok(d) if d.decision == "allow" => {
+                CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(format!("now at `{}`\n{}", d.step.as_deref().unwrap_or("?"), super::status::render(&self.shared)))]))
+            }
+            Ok(d) if d.decision == "halt" => tool_error(self.halt_text(&d)),
+            Ok(d) => tool_error(format!(
+                "{}: the runbook does not allow moving from `{}` to `{to}` now (decision {}, seq {})",
+                d.reason.as_deref().or(d.deviation.as_deref()).unwrap_or("refused"),
+                d.step.as_deref().unwrap_or("?"),
+                d.decision,
+                d.seq
+            )),
+        }
+    }
+
+    fn halt_text(&self, d: &Dec) -> String {
+        let mut run = self.shared.lock_run();
+        self.shared.failed_text(&mut run, d.reason.as_deref()).unwrap_or_else(|| format!("runbook_failed:{}", d.reason.as_deref().unwrap_or("halted")))
+    }
+
+    fn deny_text(&self, tool: &str, d: &Dec) -> String {
+        let class = d.deviation.as_deref().unwrap_or("denied");
+        let step = d.step.as_deref();
+        let why = match (class, d.reason.as_deref()) {
+            (_, Some("guarded")) => "the call names the run's evidence, the registry or runbook-host itself, which no agent may touch".to_string(),
+            ("undeclared-tool", _) => format!("the runbook {} declares no capability that this call is", self.shared.doc.reference),
+            ("out-of-scope-tool", _) => match step {
+                Some(s) => format!("the runbook declares it, but not for the current step `{s}`"),
+                None => "the runbook declares it, but not here".into(),
+            },
+            ("out-of-order-step", _) => "the call names a step that is not the current one".into(),
+            ("budget-exhausted", _) => "the step's retry budget is spent".into(),
+            _ => "the runbook does not allow it".into(),
+        };
+        let in_scope = {
+            let mut run = self.shared.lock_run();
+            self.shared.visible_tool_names(&mut run)
+        };
+        format!(
+            "{class}: `{tool}` was blocked: {why}. The call was recorded (seq {}), not forwarded. In scope now: {}. See `{STATUS_TOOL}`.",
+            d.seq,
+            if in_scope.is_empty() { "nothing".to_string() } else { in_scope.join(", ") }
+        )
+    }
+
+    /// Holds a gated call until a human answers through `runbook-host approve` (a channel the agent cannot
+    /// reach), at most `--approval-timeout`, then feeds the answer to the module.
+    async fn hold(&self, d: &Dec, tool: &str, arguments_json: &str, ctx: &RequestContext<RoleServer>) -> Held {
+        let s = &self.shared;
+        let sha = match s.policy.call_sha256(tool, arguments_json) {
+            Ok(Ok(h)) => h,
+            _ => return Held::Answer("runbook_failed:host-error: the call's hash could not be computed".into()),
+        };
+        let (run_dir, command) = {
+            let run = s.lock_run();
+            (s.run_dir(&run), s.approve_command(&run, d.step.as_deref()))
+        };
+        let Some(run_dir) = run_dir else { return Held::Answer("runbook_failed:host-error".into()) };
+        let step = d.step.clone();
+        // An answer that came after an earlier request for this very call timed out.
+        if let Ok(Some((id, grant))) = approvals::answered_for(&run_dir, &sha) {
+            return self.apply(&run_dir, &id, grant, step).await;
+        }
+        let existing = approvals::pending(&run_dir).ok().and_then(|p| p.into_iter().find(|p| p.call_sha256 == sha && p.step == step).map(|p| p.id));
+        let id = match existing {
+            Some(id) => id,
+            None => match approvals::request(&run_dir, step.as_deref(), tool, arguments_json, &sha) {
+                Ok(id) => id,
+                Err(e) => return Held::Answer(format!("runbook_failed:host-error: the approval request could not be written: {e}")),
+            },
+        };
+        let timeout = s.approval_timeout;
+        eprintln!(
+            "runbook-host run: `{tool}` in step `{}` needs a human's approval (call sha256 {sha}); from another terminal: {command}   (waiting {}s)",
+            step.as_deref().unwrap_or("-"),
+            timeout.as_secs()
+        );
+        let deadline = Instant::now() + timeout;
+        loop {
+            match approvals::poll(&run_dir, &id) {
+                Ok(Some(grant)) => return self.apply(&run_dir, &id, grant, step).await,
+                Ok(None) => {}
+                Err(e) => return Held::Answer(format!("needs-approval: the answer to request {id} is unusable ({e}); ask for a new approval with: {command}")),
+            }
+            if Instant::now() >= deadline {
+                break;
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(POLL) => {}
+                _ = ctx.ct.cancelled() => return Held::Answer("needs-approval: the call was cancelled while it waited for approval".into()),
+            }
+        }
+        s.last_call_timed_out.store(true, Ordering::SeqCst);
+        Held::Answer(format!(
+            "needs-approval: step `{}` is gated: `{tool}` with these exact arguments (call sha256 {sha}) needs a human's approval, and none came within {}s. A human approves from a terminal the agent cannot reach with: {command}   Retry this same call after a human approved; do not try another way around the gate.",
+            step.as_deref().unwrap_or("-"),
+            timeout.as_secs()
+        ))
+    }
+
+    async fn apply(&self, run_dir: &std::path::Path, id: &str, grant: approvals::Grant, current: Option<String>) -> Held {
+        let s = &self.shared;
+        // One human answer is fed once, even when two identical calls waited on the same request.
+        if !super::lock(&s.applied).insert(id.to_string()) {
+            return Held::Answer(format!("needs-approval: the answer to request {id} was already used by another call; this call needs its own approval"));
+        }
+        // The step the human was asked about (the module refuses it if that is no longer the current one).
+        let step = approvals::request_record(run_dir, id).ok().map(|r| r["step"].as_str().map(str::to_string)).unwrap_or(current);
+        let fed = {
+            let mut run = s.lock_run();
+            s.feed(
+                &mut run,
+                EventKind::Approval(Approval { step, call_sha256: Some(grant.call_sha256.clone()), approver: grant.approver.clone(), granted: grant.granted }),
+            )
+        };
+        let _ = approvals::consume(run_dir, id);
+        s.after_event().await;
+        match fed {
+            Err(f) => Held::Answer(f.text()),
+            Ok(d) if d.decision == "allow" && grant.granted => Held::Approved,
+            Ok(d) if d.decision == "allow" => Held::Answer(format!("needs-approval: `{}` refused this call (approval recorded, seq {}); it will not run", grant.approver, d.seq)),
+            Ok(d) => Held::Answer(format!(
+                "needs-approval: the approval by `{}` was refused by the runbook ({}, seq {}): {}",
+                grant.approver,
+                d.reason.as_deref().unwrap_or("refused"),
+                d.seq,
+                match d.reason.as_deref() {
+                    Some("self-approval") => "an approval must come from a human who is not the agent",
+                    Some("not-current") => "the approval names a step that is not the current one",
+                    _ => "the gate stays closed",
+                }
+            )),
+        }
+    }
+
+    async fn supervised_call(&self, request: CallToolRequestParams, ctx: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+        let s = &self.shared;
+        let tool = request.name.to_string();
+        let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
+        let arguments_json = serde_json::to_string(&arguments).unwrap_or_else(|_| "{}".into());
+        let call_id = match &ctx.id {
+            rmcp::model::NumberOrString::Number(n) => n.to_string(),
+            rmcp::model::NumberOrString::String(t) => t.to_string(),
+        };
+        let guard = s.guarded(&arguments);
+        s.last_call_timed_out.store(false, Ordering::SeqCst);
+        // Decide; after an accepted approval, decide again (a bounded number of rounds).
+        let mut rounds = 0;
+        loop {
+            rounds += 1;
+            let fed = {
+                let mut run = s.lock_run();
+                if let Some(t) = s.failed_text(&mut run, None) {
+                    return Ok(tool_error(t));
+                }
+                s.feed(
+                    &mut run,
+                    EventKind::Invoke(Invoke { tool: tool.clone(), arguments: arguments_json.clone(), call_id: Some(call_id.clone()), step: None, guard }),
+                )
+            };
+            let d = match fed {
+                Ok(d) => d,
+                Err(f) => return Ok(tool_error(f.text())),
+            };
+            match d.decision.as_str() {
+                "allow" => break,
+                "deny" => {
+                    s.after_event().await;
+                    return Ok(tool_error(self.deny_text(&tool, &d)));
+                }
+                "needs-approval" if rounds < 4 => match self.hold(&d, &tool, &arguments_json, ctx).await {
+                    Held::Approved => continue,
+                    Held::Answer(t) => return Ok(tool_error(t)),
+                },
+                "halt" => {
+                    s.after_event().await;
+                    return Ok(tool_error(self.halt_text(&d)));
+                }
+                _ => return Ok(tool_error(format!("needs-approval: the gate did not open (seq {})", d.seq))),
+            }
+        }
+        // Allowed: forward to the server that has it.
+        let Some((server, name)) = s.upstream.route(&tool).map(|(i, n)| (i, n.to_string())) else {
+            let msg = format!("no server behind this proxy provides `{tool}`");
+            let _ = self.feed_result(&tool, json!({"error": msg}), true, &call_id);
+            return Ok(tool_error(msg));
+        };
+        let forwarded = tokio::select! {
+            r = s.upstream.call(server, &name, request.arguments) => r,
+            _ = ctx.ct.cancelled() => Err(ServiceError::Cancelled { reason: Some("cancelled by the client".into()) }),
+        };
+        match forwarded {
+            Ok(mut result) => {
+                // A server on an older protocol leaves `resultType` out; a client on 2026-07-28 needs it
+                // (rmcp drops it again for older clients).
+                if result.result_type.is_none() {
+                    result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+                }
+                let observed = match &result.structured_content {
+                    Some(v) => v.clone(),
+                    None => serde_json::to_value(&result.content).unwrap_or(Value::Null),
+                };
+                let d = self.feed_result(&tool, observed, result.is_error.unwrap_or(false), &call_id);
+                s.after_event().await;
+                match d {
+                    Err(f) => Ok(tool_error(f.text())),
+                    Ok(d) if d.decision == "halt" => Ok(tool_error(self.halt_text(&d))),
+                    Ok(d) if d.decision == "needs-verdict" => {
+                        result.content.push(ContentBlock::text(format!(
+                            "runbook: step `{}` cannot be judged from this result by the runbook's asserts; it waits for a human's verdict (see `{STATUS_TOOL}`).",
+                            d.step.as_deref().unwrap_or("?")
+                        )));
+                        Ok(CallToolResponse::Complete(result))
+                    }
+                    Ok(_) => Ok(CallToolResponse::Complete(result)),
+                }
+            }
+            Err(e) => {
+                let msg = e.to_string();
+                let _ = self.feed_result(&tool, json!({"error": msg}), true, &call_id);
+                s.after_event().await;
+                match e {
+                    ServiceError::McpError(data) => Err(data),
+                    _ => Ok(tool_error(format!("the server did not answer: {msg}"))),
+                }
+            }
+        }
+    }
+
+    fn feed_result(&self, tool: &str, result: Value, is_error: bool, call_id: &str) -> Result<Dec, Failure> {
+        let s = &self.shared;
+        let mut run = s.lock_run();
+        let text = serde_json::to_string(&result).unwrap_or_else(|_| "null".into());
+        s.feed(&mut run, EventKind::Result(ToolResult { tool: tool.to_string(), result: text, is_error, call_id: Some(call_id.to_string()) }))
+    }
+}
+
+fn lock_client_missing(s: &Shared) -> bool {
+    super::lock(&s.client).is_none()
+}
+
+impl ServerHandler for Proxy {
+    fn get_info(&self) -> ServerConfig {
+        server_config(self.instructions())
+    }
+
+    async fn initialize(&self, request: InitializeRequestParams, context: RequestContext<RoleServer>) -> Result<InitializeResult, McpError> {
+        context.peer.set_peer_info(request.clone());
+        *super::lock(&self.shared.client) = Some(context.peer.clone());
+        self.shared.initialized.store(true, Ordering::SeqCst);
+        let name = request.client_info.name.clone();
+        if let Err(f) = self.shared.ensure_started(Some(&name)) {
+            return Err(failure_error(&f));
+        }
+        self.negotiate_initialize(&request)
+    }
+
+    async fn list_tools(&self, _request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
+        self.shared.requests_begun.fetch_add(1, Ordering::SeqCst);
+        let answered = Answered(&self.shared, false);
+        if let Err(f) = self.started(&context) {
+            answered.done();
+            return Err(failure_error(&f));
+        }
+        let names = {
+            let mut run = self.shared.lock_run();
+            let names = self.shared.visible_tool_names(&mut run);
+            run.last_listed = Some(names.clone());
+            names
+        };
+        let mut tools: Vec<Tool> = names.iter().filter_map(|n| self.shared.upstream.tool(n)).collect();
+        tools.extend(self.own_tools());
+        answered.done();
+        // The list follows the run's step: never cached.
+        Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0))
+    }
+
+    async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+        self.shared.requests_begun.fetch_add(1, Ordering::SeqCst);
+        let answered = Answered(&self.shared, false);
+        if let Err(f) = self.started(&context) {
+            answered.done();
+            return Ok(tool_error(f.text()));
+        }
+        let r = match request.name.as_ref() {
+            STATUS_TOOL => Ok(self.status_result()),
+            ADVANCE_TOOL if self.advance_offered() => Ok(self.advance(&request.arguments.clone().unwrap_or_default()).await),
+            _ => self.supervised_call(request, &context).await,
+        };
+        // A call the client cancelled (or abandoned by leaving) was not answered.
+        if !context.ct.is_cancelled() {
+            answered.done();
+        }
+        r
+    }
+}
+
+/// The handler used when nothing may run (the document did not resolve, was tampered with, or the host
+/// could not start): `initialize` answers `runbook_failed:<code>`, and so does any other request.
+pub struct Refusal {
+    pub failure: Failure,
+}
+
+impl ServerHandler for Refusal {
+    fn get_info(&self) -> ServerConfig {
+        server_config(format!("{}: {}", self.failure.text(), self.failure.message))
+    }
+
+    async fn initialize(&self, _request: InitializeRequestParams, _context: RequestContext<RoleServer>) -> Result<InitializeResult, McpError> {
+        Err(failure_error(&self.failure))
+    }
+
+    async fn list_tools(&self, _request: Option<PaginatedRequestParams>, _context: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
+        Err(failure_error(&self.failure))
+    }
+
+    async fn call_tool(&self, _request: CallToolRequestParams, _context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+        Ok(tool_error(self.failure.text()))
+    }
+}

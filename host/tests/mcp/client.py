@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""A scriptable MCP client for host/tests/proxy.rs, on the Python MCP SDK (its ClientSession over its stdio
+transport, unchanged).
+
+    client.py [--name CLIENT_NAME] -- SERVER_CMD [ARGS...]
+
+Reads one JSON command a line on standard input and writes one JSON answer a line on standard output:
+
+    {"op": "init"}                                  initialize; {"ok", "server", "instructions"} or {"ok": false, "error": {code, message}}
+    {"op": "discover"}                              the handshake-less lifecycle (server/discover, then per-request metadata)
+    {"op": "list"}                                  tools/list; {"ok", "tools": [names]}
+    {"op": "call", "tool": T, "args": {...}}        tools/call; {"ok", "is_error", "text", "structured"} or {"ok": false, "error"}
+    {"op": "send", "tool": T, "args": {...}}        start a tools/call and answer at once (the call's result is not reported)
+    {"op": "notifications"}                         the server notifications received so far (methods), then forgets them
+    {"op": "bench", "tool": T, "args": {}, "n": N}  N sequential calls; {"ok", "us": [microseconds per call]}
+    {"op": "pid"}                                   the server process's pid
+    {"op": "signal", "sig": "INT"|"TERM"|"KILL"}    signal the server process
+    {"op": "wait_exit", "timeout": S}               wait for the server process to exit by itself; {"ok", "returncode"}
+    {"op": "close"}                                 clean shutdown (the SDK closes the server's stdin, then escalates);
+                                                    {"ok", "returncode"}, then the client exits
+
+The server process is the SDK's own (mcp.client.stdio.stdio_client); the client only keeps a handle on it to
+report its pid and exit code.
+"""
+
+import argparse
+import json
+import signal
+import sys
+import time
+
+import anyio
+import mcp.client.stdio as sdk_stdio
+from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+from mcp import types
+
+PROCESS = {}
+
+_spawn = sdk_stdio._create_platform_compatible_process
+
+
+async def _spawn_and_keep(*args, **kwargs):
+    process = await _spawn(*args, **kwargs)
+    PROCESS["p"] = process
+    return process
+
+
+sdk_stdio._create_platform_compatible_process = _spawn_and_keep
+
+
+def out(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def error_of(e):
+    if isinstance(e, MCPError):
+        return {"code": e.code, "message": e.message, "data": e.data}
+    return {"code": None, "message": f"{type(e).__name__}: {e}"}
+
+
+def result_of(r):
+    texts = [c.text for c in r.content if getattr(c, "type", None) == "text"]
+    return {"ok": True, "is_error": bool(r.is_error), "text": "\n".join(texts), "structured": r.structured_content}
+
+
+async def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--name", default="test-agent")
+    ap.add_argument("cmd", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
+    notes = []
+
+    async def on_message(message):
+        if isinstance(message, Exception):
+            notes.append(f"exception:{message}")
+        else:
+            notes.append(getattr(message, "method", type(message).__name__))
+
+    params = StdioServerParameters(command=cmd[0], args=cmd[1:])
+    stdin = anyio.wrap_file(sys.stdin)
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write, message_handler=on_message, client_info=types.Implementation(name=a.name, version="1.0.0")) as session, anyio.create_task_group() as background:
+
+            async def fire(tool, args):
+                try:
+                    await session.call_tool(tool, args, read_timeout_seconds=120)
+                except Exception:
+                    pass
+
+            async for line in stdin:
+                line = line.strip()
+                if not line:
+                    continue
+                c = json.loads(line)
+                op = c["op"]
+                try:
+                    if op == "init":
+                        r = await session.initialize()
+                        out({"ok": True, "server": r.server_info.name, "instructions": r.instructions, "protocol": r.protocol_version})
+                    elif op == "discover":
+                        r = await session.discover()
+                        session.adopt(r)
+                        out({"ok": True, "versions": list(r.supported_versions), "protocol": session.protocol_version})
+                    elif op == "list":
+                        r = await session.list_tools()
+                        out({"ok": True, "tools": [t.name for t in r.tools]})
+                    elif op == "call":
+                        r = await session.call_tool(c["tool"], c.get("args") or {}, read_timeout_seconds=c.get("timeout", 120))
+                        out(result_of(r))
+                    elif op == "send":
+                        background.start_soon(fire, c["tool"], c.get("args") or {})
+                        await anyio.sleep(0.2)
+                        out({"ok": True})
+                    elif op == "notifications":
+                        out({"ok": True, "notifications": list(notes)})
+                        notes.clear()
+                    elif op == "bench":
+                        us = []
+                        for _ in range(int(c["n"])):
+                            t = time.perf_counter_ns()
+                            r = await session.call_tool(c["tool"], c.get("args") or {})
+                            us.append((time.perf_counter_ns() - t) // 1000)
+                            if r.is_error:
+                                raise RuntimeError("a benchmark call failed: " + str(r.content))
+                        out({"ok": True, "us": us})
+                    elif op == "pid":
+                        out({"ok": True, "pid": PROCESS["p"].pid})
+                    elif op == "signal":
+                        PROCESS["p"].send_signal(getattr(signal, "SIG" + c["sig"]))
+                        out({"ok": True})
+                    elif op == "wait_exit":
+                        p = PROCESS["p"]
+                        with anyio.move_on_after(float(c.get("timeout", 20))):
+                            while p.returncode is None:
+                                await anyio.sleep(0.02)
+                        out({"ok": p.returncode is not None, "returncode": p.returncode})
+                    elif op == "close":
+                        background.cancel_scope.cancel()
+                        break
+                    else:
+                        out({"ok": False, "error": {"code": None, "message": f"unknown op {op}"}})
+                except Exception as e:  # an MCP error or a transport failure: report it, keep going
+                    out({"ok": False, "error": error_of(e)})
+    p = PROCESS.get("p")
+    out({"ok": True, "returncode": p.returncode if p else None})
+
+
+if __name__ == "__main__":
+    anyio.run(main)

@@ -1,0 +1,972 @@
+//! `runbook-host run`, the MCP stdio proxy, with real peers: `@modelcontextprotocol/server-everything` and
+//! `@modelcontextprotocol/server-filesystem` behind it, driven by real MCP clients: the Python MCP SDK
+//! (`tests/mcp/client.py`, a scriptable ClientSession) and the inspector CLI. Nothing is downloaded here:
+//! `tests/mcp/setup` installs the pinned peers first (`.ci/run` calls it).
+//!
+//! Each test works in its own directory (runs under `<dir>/.runbook/runs`), checks what the client saw, what
+//! the bundle recorded, and that `runbook-host verify` passes on every bundle it produced.
+
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Condvar, Mutex, Once};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
+const READ_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn mcp_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp")
+}
+
+fn runbook(name: &str) -> String {
+    mcp_dir().join("runbooks").join(name).to_string_lossy().into_owned()
+}
+
+fn python() -> PathBuf {
+    let p = mcp_dir().join(".venv/bin/python");
+    assert!(
+        p.exists() && mcp_dir().join("node_modules/.bin/mcp-server-everything").exists(),
+        "the MCP test peers are not installed: run `bash host/tests/mcp/setup` (node, npm and python3 needed)"
+    );
+    p
+}
+
+fn everything() -> Vec<String> {
+    vec![mcp_dir().join("node_modules/.bin/mcp-server-everything").to_string_lossy().into_owned()]
+}
+
+fn filesystem(dir: &Path) -> Vec<String> {
+    vec![mcp_dir().join("node_modules/.bin/mcp-server-filesystem").to_string_lossy().into_owned(), dir.to_string_lossy().into_owned()]
+}
+
+/// At most this many proxies at once (each has a Python client and a Node server): timing-sensitive
+/// scenarios stay honest on a 2-core machine.
+struct Slots {
+    used: Mutex<usize>,
+    cv: Condvar,
+}
+
+static SLOTS: Slots = Slots { used: Mutex::new(0), cv: Condvar::new() };
+
+struct Slot;
+
+fn slot() -> Slot {
+    let mut u = SLOTS.used.lock().unwrap_or_else(|e| e.into_inner());
+    while *u >= 3 {
+        u = SLOTS.cv.wait(u).unwrap_or_else(|e| e.into_inner());
+    }
+    *u += 1;
+    Slot
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        *SLOTS.used.lock().unwrap_or_else(|e| e.into_inner()) -= 1;
+        SLOTS.cv.notify_one();
+    }
+}
+
+/// Loads the policy module once before any proxy starts, so its compiled code is cached.
+fn warm() {
+    static W: Once = Once::new();
+    W.call_once(|| {
+        let s = Command::new(BIN).args(["lint", &runbook("echo-only.json")]).output().expect("runbook-host runs");
+        assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
+    });
+}
+
+/// A test's own directory, removed at the end (kept with RUNBOOK_KEEP_TEST_DIRS=1).
+struct Work {
+    dir: PathBuf,
+    _slot: Slot,
+}
+
+fn work(name: &str) -> Work {
+    python();
+    warm();
+    let s = slot();
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let dir = std::env::temp_dir().join(format!("rh-proxy-{name}-{}-{nanos}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    Work { dir: dir.canonicalize().unwrap(), _slot: s }
+}
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        if std::env::var_os("RUNBOOK_KEEP_TEST_DIRS").is_none() && !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        } else {
+            eprintln!("kept {}", self.dir.display());
+        }
+    }
+}
+
+impl Work {
+    fn runs(&self) -> PathBuf {
+        self.dir.join(".runbook/runs")
+    }
+
+    /// Every run directory, oldest first.
+    fn run_dirs(&self) -> Vec<PathBuf> {
+        let Ok(rd) = std::fs::read_dir(self.runs()) else { return Vec::new() };
+        let mut v: Vec<PathBuf> = rd.filter_map(|e| e.ok()).map(|e| e.path()).filter(|p| p.is_dir()).collect();
+        v.sort();
+        v
+    }
+
+    fn latest(&self) -> PathBuf {
+        let l: Value = serde_json::from_slice(&std::fs::read(self.runs().join("latest.json")).expect("latest.json")).unwrap();
+        self.runs().join(l["run_id"].as_str().unwrap())
+    }
+
+    /// `runbook-host verify` passes on every bundle this test produced.
+    fn verify_all(&self) {
+        for d in self.run_dirs() {
+            let (ok, out) = verify(&d);
+            assert!(ok, "verify failed on {}:\n{out}", d.display());
+        }
+    }
+}
+
+fn verify(run_dir: &Path) -> (bool, String) {
+    let o = Command::new(BIN).args(["verify", "--format", "json"]).arg(run_dir).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    (o.status.success(), text)
+}
+
+fn report(run_dir: &Path) -> Value {
+    serde_json::from_slice(&std::fs::read(run_dir.join("report.json")).expect("report.json")).unwrap()
+}
+
+/// (event, decision) of every line of `events.ndjson`.
+fn events(run_dir: &Path) -> Vec<(Value, Value)> {
+    std::fs::read_to_string(run_dir.join("events.ndjson"))
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            (v["event"].clone(), v["decision"].clone())
+        })
+        .collect()
+}
+
+/// The Python MCP SDK as a client, scripted line by line (see tests/mcp/client.py).
+struct Client {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    rx: Receiver<String>,
+    stderr: PathBuf,
+}
+
+impl Client {
+    fn new(work: &Work, name: &str, server: Vec<String>) -> Client {
+        let stderr = work.dir.join(format!("client-{}.stderr", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()));
+        let mut child = Command::new(python())
+            .arg(mcp_dir().join("client.py"))
+            .args(["--name", name, "--"])
+            .args(&server)
+            .current_dir(&work.dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&stderr).unwrap())
+            .spawn()
+            .expect("the Python client starts");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                match line {
+                    Ok(l) => {
+                        if tx.send(l).is_err() {
+                            break;
+                        }
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+        Client { stdin: child.stdin.take(), child, rx, stderr }
+    }
+
+    /// The client in front of `runbook-host run REF ARGS -- SERVER...`.
+    fn proxy(work: &Work, name: &str, reference: &str, args: &[&str], servers: &[Vec<String>]) -> Client {
+        let mut cmd = vec![BIN.to_string(), "run".into(), reference.to_string()];
+        cmd.extend(args.iter().map(|s| s.to_string()));
+        for s in servers {
+            cmd.push("--".into());
+            cmd.extend(s.iter().cloned());
+        }
+        Client::new(work, name, cmd)
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    fn write(&mut self, cmd: Value) {
+        let stdin = self.stdin.as_mut().expect("open");
+        writeln!(stdin, "{cmd}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn read(&mut self) -> Value {
+        match self.rx.recv_timeout(READ_TIMEOUT) {
+            Ok(l) => serde_json::from_str(&l).unwrap_or_else(|e| panic!("not JSON from the client ({e}): {l}")),
+            Err(e) => panic!("no answer from the client ({e}); its stderr:\n{}", self.stderr()),
+        }
+    }
+
+    fn ask(&mut self, cmd: Value) -> Value {
+        self.write(cmd);
+        self.read()
+    }
+
+    fn init(&mut self) -> Value {
+        let r = self.ask(json!({"op": "init"}));
+        assert_eq!(r["ok"], true, "initialize failed: {r}\n{}", self.stderr());
+        r
+    }
+
+    fn list(&mut self) -> Vec<String> {
+        let r = self.ask(json!({"op": "list"}));
+        assert_eq!(r["ok"], true, "{r}");
+        r["tools"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect()
+    }
+
+    fn call(&mut self, tool: &str, args: Value) -> Value {
+        let r = self.ask(json!({"op": "call", "tool": tool, "args": args}));
+        assert_eq!(r["ok"], true, "tools/call {tool} failed at the protocol level: {r}\n{}", self.stderr());
+        r
+    }
+
+    fn notifications(&mut self) -> Vec<String> {
+        let r = self.ask(json!({"op": "notifications"}));
+        r["notifications"].as_array().unwrap().iter().map(|t| t.as_str().unwrap().to_string()).collect()
+    }
+
+    fn status(&mut self) -> Value {
+        let r = self.call("runbook_status", json!({}));
+        assert_eq!(r["is_error"], false, "{r}");
+        serde_json::from_str(r["text"].as_str().unwrap()).unwrap()
+    }
+
+    /// Clean shutdown (the SDK closes the proxy's standard input); the proxy's exit code.
+    fn close(mut self) -> Option<i64> {
+        let r = self.ask(json!({"op": "close"}));
+        let _ = self.stdin.take();
+        let _ = self.child.wait();
+        r["returncode"].as_i64()
+    }
+
+    fn wait_exit(&mut self) -> Option<i64> {
+        let r = self.ask(json!({"op": "wait_exit", "timeout": 30}));
+        r["returncode"].as_i64()
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.stdin.take();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn text(r: &Value) -> &str {
+    r["text"].as_str().unwrap_or("")
+}
+
+fn assert_blocked(r: &Value, class: &str) {
+    assert_eq!(r["is_error"], true, "expected a tool error: {r}");
+    assert!(text(r).starts_with(&format!("{class}:")), "expected `{class}`: {r}");
+}
+
+/// Waits until the run has a pending approval request; its id.
+fn pending_request(run_dir: &Path) -> runbook_host::approvals::Pending {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(p) = runbook_host::approvals::pending(run_dir) {
+            if let Some(first) = p.into_iter().next() {
+                return first;
+            }
+        }
+        assert!(Instant::now() < deadline, "no approval request appeared in {}", run_dir.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn deviations(report: &Value) -> Vec<(String, String)> {
+    report["deviations"].as_array().unwrap().iter().map(|d| (d["class"].as_str().unwrap().to_string(), d["tool"].as_str().unwrap_or("").to_string())).collect()
+}
+
+fn call_sha256(tool: &str, args: &Value) -> String {
+    let policy = runbook_host::Policy::load().unwrap();
+    policy.call_sha256(tool, &args.to_string()).unwrap().unwrap()
+}
+
+#[test]
+fn filtered_list_allowed_call_and_blocked_calls_recorded() {
+    let w = work("filtered");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &[], &[everything()]);
+    let init = c.init();
+    assert_eq!(init["server"], "runbook-host");
+    // Only the current step's tools, plus the proxy's own.
+    assert_eq!(c.list(), ["echo", "runbook_status", "runbook_advance"]);
+    // An allowed call passes through, untouched.
+    let r = c.call("echo", json!({"message": "hello"}));
+    assert_eq!(r["is_error"], false);
+    assert_eq!(text(&r), "Echo: hello");
+    // A tool the runbook does not declare, and one declared for another step: blocked, never forwarded.
+    assert_blocked(&c.call("get-env", json!({})), "undeclared-tool");
+    assert_blocked(&c.call("get-sum", json!({"a": 2, "b": 3})), "out-of-scope-tool");
+    // R1: the client routes; the list follows the step, with `tools/list_changed`.
+    assert!(c.notifications().is_empty());
+    let r = c.call("runbook_advance", json!({"to": "forecast"}));
+    assert_eq!(r["is_error"], true, "no route from greet to forecast: {r}");
+    let r = c.call("runbook_advance", json!({"to": "add"}));
+    assert_eq!(r["is_error"], false, "{r}");
+    assert_eq!(c.notifications(), ["notifications/tools/list_changed"]);
+    assert_eq!(c.list(), ["get-sum", "runbook_status", "runbook_advance"]);
+    assert_blocked(&c.call("echo", json!({"message": "again"})), "out-of-scope-tool");
+    let st = c.status();
+    assert_eq!(st["step"], "add");
+    assert_eq!(st["tools_in_scope"], json!(["get-sum"]));
+    assert_eq!(st["runbook"]["trust"], "T1");
+    assert_eq!(c.close(), Some(1), "a run that ends away from its terminal did not complete");
+
+    let run = w.latest();
+    let rep = report(&run);
+    assert_eq!(rep["outcome"], "incomplete");
+    assert_eq!(rep["coverage"], json!(["shell"]));
+    let devs = deviations(&rep);
+    assert!(devs.contains(&("undeclared-tool".into(), "get-env".into())), "{devs:?}");
+    assert!(devs.contains(&("out-of-scope-tool".into(), "get-sum".into())), "{devs:?}");
+    assert!(devs.contains(&("out-of-scope-tool".into(), "echo".into())), "{devs:?}");
+    let ev = events(&run);
+    // The start claim: the servers' tools as the allowlist, blind to the shell, the client's name as agent.
+    assert_eq!(ev[0].0["type"], "start");
+    assert_eq!(ev[0].0["agent"], "test-agent");
+    assert_eq!(ev[0].0["coverage"], json!(["shell"]));
+    assert!(ev[0].0["allowlist"].as_array().unwrap().contains(&json!("get-env")));
+    // Every call was an invoke event with the MCP request id; the blocked ones are there too.
+    let invokes: Vec<&str> = ev.iter().filter(|(e, _)| e["type"] == "invoke").map(|(e, _)| e["tool"].as_str().unwrap()).collect();
+    assert_eq!(invokes, ["echo", "get-env", "get-sum", "echo"]);
+    assert!(ev.iter().all(|(e, _)| e["type"] != "invoke" || e["call_id"].is_string()));
+    let (last, _) = &ev[ev.len() - 1];
+    assert_eq!(last["type"], "end");
+    assert_eq!(last["reason"], "normal");
+    assert_eq!(ev[ev.len() - 2].0["type"], "final_output", "a clean shutdown is the final output");
+
+    // `--list allowlist`: every declared tool is listed from the start; the module still decides each call.
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &["--list", "allowlist"], &[everything()]);
+    c.init();
+    assert_eq!(c.list(), ["echo", "get-structured-content", "get-sum", "runbook_status", "runbook_advance"]);
+    assert_blocked(&c.call("get-sum", json!({"a": 2, "b": 3})), "out-of-scope-tool");
+    assert_eq!(c.close(), Some(1));
+    w.verify_all();
+}
+
+#[test]
+fn a_client_that_leaves_mid_call_is_client_closed() {
+    let w = work("leave");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &["--approval-timeout", "60s"], &[everything()]);
+    c.init();
+    assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
+    let run = w.latest();
+    // A gated call is held; the client goes away while it waits.
+    assert_eq!(c.ask(json!({"op": "send", "tool": "get-sum", "args": {"a": 1, "b": 2}}))["ok"], true);
+    pending_request(&run);
+    assert_eq!(c.close(), Some(1));
+    let ev = events(&run);
+    let kinds: Vec<&str> = ev.iter().map(|(e, _)| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["start", "advance", "invoke", "end"], "no final output when the client vanished mid-call");
+    assert_eq!(ev[2].1["decision"], "needs-approval");
+    assert_eq!(ev[3].0["reason"], "client-closed");
+    // Nothing is left for a human to approve in a run that ended.
+    assert!(runbook_host::approvals::pending(&run).unwrap().is_empty());
+    w.verify_all();
+}
+
+#[test]
+fn a_client_without_the_initialize_handshake() {
+    // The 2026-07-28 lifecycle: `server/discover`, then every request carries its own metadata (the
+    // client's name included). Such a client gets no `tools/list_changed` here, so it is shown the
+    // allowlist; the module decides each call as ever.
+    let w = work("modern");
+    let mut c = Client::proxy(&w, "modern-agent", &runbook("everything-tour.yaml"), &[], &[everything()]);
+    let r = c.ask(json!({"op": "discover"}));
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(c.list(), ["echo", "get-structured-content", "get-sum", "runbook_status", "runbook_advance"]);
+    assert_eq!(text(&c.call("echo", json!({"message": "hi"}))), "Echo: hi");
+    assert_blocked(&c.call("get-env", json!({})), "undeclared-tool");
+    assert_blocked(&c.call("get-sum", json!({"a": 1, "b": 1})), "out-of-scope-tool");
+    assert_eq!(c.close(), Some(1));
+    let ev = events(&w.latest());
+    assert_eq!(ev[0].0["agent"], "modern-agent");
+    w.verify_all();
+}
+
+#[test]
+fn bundled_registry_runs_pinned_documents() {
+    // The committed registry pins exactly the documents in runbooks/.
+    let reg = mcp_dir().join("registry");
+    let index: Value = serde_json::from_slice(&std::fs::read(reg.join("index.json")).unwrap()).unwrap();
+    for (id, versions) in index["runbooks"].as_object().unwrap() {
+        for (_, entry) in versions.as_object().unwrap() {
+            let path = entry["path"].as_str().unwrap();
+            let bytes = std::fs::read(reg.join(path)).unwrap();
+            assert_eq!(runbook_host::bundle::sha256_hex(&bytes), entry["sha256"], "{path}");
+            let ext = Path::new(path).extension().unwrap().to_string_lossy().into_owned();
+            assert_eq!(bytes, std::fs::read(runbook(&format!("{id}.{ext}"))).unwrap(), "{path} differs from runbooks/{id}.{ext}");
+        }
+    }
+    let w = work("registry");
+    let reg_s = reg.to_string_lossy().into_owned();
+    let mut c = Client::proxy(&w, "test-agent", "echo-deadline@1.0.0", &["--registry", &reg_s], &[everything()]);
+    c.init();
+    // Pinned (T2): the prose is passed as the document's own text, not quoted as untrusted.
+    let st = c.status();
+    assert_eq!(st["runbook"]["trust"], "T2");
+    assert_eq!(st["prose"]["untrusted"], false);
+    assert_eq!(st["prose"]["text"]["runbook"]["title"], "Echo once, promptly");
+    assert_eq!(text(&c.call("echo", json!({"message": "pinned"}))), "Echo: pinned");
+    assert_eq!(c.close(), Some(0));
+    let run: Value = serde_json::from_slice(&std::fs::read(w.latest().join("run.json")).unwrap()).unwrap();
+    assert_eq!(run["document"]["trust"], "T2");
+    assert_eq!(run["document"]["reference"], "echo-deadline@1.0.0");
+    w.verify_all();
+}
+
+/// Runs `runbook-host approve RUN STEP` on a pseudo-terminal (`script`), answering `y`.
+fn approve_on_a_terminal(w: &Work, run_dir: &Path, step: &str) -> std::process::Output {
+    let run_id = run_dir.file_name().unwrap().to_string_lossy().into_owned();
+    let cmd = format!("{BIN} approve {run_id} {step} --runs {}", w.runs().display());
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .current_dir(&w.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux");
+    // Answer once the question is on the terminal.
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = stdin.write_all(b"y\n");
+    let _ = stdin.flush();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(stdin);
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn gated_call_approved_by_a_human_then_the_run_completes() {
+    let w = work("approved");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &["--approval-timeout", "60s"], &[everything()]);
+    c.init();
+    assert_eq!(text(&c.call("echo", json!({"message": "hi"}))), "Echo: hi");
+    assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
+    let run = w.latest();
+    // The gated call waits; a human approves it from a terminal the agent cannot reach.
+    let args = json!({"a": 2, "b": 3});
+    c.write(json!({"op": "call", "tool": "get-sum", "args": args}));
+    let p = pending_request(&run);
+    assert_eq!(p.tool, "get-sum");
+    assert_eq!(p.step.as_deref(), Some("add"));
+    assert_eq!(p.call_sha256, call_sha256("get-sum", &args));
+    let out = approve_on_a_terminal(&w, &run, "add");
+    assert!(out.status.success(), "approve: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let r = c.read();
+    assert_eq!(r["is_error"], false, "{r}");
+    assert_eq!(text(&r), "The sum of 2 and 3 is 5.");
+    assert_eq!(c.call("runbook_advance", json!({"to": "forecast"}))["is_error"], false);
+    let r = c.call("get-structured-content", json!({"location": "Chicago"}));
+    assert_eq!(r["is_error"], false);
+    assert!(r["structured"]["temperature"].is_number(), "{r}");
+    assert_eq!(c.call("runbook_advance", json!({"to": "done"}))["is_error"], false);
+    // At the terminal nothing is in scope any more.
+    assert_eq!(c.list(), ["runbook_status", "runbook_advance"]);
+    assert_eq!(c.close(), Some(0), "completed: exit 0");
+
+    let rep = report(&run);
+    assert_eq!(rep["outcome"], "completed");
+    assert_eq!(rep["terminal"], "done");
+    let a = &rep["approvals"][0];
+    assert_eq!(a["step"], "add");
+    assert_eq!(a["approver"], runbook_host::approvals::operator());
+    assert_eq!(a["granted"], true);
+    assert_eq!(a["accepted"], true);
+    assert_eq!(a["call_sha256"], call_sha256("get-sum", &args));
+    // The result is `structuredContent` when there is one.
+    let ev = events(&run);
+    let res = ev.iter().find(|(e, _)| e["type"] == "result" && e["tool"] == "get-structured-content").unwrap();
+    assert!(res.0["result"]["temperature"].is_number());
+    w.verify_all();
+}
+
+#[test]
+fn gated_call_refused_timed_out_then_retried() {
+    let w = work("refused");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &["--approval-timeout", "1s"], &[everything()]);
+    c.init();
+    assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
+    let run = w.latest();
+    // Nobody answers within the bound: `needs-approval`, telling the agent to retry after a human approved.
+    let r = c.call("get-sum", json!({"a": 1, "b": 1}));
+    assert_blocked(&r, "needs-approval");
+    assert!(text(&r).contains("runbook-host approve") && text(&r).contains("Retry"), "{r}");
+    let st = c.status();
+    assert_eq!(st["awaiting_approval"][0]["tool"], "get-sum");
+    // A human refuses it: the retry of that call is refused, and it never ran.
+    let p = pending_request(&run);
+    runbook_host::approvals::answer(&run, &p.id, "alice", false, &p.call_sha256).unwrap();
+    let r = c.call("get-sum", json!({"a": 1, "b": 1}));
+    assert_blocked(&r, "needs-approval");
+    assert!(text(&r).contains("alice") && text(&r).contains("refused"), "{r}");
+    // Another call times out; a human approves it later; the retry passes.
+    assert_blocked(&c.call("get-sum", json!({"a": 2, "b": 2})), "needs-approval");
+    let p = pending_request(&run);
+    assert_eq!(p.call_sha256, call_sha256("get-sum", &json!({"a": 2, "b": 2})));
+    runbook_host::approvals::answer(&run, &p.id, "alice", true, &p.call_sha256).unwrap();
+    let r = c.call("get-sum", json!({"a": 2, "b": 2}));
+    assert_eq!(r["is_error"], false, "{r}");
+    assert_eq!(text(&r), "The sum of 2 and 2 is 4.");
+    // The approval was bound to that one call: a different call needs a new one.
+    assert_blocked(&c.call("get-sum", json!({"a": 3, "b": 3})), "needs-approval");
+    assert_eq!(c.close(), Some(1));
+    // The agent left right after a gated call waited in vain.
+    assert_eq!(events(&run).last().unwrap().0["reason"], "approval-timeout");
+    let rep = report(&run);
+    let approvals: Vec<(bool, bool, String)> =
+        rep["approvals"].as_array().unwrap().iter().map(|a| (a["granted"].as_bool().unwrap(), a["accepted"].as_bool().unwrap(), a["approver"].as_str().unwrap().to_string())).collect();
+    assert_eq!(approvals, [(false, true, "alice".to_string()), (true, true, "alice".to_string())]);
+    w.verify_all();
+}
+
+#[test]
+fn one_approval_admits_one_call() {
+    let w = work("once");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &["--approval-timeout", "5s"], &[everything()]);
+    c.init();
+    assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
+    let run = w.latest();
+    // Two identical gated calls wait on one request; one human answer opens the gate for one of them.
+    assert_eq!(c.ask(json!({"op": "send", "tool": "get-sum", "args": {"a": 2, "b": 3}}))["ok"], true);
+    let p = pending_request(&run);
+    c.write(json!({"op": "call", "tool": "get-sum", "args": {"a": 2, "b": 3}}));
+    std::thread::sleep(Duration::from_millis(500));
+    runbook_host::approvals::answer(&run, &p.id, "alice", true, &p.call_sha256).unwrap();
+    let r = c.read();
+    assert_eq!(r["ok"], true);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(c.close(), Some(1));
+    let ev = events(&run);
+    let approvals = ev.iter().filter(|(e, _)| e["type"] == "approval").count();
+    let forwarded = ev.iter().filter(|(e, _)| e["type"] == "result" && e["tool"] == "get-sum").count();
+    assert_eq!((approvals, forwarded), (1, 1), "one answer, one call: {ev:?}");
+    w.verify_all();
+}
+
+#[test]
+fn an_agent_cannot_approve_itself() {
+    let w = work("self");
+    // The client's name is the operator's: the human at the terminal is the agent's own identity.
+    let me = runbook_host::approvals::operator();
+    let mut c = Client::proxy(&w, &me, &runbook("everything-tour.yaml"), &["--approval-timeout", "60s"], &[everything()]);
+    c.init();
+    assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
+    let run = w.latest();
+    c.write(json!({"op": "call", "tool": "get-sum", "args": {"a": 2, "b": 3}}));
+    pending_request(&run);
+    let out = approve_on_a_terminal(&w, &run, "add");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = c.read();
+    assert_blocked(&r, "needs-approval");
+    assert!(text(&r).contains("self-approval"), "{r}");
+    // And with --agent: a grant written by the agent's own name is refused the same way.
+    assert_eq!(c.close(), Some(1));
+    let rep = report(&run);
+    assert_eq!(rep["approvals"][0]["approver"], me);
+    assert_eq!(rep["approvals"][0]["accepted"], false);
+
+    let mut c = Client::proxy(&w, "whoever", &runbook("everything-tour.yaml"), &["--agent", "bot-7", "--approval-timeout", "60s"], &[everything()]);
+    c.init();
+    assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
+    let run = w.latest();
+    c.write(json!({"op": "call", "tool": "get-sum", "args": {"a": 2, "b": 3}}));
+    let p = pending_request(&run);
+    runbook_host::approvals::answer(&run, &p.id, "bot-7", true, &p.call_sha256).unwrap();
+    let r = c.read();
+    assert!(text(&r).contains("self-approval"), "{r}");
+    assert_eq!(c.close(), Some(1));
+    assert_eq!(events(&run)[0].0["agent"], "bot-7");
+    w.verify_all();
+}
+
+#[test]
+fn retry_budget_exhausted_at_r2() {
+    let w = work("budget");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("sum-check.yaml"), &["--profile", "R2"], &[everything()]);
+    c.init();
+    // R2: the module routes itself, so there is no runbook_advance.
+    assert_eq!(c.list(), ["get-sum", "runbook_status"]);
+    // The assert wants a sum of 5: two failures are retried, with the server's real result passed on...
+    for _ in 0..2 {
+        let r = c.call("get-sum", json!({"a": 1, "b": 1}));
+        assert_eq!(r["is_error"], false, "{r}");
+        assert_eq!(text(&r), "The sum of 1 and 1 is 2.");
+    }
+    // ... the third exhausts the budget: no on_fail, so the run is aborted.
+    let r = c.call("get-sum", json!({"a": 1, "b": 1}));
+    assert_blocked(&r, "runbook_failed");
+    assert_eq!(text(&r), "runbook_failed:aborted");
+    assert_eq!(text(&c.call("get-sum", json!({"a": 2, "b": 3}))), "runbook_failed:aborted");
+    assert_eq!(c.status()["runbook_failed"], "runbook_failed:aborted");
+    assert_eq!(c.close(), Some(1));
+    let rep = report(&w.latest());
+    assert_eq!(rep["outcome"], "aborted");
+    assert_eq!(rep["budgets"]["add->add"], json!({"max": 2, "used": 2}));
+    assert!(deviations(&rep).iter().any(|d| d.0 == "budget-exhausted"), "{rep}");
+    assert_eq!(rep["steps"]["add"]["assert"], "fail");
+    w.verify_all();
+}
+
+#[test]
+fn r2_run_completes_and_exits_zero() {
+    let w = work("r2ok");
+    let reg = mcp_dir().join("registry").to_string_lossy().into_owned();
+    let mut c = Client::proxy(&w, "test-agent", "sum-check@1.0.0", &["--profile", "R2", "--registry", &reg], &[everything()]);
+    c.init();
+    assert_eq!(text(&c.call("get-sum", json!({"a": 2, "b": 3}))), "The sum of 2 and 3 is 5.");
+    // The assert passed: the module moved to the terminal, and the list says so.
+    assert_eq!(c.notifications(), ["notifications/tools/list_changed"]);
+    assert_eq!(c.list(), ["runbook_status"]);
+    assert_eq!(c.status()["step"], "done");
+    assert_eq!(c.close(), Some(0));
+    let rep = report(&w.latest());
+    assert_eq!(rep["outcome"], "completed");
+    assert_eq!(rep["steps"]["add"]["assert"], "pass");
+    w.verify_all();
+}
+
+#[test]
+fn checkpoint_timeout_fails_the_run() {
+    let w = work("deadline");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("echo-deadline.json"), &[], &[everything()]);
+    c.init();
+    assert_eq!(c.list(), ["echo", "runbook_status"]);
+    // The deadline (2 s) passes with no echo: a tick at the deadline fails the run then and there.
+    std::thread::sleep(Duration::from_millis(3000));
+    assert_eq!(c.notifications(), ["notifications/tools/list_changed"]);
+    assert_eq!(c.list(), ["runbook_status"]);
+    let r = c.call("echo", json!({"message": "too late"}));
+    assert_eq!(text(&r), "runbook_failed:failed");
+    assert_eq!(c.close(), Some(1));
+    let run = w.latest();
+    let rep = report(&run);
+    assert_eq!(rep["outcome"], "failed");
+    assert_eq!(rep["checkpoints"]["cp-echo"]["status"], "timed-out");
+    let ev = events(&run);
+    let tick = ev.iter().find(|(e, _)| e["type"] == "tick").expect("a tick at the deadline");
+    assert_eq!(tick.1["reason"], "checkpoint-timeout");
+    assert!(tick.0["at"].as_u64().unwrap() > 2000);
+    w.verify_all();
+}
+
+#[test]
+fn a_clean_shutdown_is_the_final_output() {
+    let w = work("final");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("echo-deadline.json"), &[], &[everything()]);
+    c.init();
+    assert_eq!(text(&c.call("echo", json!({"message": "in time"}))), "Echo: in time");
+    // A local file is trust T1: its prose reaches the agent only quoted, as untrusted data.
+    let st = c.status();
+    assert_eq!(st["prose"]["untrusted"], true);
+    assert_eq!(st["prose"]["quoted"]["runbook"]["title"], "Echo once, promptly");
+    assert_eq!(c.close(), Some(0));
+    let run = w.latest();
+    let rep = report(&run);
+    assert_eq!(rep["outcome"], "completed");
+    assert_eq!(rep["checkpoints"]["cp-echo"]["status"], "satisfied");
+    assert_eq!(rep["checkpoints"]["cp-emit"]["status"], "satisfied");
+    let ev = events(&run);
+    let kinds: Vec<&str> = ev.iter().map(|(e, _)| e["type"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["start", "invoke", "result", "final_output", "end"]);
+    w.verify_all();
+}
+
+/// A registry directory in the work directory pinning `everything-tour@1.0.0`.
+fn make_registry(w: &Work) -> PathBuf {
+    let reg = w.dir.join("registry");
+    std::fs::create_dir_all(reg.join("everything-tour/1.0.0")).unwrap();
+    let bytes = std::fs::read(runbook("everything-tour.yaml")).unwrap();
+    std::fs::write(reg.join("everything-tour/1.0.0/runbook.yaml"), &bytes).unwrap();
+    let sha = runbook_host::bundle::sha256_hex(&bytes);
+    let index = json!({"schema": "runbook-registry-index/v1", "runbooks": {"everything-tour": {"1.0.0": {"sha256": sha, "path": "everything-tour/1.0.0/runbook.yaml"}}}});
+    std::fs::write(reg.join("index.json"), index.to_string()).unwrap();
+    reg
+}
+
+/// server-everything behind a shell that leaves a marker when it starts.
+fn everything_with_marker(marker: &Path) -> Vec<String> {
+    vec!["sh".into(), "-c".into(), format!("touch '{}'; exec '{}'", marker.display(), everything()[0])]
+}
+
+#[test]
+fn tampered_registry_document_is_refused_before_anything_runs() {
+    let w = work("tamper");
+    let reg = make_registry(&w);
+    let reg_s = reg.to_string_lossy().into_owned();
+    // Pinned and intact: trust T2.
+    let mut c = Client::proxy(&w, "test-agent", "everything-tour@1.0.0", &["--registry", &reg_s], &[everything()]);
+    c.init();
+    let st = c.status();
+    assert_eq!(st["runbook"]["trust"], "T2");
+    assert_eq!(st["runbook"]["pinned"], true);
+    assert_eq!(st["runbook"]["reference"], "everything-tour@1.0.0");
+    c.close();
+    assert_eq!(w.run_dirs().len(), 1);
+    // One byte more: the sha256 is no longer the pin. `initialize` answers runbook_failed; no server starts.
+    let doc = reg.join("everything-tour/1.0.0/runbook.yaml");
+    let mut bytes = std::fs::read(&doc).unwrap();
+    bytes.extend_from_slice(b"# edited\n");
+    std::fs::write(&doc, bytes).unwrap();
+    let marker = w.dir.join("server-started");
+    let mut c = Client::proxy(&w, "test-agent", "everything-tour@1.0.0", &["--registry", &reg_s], &[everything_with_marker(&marker)]);
+    let r = c.ask(json!({"op": "init"}));
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().starts_with("runbook_failed:tampered"), "{r}");
+    assert_eq!(c.close(), Some(1));
+    assert!(!marker.exists(), "a server started for a tampered document");
+    assert_eq!(w.run_dirs().len(), 1, "no run for a document that does not resolve");
+    w.verify_all();
+}
+
+#[test]
+fn unknown_runbook_is_refused() {
+    let w = work("unknown");
+    let reg = make_registry(&w);
+    let reg_s = reg.to_string_lossy().into_owned();
+    for (reference, code) in [("nope@1.0.0", "unknown-runbook"), ("everything-tour@9.9.9", "unknown-version")] {
+        let mut c = Client::proxy(&w, "test-agent", reference, &["--registry", &reg_s], &[everything()]);
+        let r = c.ask(json!({"op": "init"}));
+        assert_eq!(r["ok"], false, "{r}");
+        assert!(r["error"]["message"].as_str().unwrap().starts_with(&format!("runbook_failed:{code}")), "{r}");
+        assert_eq!(c.close(), Some(1));
+    }
+    // A registry that is not there.
+    let mut c = Client::proxy(&w, "test-agent", "everything-tour@1.0.0", &["--registry", "no-such-registry"], &[everything()]);
+    let r = c.ask(json!({"op": "init"}));
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().starts_with("runbook_failed:"), "{r}");
+    assert_eq!(c.close(), Some(1));
+    assert!(w.run_dirs().is_empty());
+}
+
+#[test]
+fn destructive_runbook_is_refused_by_the_mcp_proxy() {
+    let w = work("destructive");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("destructive.yaml"), &["--profile", "R2"], &[everything()]);
+    let r = c.ask(json!({"op": "init"}));
+    assert_eq!(r["ok"], false, "{r}");
+    let m = r["error"]["message"].as_str().unwrap();
+    assert!(m.starts_with("runbook_failed:refused:coverage-incomplete"), "{m}");
+    assert_eq!(c.close(), Some(1));
+    // The refusal is evidence too: a bundle whose report says `refused`.
+    let rep = report(&w.latest());
+    assert_eq!(rep["outcome"], "refused");
+    assert_eq!(rep["refusals"], json!(["coverage-incomplete"]));
+    w.verify_all();
+}
+
+#[test]
+fn a_server_that_dies_ends_the_run() {
+    let w = work("crash");
+    let pidfile = w.dir.join("server.pid");
+    let server = vec!["sh".into(), "-c".into(), format!("echo $$ > '{}'; exec '{}'", pidfile.display(), everything()[0])];
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &[], &[server]);
+    c.init();
+    assert_eq!(text(&c.call("echo", json!({"message": "before"}))), "Echo: before");
+    let pid = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
+    assert!(Command::new("kill").args(["-KILL", &pid]).status().unwrap().success());
+    assert_eq!(c.wait_exit(), Some(1), "the proxy ends the run and exits 1");
+    let run = w.latest();
+    let rep = report(&run);
+    assert_eq!(rep["outcome"], "incomplete");
+    let ev = events(&run);
+    let (last, d) = ev.last().unwrap();
+    assert_eq!(last["type"], "end");
+    assert_eq!(last["reason"], "server-exited");
+    assert_eq!(d["reason"], "run-ended");
+    drop(c);
+    w.verify_all();
+}
+
+#[test]
+fn an_interrupt_ends_the_run() {
+    let w = work("interrupt");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &[], &[everything()]);
+    c.init();
+    assert_eq!(text(&c.call("echo", json!({"message": "x"}))), "Echo: x");
+    let r = c.ask(json!({"op": "signal", "sig": "INT"}));
+    assert_eq!(r["ok"], true);
+    assert_eq!(c.wait_exit(), Some(1));
+    let ev = events(&w.latest());
+    assert_eq!(ev.last().unwrap().0["reason"], "interrupted");
+    drop(c);
+    w.verify_all();
+}
+
+#[test]
+fn two_servers_named_tools_and_guarded_paths() {
+    let w = work("files");
+    let data = w.dir.join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::write(data.join("note.txt"), "rotate the logs\nthen rest\n").unwrap();
+    let mut c = Client::proxy(&w, "test-agent", &runbook("files.yaml"), &["--server-name", "ev", "--server-name", "fs"], &[everything(), filesystem(&w.dir)]);
+    c.init();
+    let mut listed = c.list();
+    listed.sort();
+    assert_eq!(listed, ["fs.list_directory", "fs.read_text_file", "runbook_advance", "runbook_status"]);
+    let note = data.join("note.txt").to_string_lossy().into_owned();
+    let r = c.call("fs.read_text_file", json!({"path": note}));
+    assert_eq!(r["is_error"], false, "{r}");
+    assert!(text(&r).contains("rotate the logs"), "{r}");
+    // Writing is not declared: blocked, and the file is not created.
+    let out = data.join("out.txt");
+    assert_blocked(&c.call("fs.write_file", json!({"path": out.to_string_lossy(), "content": "x"})), "undeclared-tool");
+    assert!(!out.exists());
+    // The run's own evidence is out of reach even through a declared tool (9.20: guarded).
+    let events_file = w.latest().join("events.ndjson").to_string_lossy().into_owned();
+    let r = c.call("fs.read_text_file", json!({"path": events_file}));
+    assert_blocked(&r, "undeclared-tool");
+    assert!(text(&r).contains("runbook-host itself"), "{r}");
+    assert_eq!(c.call("runbook_advance", json!({"to": "say"}))["is_error"], false);
+    assert_eq!(text(&c.call("ev.echo", json!({"message": "rotate the logs"}))), "Echo: rotate the logs");
+    assert_eq!(c.call("runbook_advance", json!({"to": "done"}))["is_error"], false);
+    assert_eq!(c.close(), Some(0));
+    let run = w.latest();
+    let ev = events(&run);
+    let guarded = ev.iter().find(|(e, _)| e["guard"] == true).expect("a guarded invoke");
+    assert_eq!(guarded.1["reason"], "guarded");
+    assert_eq!(report(&run)["outcome"], "completed");
+    w.verify_all();
+}
+
+#[test]
+fn the_inspector_cli_sees_only_the_runbook_s_tools() {
+    let w = work("inspector");
+    let config = json!({"mcpServers": {"runbook": {"command": BIN, "args": ["run", runbook("everything-tour.yaml"), "--", everything()[0]]}}});
+    std::fs::write(w.dir.join("mcp.json"), config.to_string()).unwrap();
+    let run = |extra: &[&str]| -> Value {
+        let o = Command::new(mcp_dir().join("node_modules/.bin/inspector"))
+            .args(["--cli", "--config", "mcp.json", "--server", "runbook"])
+            .args(extra)
+            .env("MCP_INSPECTOR_SECRET_STORE", "memory")
+            .current_dir(&w.dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let start = out.find('{').unwrap_or_else(|| panic!("no JSON from the inspector: {out}\n{}", String::from_utf8_lossy(&o.stderr)));
+        serde_json::Deserializer::from_str(&out[start..]).into_iter::<Value>().next().unwrap().unwrap()
+    };
+    let tools = run(&["--method", "tools/list"]);
+    let names: Vec<&str> = tools["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(names, ["echo", "runbook_status", "runbook_advance"]);
+    let r = run(&["--method", "tools/call", "--tool-name", "echo", "--tool-arg", "message=from the inspector"]);
+    assert_eq!(r["content"][0]["text"], "Echo: from the inspector", "{r}");
+    assert_eq!(w.run_dirs().len(), 2);
+    w.verify_all();
+}
+
+#[test]
+fn verify_fails_on_a_tampered_bundle() {
+    let w = work("verify");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("echo-only.json"), &[], &[everything()]);
+    c.init();
+    c.call("echo", json!({"message": "one"}));
+    c.call("get-env", json!({}));
+    assert_eq!(c.close(), Some(0));
+    let run = w.latest();
+    let (ok, out) = verify(&run);
+    assert!(ok, "{out}");
+    // One byte of the recorded arguments changed: the chain no longer holds.
+    let path = run.join("events.ndjson");
+    let original = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, original.replacen("\"one\"", "\"One\"", 1)).unwrap();
+    let (ok, out) = verify(&run);
+    assert!(!ok, "verify passed a tampered bundle: {out}");
+    assert!(out.contains("events.ndjson"), "the place is named: {out}");
+    std::fs::write(&path, &original).unwrap();
+    // A decision edited to look allowed fails too.
+    std::fs::write(&path, original.replacen("\"decision\":\"deny\"", "\"decision\":\"allow\"", 1)).unwrap();
+    assert!(!verify(&run).0);
+    // The report edited.
+    std::fs::write(&path, &original).unwrap();
+    let rep = std::fs::read_to_string(run.join("report.json")).unwrap();
+    std::fs::write(run.join("report.json"), rep.replacen("\"completed\"", "\"complete\"", 1)).unwrap();
+    assert!(!verify(&run).0);
+}
+
+fn median(mut v: Vec<u64>) -> u64 {
+    v.sort_unstable();
+    v[v.len() / 2]
+}
+
+fn dir_size(p: &Path) -> u64 {
+    let mut n = 0;
+    for e in std::fs::read_dir(p).unwrap().flatten() {
+        let m = e.metadata().unwrap();
+        n += if m.is_dir() { dir_size(&e.path()) } else { m.len() };
+    }
+    n
+}
+
+/// The proxy's added latency per `tools/call` (median of 200 sequential `echo` calls through the proxy,
+/// against the same client calling server-everything directly), and the size of a 100-call run's bundle.
+#[test]
+fn latency_and_bundle_size() {
+    let w = work("bench");
+    let bench = |c: &mut Client, n: u64| -> Vec<u64> {
+        let r = c.ask(json!({"op": "bench", "tool": "echo", "args": {"message": "hello"}, "n": n}));
+        assert_eq!(r["ok"], true, "{r}");
+        r["us"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).collect()
+    };
+    let mut direct = Client::new(&w, "bench", everything());
+    direct.init();
+    bench(&mut direct, 20);
+    let d = median(bench(&mut direct, 200));
+    direct.close();
+    let mut proxied = Client::proxy(&w, "bench", &runbook("echo-only.json"), &[], &[everything()]);
+    proxied.init();
+    bench(&mut proxied, 20);
+    let p = median(bench(&mut proxied, 200));
+    assert_eq!(proxied.close(), Some(0));
+    // A run of exactly 100 calls.
+    let mut hundred = Client::proxy(&w, "bench", &runbook("echo-only.json"), &[], &[everything()]);
+    hundred.init();
+    bench(&mut hundred, 100);
+    assert_eq!(hundred.close(), Some(0));
+    let run = w.latest();
+    let size = dir_size(&run);
+    let ev = std::fs::metadata(run.join("events.ndjson")).unwrap().len();
+    let line = format!(
+        "proxy latency: median tools/call {p} us through runbook-host run, {d} us direct, {} us added (200 echo calls each); bundle of a 100-call run: {size} bytes ({ev} in events.ndjson, {} events)",
+        p.saturating_sub(d),
+        events(&run).len()
+    );
+    eprintln!("{line}");
+    println!("{line}");
+    w.verify_all();
+}
