@@ -19,6 +19,8 @@
 //! Cross-file references (`urn:runbook-host:schema:<name>`) are resolved by registering every schema of
 //! `schema/` as a resource of the validator (jsonschema 0.30 `with_resource`), never by fetching.
 
+mod common;
+use common::{repo, Tmp};
 use jsonschema::{Draft, Validator};
 use runbook_host::approvals;
 use runbook_host::bundle::{self, Bundle};
@@ -26,7 +28,6 @@ use runbook_host::registry;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 
 const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
 
@@ -43,28 +44,6 @@ const NEW_SCHEMAS: &[&str] = &[
     "approval-grant",
     "redacted-derivation",
 ];
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let d = std::env::temp_dir().join(format!("runbook-host-bundle-schema-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
-        let _ = std::fs::remove_dir_all(&d);
-        std::fs::create_dir_all(&d).unwrap();
-        Tmp(d)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Schemas.
