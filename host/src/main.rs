@@ -37,6 +37,8 @@ enum Command {
     Export(commands::verify::ExportArgs),
     /// Serve the envelope playground on 127.0.0.1
     Playground(commands::playground::Args),
+    /// The tool-call hook for agent CLIs (Claude Code): one process per hook event
+    Hook(commands::hook::Args),
 }
 
 /// Output format shared by the commands.
@@ -60,6 +62,7 @@ fn main() -> ExitCode {
         Command::Registry(a) => commands::registry::run(a),
         Command::Export(a) => commands::verify::export(a),
         Command::Playground(a) => commands::playground::run(a),
+        Command::Hook(a) => commands::hook::run(a),
     };
     match result {
         Ok(code) => code,

@@ -9,6 +9,7 @@ macro_rules! outln {
 pub mod approve;
 pub mod check;
 pub mod envelope;
+pub mod hook;
 pub mod lint;
 pub mod module;
 pub mod playground;

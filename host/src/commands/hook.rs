@@ -1,0 +1,187 @@
+//! `runbook-host hook`: the tool-call hook for agent CLIs (Claude Code), run by the client as a new
+//! process per hook event, one JSON payload on stdin. It fails closed: any error answers exit 2 with the
+//! reason on stderr, which the client treats as a block. `hook install` / `hook uninstall` write or
+//! remove the client's hook configuration. The adapter lives in `host/src/hook/`.
+
+#[path = "../hook/mod.rs"]
+mod hook;
+
+use anyhow::{Context, Result, bail};
+use serde_json::Value;
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    pub action: Option<Action>,
+    /// The runbook the session runs: `id@version` (from the registry, pinned) or a file (default: $RUNBOOK_HOOK_RUNBOOK)
+    #[arg(long, global = true)]
+    pub runbook: Option<String>,
+    /// The registry: a directory or an `http://` base URL
+    #[arg(long, default_value = ".runbook/registry", global = true)]
+    pub registry: String,
+    /// Where run bundles (and the hook's session state, in `.hook/`) are written
+    #[arg(long, default_value = ".runbook/runs", global = true)]
+    pub runs: PathBuf,
+    /// The profile claimed: R2 (the module judges each step's `assert` and routes) or R0/R1
+    #[arg(long, default_value = "R2", value_parser = ["R0", "R1", "R2"], global = true)]
+    pub profile: String,
+    /// At Stop, block the agent from stopping while the run has not reached a terminal
+    #[arg(long, global = true)]
+    pub keep_working: bool,
+}
+
+#[derive(clap::Subcommand)]
+pub enum Action {
+    /// Write the client's hook configuration (merged with what is there)
+    Install(InstallArgs),
+    /// Remove exactly the hook configuration `install` added
+    Uninstall(InstallArgs),
+}
+
+#[derive(clap::Args)]
+pub struct InstallArgs {
+    /// The client's settings file
+    #[arg(long, default_value = ".claude/settings.json")]
+    pub settings: PathBuf,
+    /// Print the resulting settings instead of writing them
+    #[arg(long)]
+    pub print: bool,
+}
+
+fn quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./@=:".contains(&b))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+/// The command line the client runs: this binary by the name it was invoked with, and the options given.
+fn hook_command(a: &Args) -> String {
+    let exe = std::env::args()
+        .next()
+        .unwrap_or_else(|| "runbook-host".into());
+    let mut c = vec![quote(&exe), "hook".into()];
+    if let Some(r) = &a.runbook {
+        c.push(format!("--runbook {}", quote(r)));
+    }
+    if a.registry != ".runbook/registry" {
+        c.push(format!("--registry {}", quote(&a.registry)));
+    }
+    if a.runs != PathBuf::from(".runbook/runs") {
+        c.push(format!("--runs {}", quote(&a.runs.to_string_lossy())));
+    }
+    if a.profile != "R2" {
+        c.push(format!("--profile {}", a.profile));
+    }
+    if a.keep_working {
+        c.push("--keep-working".into());
+    }
+    c.join(" ")
+}
+
+fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
+    let command = hook_command(a);
+    let mut settings: Value = match std::fs::read(&i.settings) {
+        Ok(b) if !b.iter().all(u8::is_ascii_whitespace) => serde_json::from_slice(&b)
+            .with_context(|| format!("`{}` is not JSON", i.settings.display()))?,
+        Ok(_) => serde_json::json!({}),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::json!({}),
+        Err(e) => return Err(e).with_context(|| format!("cannot read `{}`", i.settings.display())),
+    };
+    if install {
+        if a.runbook.is_none() {
+            bail!(
+                "`hook install` needs --runbook REF: the runbook every session of this project runs"
+            );
+        }
+        hook::claude::install(&mut settings, &command).map_err(anyhow::Error::msg)?;
+    } else {
+        let n = hook::claude::uninstall(&mut settings, &command);
+        eprintln!("runbook-host hook: removed {n} hook entries");
+    }
+    let mut text = serde_json::to_string_pretty(&settings)?;
+    text.push('\n');
+    if i.print {
+        print!("{text}");
+    } else {
+        if let Some(d) = i.settings.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(d)?;
+        }
+        std::fs::write(&i.settings, text)
+            .with_context(|| format!("cannot write `{}`", i.settings.display()))?;
+        eprintln!(
+            "runbook-host hook: {} `{}`: {command}",
+            if install {
+                "installed in"
+            } else {
+                "uninstalled from"
+            },
+            i.settings.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+pub fn run(a: Args) -> Result<ExitCode> {
+    match &a.action {
+        Some(Action::Install(i)) => return settings_edit(&a, i, true),
+        Some(Action::Uninstall(i)) => return settings_edit(&a, i, false),
+        None => {}
+    }
+    let t = std::time::Instant::now();
+    let mut timing = hook::Timing::default();
+    // A panic must not become an exit code the client treats as "go ahead" (only 2 blocks): it is
+    // caught and fails closed like any other error.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(String, hook::Answer)> {
+        let mut input = Vec::new();
+        std::io::stdin()
+            .take(16 << 20)
+            .read_to_end(&mut input)
+            .context("reading the hook payload")?;
+        let ev = hook::claude::parse(&input).map_err(anyhow::Error::msg)?;
+        let policy = super::policy()?;
+        let cfg = hook::Config {
+            runbook: a.runbook.clone().or_else(|| {
+                std::env::var("RUNBOOK_HOOK_RUNBOOK")
+                    .ok()
+                    .filter(|s| !s.is_empty())
+            }),
+            registry: a.registry.clone(),
+            runs: a.runs.clone(),
+            profile: a.profile.clone(),
+            keep_working: a.keep_working,
+        };
+        let answer = hook::handle(&policy, &cfg, &ev, &mut timing)?;
+        Ok((ev.name().to_string(), answer))
+    }))
+    .unwrap_or_else(|_| Err(anyhow::anyhow!("the hook panicked")));
+    if std::env::var_os("RUNBOOK_HOOK_TIMING").is_some() {
+        eprintln!(
+            "runbook-host hook: timing total_us={} restore_us={} events={} chain_checked={}",
+            t.elapsed().as_micros(),
+            timing.restore_us,
+            timing.events_replayed,
+            timing.chain_checked
+        );
+    }
+    match result {
+        Ok((event, answer)) => {
+            if let Some(v) = hook::claude::render(&event, &answer) {
+                println!("{v}");
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            // Fail closed: exit 2 blocks the tool call (or the stop) and shows the reason.
+            eprintln!("runbook-host hook: denied (fail closed): {e:#}");
+            Ok(ExitCode::from(2))
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Claude Code's hook format (the only client-specific part): its stdin payload parsed into a
+//! [`HookEvent`], and the answers written in its documented output shapes. A second client is a sibling
+//! of this file.
+
+use super::{Answer, HookEvent};
+use serde_json::{Value, json};
+
+/// Parses one Claude Code hook payload.
+pub fn parse(bytes: &[u8]) -> Result<HookEvent, String> {
+    let v: Value =
+        serde_json::from_slice(bytes).map_err(|e| format!("the hook payload is not JSON: {e}"))?;
+    let s = |k: &str| v[k].as_str().map(str::to_string);
+    let session = s("session_id").ok_or("the hook payload has no `session_id`")?;
+    let name = s("hook_event_name").ok_or("the hook payload has no `hook_event_name`")?;
+    let tool = || s("tool_name").ok_or_else(|| format!("a {name} payload without `tool_name`"));
+    let input = || match &v["tool_input"] {
+        Value::Object(_) => Ok(v["tool_input"].clone()),
+        _ => Err(format!(
+            "a {name} payload whose `tool_input` is not an object"
+        )),
+    };
+    let call_id = s("tool_use_id");
+    Ok(match name.as_str() {
+        "SessionStart" => HookEvent::SessionStart { session },
+        "PreToolUse" => HookEvent::PreToolUse {
+            session,
+            tool: tool()?,
+            input: input()?,
+            call_id,
+        },
+        "PostToolUse" => {
+            let response = v
+                .get("tool_response")
+                .cloned()
+                .ok_or("a PostToolUse payload without `tool_response`")?;
+            input()?;
+            HookEvent::PostToolUse {
+                session,
+                tool: tool()?,
+                response,
+                call_id,
+                failed: false,
+            }
+        }
+        // A tool call that failed: its error is the result, and `is_error` is true.
+        "PostToolUseFailure" => {
+            let response = v
+                .get("tool_response")
+                .or_else(|| v.get("error"))
+                .cloned()
+                .ok_or("a PostToolUseFailure payload without `error`")?;
+            input()?;
+            HookEvent::PostToolUse {
+                session,
+                tool: tool()?,
+                response,
+                call_id,
+                failed: true,
+            }
+        }
+        "Stop" | "SubagentStop" => HookEvent::Stop {
+            session,
+            again: v["stop_hook_active"].as_bool().unwrap_or(false),
+        },
+        "SessionEnd" => HookEvent::SessionEnd { session },
+        other => {
+            return Err(format!(
+                "`{other}` is not a hook event this adapter handles"
+            ));
+        }
+    })
+}
+
+/// Whether a tool's response reports an error (Claude Code's shapes: `is_error`/`isError`, or a
+/// `success: false`). Absent means no error.
+pub fn is_error(response: &Value) -> bool {
+    response["is_error"]
+        .as_bool()
+        .or_else(|| response["isError"].as_bool())
+        .or_else(|| response["success"].as_bool().map(|s| !s))
+        .unwrap_or(false)
+}
+
+/// The JSON written on stdout (exit 0) for an answer; None writes nothing.
+pub fn render(event: &str, answer: &Answer) -> Option<Value> {
+    match answer {
+        Answer::Pass => None,
+        Answer::Deny(reason) => Some(json!({
+            "hookSpecificOutput": {"hookEventName": event, "permissionDecision": "deny", "permissionDecisionReason": reason}
+        })),
+        Answer::Block(reason) => Some(json!({"decision": "block", "reason": reason})),
+        Answer::Note(message) => Some(json!({"systemMessage": message})),
+    }
+}
+
+/// The hook events `install` registers, with their matcher (tool events match every tool).
+pub const EVENTS: &[(&str, Option<&str>)] = &[
+    ("SessionStart", None),
+    ("PreToolUse", Some("*")),
+    ("PostToolUse", Some("*")),
+    ("PostToolUseFailure", Some("*")),
+    ("Stop", None),
+    ("SessionEnd", None),
+];
+
+/// Merges our hooks into a settings document (idempotent: an entry with exactly our command is not added twice).
+pub fn install(settings: &mut Value, command: &str) -> Result<(), String> {
+    if !settings.is_object() {
+        return Err("the settings file is not a JSON object".into());
+    }
+    let hooks = settings
+        .as_object_mut()
+        .unwrap()
+        .entry("hooks")
+        .or_insert_with(|| json!({}));
+    let hooks = hooks
+        .as_object_mut()
+        .ok_or("`hooks` in the settings file is not an object")?;
+    for (event, matcher) in EVENTS {
+        let list = hooks.entry(*event).or_insert_with(|| json!([]));
+        let list = list
+            .as_array_mut()
+            .ok_or_else(|| format!("`hooks.{event}` is not an array"))?;
+        if list.iter().any(|g| ours(g, command)) {
+            continue;
+        }
+        let mut group = json!({"hooks": [{"type": "command", "command": command}]});
+        if let Some(m) = matcher {
+            group["matcher"] = json!(m);
+        }
+        list.push(group);
+    }
+    Ok(())
+}
+
+fn ours(group: &Value, command: &str) -> bool {
+    group["hooks"]
+        .as_array()
+        .is_some_and(|h| h.len() == 1 && h[0]["type"] == "command" && h[0]["command"] == command)
+}
+
+/// Removes exactly the groups [`install`] added (and an event list or `hooks` left empty by that).
+pub fn uninstall(settings: &mut Value, command: &str) -> usize {
+    let mut removed = 0;
+    let Some(hooks) = settings.get_mut("hooks").and_then(Value::as_object_mut) else {
+        return 0;
+    };
+    for (event, _) in EVENTS {
+        if let Some(list) = hooks.get_mut(*event).and_then(Value::as_array_mut) {
+            let before = list.len();
+            list.retain(|g| !ours(g, command));
+            removed += before - list.len();
+            if list.is_empty() && before > 0 {
+                hooks.remove(*event);
+            }
+        }
+    }
+    if hooks.is_empty() && removed > 0 {
+        settings.as_object_mut().unwrap().remove("hooks");
+    }
+    removed
+}

@@ -1,0 +1,697 @@
+//! `runbook-host hook`: the Claude Code tool-call hook, driven exactly as the client drives it (one
+//! process per hook event, the documented JSON payload on stdin), through the bundled P2 credential
+//! rotation (examples/rotate-credentials: a destructive, approval-gated step and Bash `when` constraints).
+
+use runbook_host::approvals;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+struct Work(PathBuf);
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn work(name: &str) -> Work {
+    let d = std::env::temp_dir().join(format!("rh-hook-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::copy(
+        root().join("examples/rotate-credentials/runbook.yaml"),
+        d.join("runbook.yaml"),
+    )
+    .unwrap();
+    Work(d)
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn json(&self) -> Value {
+        if self.stdout.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(self.stdout.trim())
+                .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
+        }
+    }
+    fn denied(&self) -> Option<String> {
+        let v = self.json();
+        (v["hookSpecificOutput"]["permissionDecision"] == "deny").then(|| {
+            v["hookSpecificOutput"]["permissionDecisionReason"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+    }
+    fn timing(&self) -> (u128, u128, u64) {
+        let l = self
+            .stderr
+            .lines()
+            .find(|l| l.contains("timing "))
+            .expect("timing line");
+        let f = |k: &str| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix(k))
+                .unwrap()
+                .parse::<u128>()
+                .unwrap()
+        };
+        (f("total_us="), f("restore_us="), f("events=") as u64)
+    }
+}
+
+impl Work {
+    fn hook_bytes(&self, payload: &[u8]) -> Out {
+        let mut c = Command::new(BIN)
+            .args(["hook", "--runbook", "runbook.yaml"])
+            .current_dir(&self.0)
+            .env("RUNBOOK_HOOK_TIMING", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(payload).unwrap();
+        let o = c.wait_with_output().unwrap();
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into(),
+            stderr: String::from_utf8_lossy(&o.stderr).into(),
+        }
+    }
+    fn hook(&self, payload: Value) -> Out {
+        self.hook_bytes(payload.to_string().as_bytes())
+    }
+    fn runs(&self) -> PathBuf {
+        self.0.join(".runbook/runs")
+    }
+    fn run_dir(&self, session: &str) -> PathBuf {
+        let s: Value = serde_json::from_slice(
+            &std::fs::read(self.runs().join(format!(".hook/{session}.json"))).unwrap(),
+        )
+        .unwrap();
+        self.runs().join(s["run_id"].as_str().unwrap())
+    }
+    fn events(&self, session: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.run_dir(session).join("events.ndjson"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+fn base(session: &str, event: &str) -> Value {
+    json!({"session_id": session, "transcript_path": "~/.claude/projects/t/s.jsonl", "cwd": ".", "permission_mode": "default", "hook_event_name": event})
+}
+
+fn start(session: &str) -> Value {
+    let mut v = base(session, "SessionStart");
+    v["source"] = json!("startup");
+    v
+}
+
+fn pre(session: &str, tool: &str, input: Value, id: &str) -> Value {
+    let mut v = base(session, "PreToolUse");
+    v["tool_name"] = json!(tool);
+    v["tool_input"] = input;
+    v["tool_use_id"] = json!(id);
+    v
+}
+
+fn post(session: &str, tool: &str, input: Value, response: Value, id: &str) -> Value {
+    let mut v = pre(session, tool, input, id);
+    v["hook_event_name"] = json!("PostToolUse");
+    v["tool_response"] = response;
+    v
+}
+
+fn bash(cmd: &str) -> Value {
+    json!({"command": cmd})
+}
+
+fn out(stdout: &str) -> Value {
+    json!({"stdout": stdout, "stderr": "", "interrupted": false, "isImage": false})
+}
+
+fn verify(run_dir: &Path) -> (bool, String) {
+    let o = Command::new(BIN)
+        .arg("verify")
+        .arg(run_dir)
+        .output()
+        .unwrap();
+    (
+        o.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        ),
+    )
+}
+
+/// Allows (exit 0, no deny) or panics with what came back.
+fn allowed(o: Out) {
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.denied().is_none(), "denied: {}", o.stdout);
+}
+
+#[test]
+fn recorded_payloads_of_every_event_kind() {
+    let w = work("fixtures");
+    let fx =
+        |n: &str| std::fs::read(root().join(format!("host/tests/fixtures/hook/{n}.json"))).unwrap();
+    let o = w.hook_bytes(&fx("session-start"));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.json()["systemMessage"]
+            .as_str()
+            .unwrap()
+            .contains("supervising")
+    );
+    allowed(w.hook_bytes(&fx("pre-tool-use")));
+    allowed(w.hook_bytes(&fx("post-tool-use")));
+    let o = w.hook_bytes(&fx("stop"));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(
+        o.json()["systemMessage"]
+            .as_str()
+            .unwrap()
+            .contains("has not reached a terminal"),
+        "{}",
+        o.stdout
+    );
+    let o = w.hook_bytes(&fx("session-end"));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let dir = w.run_dir("fixture-session");
+    let (ok, text) = verify(&dir);
+    assert!(ok, "{text}");
+    let ev = w.events("fixture-session");
+    assert_eq!(ev[0]["event"]["coverage"], "complete");
+    assert_eq!(ev[1]["event"]["call_id"], "toolu_01ABCfixture");
+    // A finished run takes no more calls.
+    assert!(
+        w.hook_bytes(&fx("pre-tool-use"))
+            .denied()
+            .unwrap()
+            .contains("finished")
+    );
+}
+
+#[test]
+fn a_failed_tool_call_is_a_result_with_is_error() {
+    let w = work("failure");
+    let s = "fixture-failure";
+    assert_eq!(w.hook(start(s)).code, 0);
+    allowed(w.hook(pre(s, "Bash", bash("kubectl -n payments get secret payments-db-credentials"), "toolu_01XYZfailure")));
+    let o = w.hook_bytes(&std::fs::read(root().join("host/tests/fixtures/hook/post-tool-use-failure.json")).unwrap());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    let ev = w.events(s);
+    let last = &ev.last().unwrap()["event"];
+    assert_eq!(last["type"], "result");
+    assert_eq!(last["is_error"], true, "{last}");
+}
+
+/// Approves (or refuses) the one pending request of this run, as `runbook-host approve` does after a
+/// human confirmed on a terminal.
+fn answer(run_dir: &Path, granted: bool) {
+    let p = approvals::pending(run_dir).unwrap();
+    assert_eq!(p.len(), 1, "{p:?}");
+    approvals::answer(run_dir, &p[0].id, "alice", granted, &p[0].call_sha256).unwrap();
+}
+
+/// Runs `runbook-host approve RUN STEP` on a pseudo-terminal (`script` from util-linux) and answers `y`,
+/// as a human in another terminal would.
+fn approve_on_a_terminal(runs: &Path, run_id: &str, step: &str) {
+    let cmd = format!("{} approve {run_id} {step} --runs {}", env!("CARGO_BIN_EXE_runbook-host"), runs.display());
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux (bsdutils)");
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let _ = stdin.write_all(b"y\n");
+    let _ = stdin.flush();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "approve on a terminal: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let p = approvals::pending(&runs.join(run_id)).unwrap();
+    assert!(p.is_empty(), "the request is still pending after the human's yes: {p:?}");
+}
+
+#[test]
+fn a_scripted_session_through_the_credential_rotation() {
+    let w = work("scripted");
+    let s = "sess-scripted-1";
+    assert_eq!(w.hook(start(s)).code, 0);
+    let run_dir = w.run_dir(s);
+    let run_id = run_dir.file_name().unwrap().to_string_lossy().to_string();
+
+    // inspect: an allowed read, its result passes the step's assert.
+    let get = bash("kubectl -n payments get secret payments-db-credentials");
+    allowed(w.hook(pre(s, "Bash", get.clone(), "t1")));
+    allowed(w.hook(post(
+        s,
+        "Bash",
+        get,
+        out("payments-db-credentials   Opaque   2   97d\n"),
+        "t1",
+    )));
+    // A shell command no capability declares.
+    let r = w
+        .hook(pre(s, "Bash", bash("rm -rf /var/lib/postgres"), "t2"))
+        .denied()
+        .expect("denied");
+    assert!(r.contains("undeclared-tool"), "{r}");
+    // A declared tool out of its step.
+    let r = w
+        .hook(pre(
+            s,
+            "mcp__slack__post_message",
+            json!({"channel": "#x", "text": "done"}),
+            "t3",
+        ))
+        .denied()
+        .expect("denied");
+    assert!(r.contains("out-of-scope"), "{r}");
+    // check-age.
+    let meta = json!({"path": "database/creds/payments-app"});
+    allowed(w.hook(pre(s, "mcp__vault__read_metadata", meta.clone(), "t4")));
+    allowed(w.hook(post(
+        s,
+        "mcp__vault__read_metadata",
+        meta,
+        json!({"age_days": 97}),
+        "t4",
+    )));
+    // rotate: gated.
+    let rot = bash("vault write -f database/rotate-role/payments-app");
+    let r = w
+        .hook(pre(s, "Bash", rot.clone(), "t6"))
+        .denied()
+        .expect("gated");
+    assert!(
+        r.contains("needs-approval")
+            && r.contains(&format!("runbook-host approve {run_id} rotate")),
+        "{r}"
+    );
+    // The agent reaching for the approval channel through the shell: denied and recorded.
+    let r = w
+        .hook(pre(
+            s,
+            "Bash",
+            bash(&format!("runbook-host approve {run_id} rotate")),
+            "t7",
+        ))
+        .denied()
+        .expect("guarded");
+    assert!(r.contains("guarded"), "{r}");
+    assert_eq!(w.events(s).last().unwrap()["event"]["guard"], true);
+    // A human refuses: the retry stays shut (and asks again).
+    answer(&run_dir, false);
+    assert!(w.hook(pre(s, "Bash", rot.clone(), "t8")).denied().is_some());
+    // A human approves from a terminal (`runbook-host approve` under a pseudo-terminal): the retry of the
+    // same call passes.
+    approve_on_a_terminal(&w.runs(), &run_id, "rotate");
+    allowed(w.hook(pre(s, "Bash", rot.clone(), "t9")));
+    // The rotation fails its assert: back to `rotate` within the retry budget, a new approval needed.
+    allowed(w.hook(post(
+        s,
+        "Bash",
+        rot.clone(),
+        out("Error writing data: permission denied\n"),
+        "t9",
+    )));
+    let r = w
+        .hook(pre(s, "Bash", rot.clone(), "t10"))
+        .denied()
+        .expect("gated again");
+    assert!(r.contains("needs-approval"), "{r}");
+    answer(&run_dir, true);
+    allowed(w.hook(pre(s, "Bash", rot.clone(), "t11")));
+    allowed(w.hook(post(
+        s,
+        "Bash",
+        rot,
+        out("Success! Data written to: database/rotate-role/payments-app\n"),
+        "t11",
+    )));
+    // restart, verify, announce.
+    for (i, (tool, input, resp)) in [
+        (
+            "Bash",
+            bash("kubectl -n payments rollout restart deployment/payments-api"),
+            out("deployment.apps/payments-api restarted\n"),
+        ),
+        (
+            "Bash",
+            bash("kubectl -n payments rollout status deployment/payments-api --timeout=300s"),
+            out("deployment \"payments-api\" successfully rolled out\n"),
+        ),
+        (
+            "mcp__slack__post_message",
+            json!({"channel": "#payments-oncall", "text": "rotated"}),
+            json!({"ok": true}),
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = format!("u{i}");
+        allowed(w.hook(pre(s, tool, input.clone(), &id)));
+        allowed(w.hook(post(s, tool, input, resp, &id)));
+    }
+    // Stop at a terminal ends the run; SessionEnd after that changes nothing.
+    let o = w.hook(base(s, "Stop"));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(w.hook(base(s, "SessionEnd")).code, 0);
+    let report: Value =
+        serde_json::from_slice(&std::fs::read(run_dir.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report["terminal"], "rotated", "{report}");
+    assert_eq!(report["coverage"], "complete");
+    let (ok, text) = verify(&run_dir);
+    assert!(ok, "{text}");
+    let decisions: Vec<String> = w
+        .events(s)
+        .iter()
+        .map(|e| {
+            format!(
+                "{}:{}",
+                e["decision"]["decision"].as_str().unwrap(),
+                e["decision"]["deviation"].as_str().unwrap_or("-")
+            )
+        })
+        .collect();
+    eprintln!(
+        "scripted session: {} events, outcome {}: {decisions:?}",
+        decisions.len(),
+        report["outcome"]
+    );
+}
+
+#[test]
+fn a_stop_before_a_terminal_can_keep_the_agent_working() {
+    let w = work("keep");
+    let s = "sess-keep";
+    assert_eq!(w.hook(start(s)).code, 0);
+    let mut c = Command::new(BIN)
+        .args(["hook", "--runbook", "runbook.yaml", "--keep-working"])
+        .current_dir(&w.0)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin
+        .take()
+        .unwrap()
+        .write_all(base(s, "Stop").to_string().as_bytes())
+        .unwrap();
+    let o = c.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["decision"], "block", "{v}");
+}
+
+#[test]
+fn parallel_pre_tool_use_calls_are_decided_one_at_a_time() {
+    let w = work("parallel");
+    let s = "sess-parallel";
+    assert_eq!(w.hook(start(s)).code, 0);
+    let n = 12;
+    let outs: Vec<Out> = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..n)
+            .map(|i| {
+                let w = &w;
+                sc.spawn(move || {
+                    w.hook(pre(
+                        s,
+                        "Bash",
+                        bash("kubectl -n payments get pods"),
+                        &format!("p{i}"),
+                    ))
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for o in &outs {
+        assert_eq!(o.code, 0, "{}", o.stderr);
+    }
+    let ev = w.events(s);
+    assert_eq!(ev.len(), 1 + n, "every call recorded once");
+    let mut ids: Vec<String> = ev[1..]
+        .iter()
+        .map(|e| e["event"]["call_id"].as_str().unwrap().to_string())
+        .collect();
+    for (i, e) in ev.iter().enumerate() {
+        assert_eq!(e["decision"]["seq"], i as u64, "one recorded order");
+    }
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n);
+    assert_eq!(w.hook(base(s, "SessionEnd")).code, 0);
+    let (ok, text) = verify(&w.run_dir(s));
+    assert!(ok, "{text}");
+}
+
+#[test]
+fn sessions_never_mix() {
+    let w = work("mix");
+    assert_eq!(w.hook(start("sa")).code, 0);
+    assert_eq!(w.hook(start("sb")).code, 0);
+    assert_ne!(w.run_dir("sa"), w.run_dir("sb"));
+    allowed(w.hook(pre(
+        "sa",
+        "Bash",
+        bash("kubectl -n payments get pods"),
+        "a1",
+    )));
+    assert_eq!(w.events("sa").len(), 2);
+    assert_eq!(w.events("sb").len(), 1);
+}
+
+#[test]
+fn errors_fail_closed_and_lose_nothing() {
+    let w = work("errors");
+    let s = "sess-err";
+    assert_eq!(w.hook(start(s)).code, 0);
+    allowed(w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), "e1")));
+    let path = w.run_dir(s).join("events.ndjson");
+    let events = || std::fs::read(&path).unwrap();
+    let before = events();
+    let bad: Vec<Vec<u8>> = vec![
+        b"".to_vec(),
+        b"not json".to_vec(),
+        b"[1,2]".to_vec(),
+        json!({"hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {}}).to_string().into_bytes(),
+        json!({"session_id": s, "hook_event_name": "Teleport"}).to_string().into_bytes(),
+        json!({"session_id": s, "hook_event_name": "PreToolUse", "tool_input": {}}).to_string().into_bytes(),
+        json!({"session_id": s, "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": "ls"}).to_string().into_bytes(),
+        json!({"session_id": s, "hook_event_name": "PostToolUse", "tool_name": "Bash", "tool_input": {}}).to_string().into_bytes(),
+        pre("../escape", "Bash", bash("ls"), "x").to_string().into_bytes(),
+        pre("no-such-session", "Bash", bash("ls"), "x").to_string().into_bytes(),
+    ];
+    for b in &bad {
+        let o = w.hook_bytes(b);
+        assert_eq!(o.code, 2, "{}: {}", String::from_utf8_lossy(b), o.stdout);
+        assert!(o.stderr.contains("denied (fail closed)"), "{}", o.stderr);
+        assert!(o.denied().is_none() && !o.stdout.contains("allow"));
+    }
+    assert_eq!(events(), before, "nothing lost or added");
+
+    // A corrupted bundle: one byte of a recorded event changed.
+    let corrupted = String::from_utf8(before.clone())
+        .unwrap()
+        .replace("get pods", "get podz");
+    std::fs::write(&path, &corrupted).unwrap();
+    let o = w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), "e2"));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("hash chain is broken"), "{}", o.stderr);
+    assert_eq!(std::fs::read(&path).unwrap(), corrupted.as_bytes());
+    std::fs::write(&path, &before).unwrap();
+
+    // A deleted lock file.
+    let lock = w.runs().join(format!(".hook/{s}.lock"));
+    std::fs::remove_file(&lock).unwrap();
+    let o = w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), "e3"));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("lock file"), "{}", o.stderr);
+    assert_eq!(events(), before);
+    // A deleted state file.
+    std::fs::write(&lock, b"").unwrap();
+    std::fs::remove_file(w.runs().join(format!(".hook/{s}.json"))).unwrap();
+    let o = w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), "e4"));
+    assert_eq!(o.code, 2);
+    assert!(o.stderr.contains("no hook state"), "{}", o.stderr);
+    assert_eq!(events(), before);
+}
+
+#[test]
+fn install_merges_and_uninstall_removes_exactly_what_it_added() {
+    let w = work("install");
+    let settings = w.0.join(".claude/settings.json");
+    std::fs::create_dir_all(settings.parent().unwrap()).unwrap();
+    let theirs = json!({"model": "x", "hooks": {"PreToolUse": [{"matcher": "Edit", "hooks": [{"type": "command", "command": "lint-it"}]}]}});
+    std::fs::write(&settings, serde_json::to_string_pretty(&theirs).unwrap()).unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new(BIN)
+            .args(args)
+            .current_dir(&w.0)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    run(&["hook", "--runbook", "rotate-credentials@1.3.0", "install"]);
+    run(&["hook", "--runbook", "rotate-credentials@1.3.0", "install"]);
+    let v: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
+    for e in [
+        "PreToolUse",
+        "PostToolUse",
+        "Stop",
+        "SessionStart",
+        "SessionEnd",
+    ] {
+        let n = v["hooks"][e]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|g| {
+                g["hooks"][0]["command"]
+                    .as_str()
+                    .unwrap()
+                    .contains(" hook --runbook rotate-credentials@1.3.0")
+            })
+            .count();
+        assert_eq!(n, 1, "{e}: {v}");
+    }
+    assert_eq!(v["hooks"]["PreToolUse"].as_array().unwrap().len(), 2);
+    let printed: Value = serde_json::from_str(&run(&[
+        "hook",
+        "--runbook",
+        "rotate-credentials@1.3.0",
+        "uninstall",
+        "--print",
+    ]))
+    .unwrap();
+    assert_eq!(printed, theirs);
+    run(&["hook", "--runbook", "rotate-credentials@1.3.0", "uninstall"]);
+    let v: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
+    assert_eq!(v, theirs);
+}
+
+fn pct(v: &mut [u128], p: f64) -> u128 {
+    v.sort();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// The whole hook process (start, load the precompiled component, restore, decide, write, exit), measured
+/// from the client's side, and the restore cost the hook reports.
+#[test]
+fn hook_latency() {
+    let w = work("latency");
+    let s = "sess-latency";
+    assert_eq!(w.hook(start(s)).code, 0);
+    let measure = |target: usize, samples: usize| {
+        // Fill the run up to `target` events (decided and recorded like any call).
+        let mut i = 0;
+        while w.events(s).len() < target - samples {
+            assert_eq!(
+                w.hook(pre(
+                    s,
+                    "Bash",
+                    bash("kubectl -n payments get pods"),
+                    &format!("f{i}")
+                ))
+                .code,
+                0
+            );
+            i += 1;
+        }
+        let (mut total, mut wall, mut restore) = (Vec::new(), Vec::new(), Vec::new());
+        for k in 0..samples {
+            let t = Instant::now();
+            let o = w.hook(pre(
+                s,
+                "Bash",
+                bash("kubectl -n payments get pods"),
+                &format!("m{target}-{k}"),
+            ));
+            wall.push(t.elapsed().as_micros());
+            assert_eq!(o.code, 0, "{}", o.stderr);
+            let (tt, r, _) = o.timing();
+            total.push(tt);
+            restore.push(r);
+        }
+        eprintln!(
+            "hook latency at ~{target} events: process wall median {:.2} ms p95 {:.2} ms; in-process median {:.2} ms; restore (replay) median {:.2} ms p95 {:.2} ms",
+            pct(&mut wall, 0.5) as f64 / 1000.0,
+            pct(&mut wall, 0.95) as f64 / 1000.0,
+            pct(&mut total, 0.5) as f64 / 1000.0,
+            pct(&mut restore, 0.5) as f64 / 1000.0,
+            pct(&mut restore, 0.95) as f64 / 1000.0,
+        );
+    };
+    measure(50, 50);
+    measure(500, 20);
+}
+
+/// The same at 5,000 events (slow to fill: one process per event): `cargo test --release -p runbook-host
+/// --test hook -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn hook_latency_at_5000_events() {
+    let w = work("latency5000");
+    let s = "sess-latency-5000";
+    assert_eq!(w.hook(start(s)).code, 0);
+    let (mut wall, mut restore, mut full) = (Vec::new(), Vec::new(), Vec::new());
+    let mut i = 0;
+    while w.events(s).len() < 5000 {
+        let t = Instant::now();
+        let o = w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), &format!("f{i}")));
+        let el = t.elapsed().as_micros();
+        assert_eq!(o.code, 0, "{}", o.stderr);
+        if w.events(s).len() > 4950 {
+            wall.push(el);
+            restore.push(o.timing().1);
+        }
+        i += 1;
+    }
+    // A cold restore: the chain cache removed, every link recomputed.
+    for k in 0..5 {
+        let _ = std::fs::remove_file(w.runs().join(format!(".hook/{s}.chain")));
+        let o = w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), &format!("c{k}")));
+        full.push(o.timing().1);
+    }
+    eprintln!(
+        "hook latency at ~5000 events: process wall median {:.2} ms p95 {:.2} ms; restore median {:.2} ms; cold restore (whole chain) median {:.2} ms",
+        pct(&mut wall, 0.5) as f64 / 1000.0,
+        pct(&mut wall, 0.95) as f64 / 1000.0,
+        pct(&mut restore, 0.5) as f64 / 1000.0,
+        pct(&mut full, 0.5) as f64 / 1000.0,
+    );
+}
