@@ -1,0 +1,110 @@
+//! A whole `runbook-host hook` process for one PreToolUse, as Claude Code runs it before every tool call:
+//! spawn, load the precompiled component, take the session's lock, restore the run from its bundle
+//! (replaying the recorded events through the module), decide, record, answer, exit. Measured on runs of
+//! about 50 and 500 recorded events; each iteration starts from a fresh copy of the same run (copied
+//! untimed), so the run does not grow while it is measured.
+//!
+//! The binary is the release build at `target/release/runbook-host` (or `$RUNBOOK_HOST_BIN`); without it
+//! the bench says so and measures nothing.
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+use runbook_benches::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("RUNBOOK_HOST_BIN") {
+        return PathBuf::from(p);
+    }
+    Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("target directory").join("release").join("runbook-host")
+}
+
+fn payload(event: &str, extra: &str) -> String {
+    format!(r#"{{"session_id":"bench","transcript_path":"t.jsonl","cwd":".","hook_event_name":"{event}"{extra}}}"#)
+}
+
+fn pre_tool_use(n: usize) -> String {
+    // An undeclared shell command: denied and recorded, whatever the step.
+    payload("PreToolUse", &format!(r#","tool_name":"Bash","tool_input":{{"command":"rm -rf /tmp/x{n}"}},"tool_use_id":"toolu_{n}""#))
+}
+
+/// Runs the hook once in `dir` and returns its exit code and stdout.
+fn hook(bin: &Path, dir: &Path, input: &str) -> (i32, String) {
+    let mut child = Command::new(bin)
+        .args(["hook", "--runbook", "runbook.yaml"])
+        .current_dir(dir)
+        .env("RUNBOOK_HOST_CACHE", dir.parent().unwrap().join("cache"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn runbook-host hook");
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let p = e.path();
+        if p.is_dir() {
+            copy_dir(&p, &to.join(e.file_name()));
+        } else {
+            std::fs::copy(&p, to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+fn hook_process(c: &mut Criterion) {
+    let bin = binary();
+    if !bin.is_file() {
+        eprintln!("hook_process: SKIPPED, no release binary at target/release/runbook-host; build it first with `cargo build --release -p runbook-host`");
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root");
+    let base = scratch_dir(env!("CARGO_TARGET_TMPDIR"), "hook-process");
+    let mut group = c.benchmark_group("hook_process");
+    for events in [50usize, 500] {
+        // A session with `events` recorded events: the start claim, then denied calls.
+        let template = base.join(format!("template-{events}"));
+        let _ = std::fs::remove_dir_all(&template);
+        std::fs::create_dir_all(&template).unwrap();
+        std::fs::copy(root.join("examples/rotate-credentials/runbook.yaml"), template.join("runbook.yaml")).unwrap();
+        assert_eq!(hook(&bin, &template, &payload("SessionStart", r#","source":"startup""#)).0, 0, "SessionStart");
+        for n in 1..events {
+            let (code, out) = hook(&bin, &template, &pre_tool_use(n));
+            assert_eq!(code, 0, "PreToolUse {n}");
+            assert!(out.contains("deny"), "an undeclared command is denied: {out}");
+        }
+        let mut k = 0usize;
+        group.bench_function(format!("pre-tool-use/{events}-events"), |b| {
+            b.iter_batched(
+                || {
+                    k += 1;
+                    let dir = base.join(format!("run-{events}-{k}"));
+                    let _ = std::fs::remove_dir_all(&dir);
+                    copy_dir(&template, &dir);
+                    dir
+                },
+                |dir| {
+                    let (code, out) = hook(&bin, &dir, &pre_tool_use(events + 1));
+                    assert_eq!(code, 0);
+                    assert!(out.contains("deny"));
+                    let _ = std::fs::remove_dir_all(&dir);
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(30);
+    targets = hook_process
+}
+criterion_main!(benches);
