@@ -46,15 +46,24 @@ fn build_core(root: &Path) -> PathBuf {
         .args(["build", "--locked", "-p", "runbook-policy", "--lib", "--target", "wasm32-unknown-unknown", "--profile", "component", "--target-dir"])
         .arg(&target_dir);
     // The parent's settings are for the host build, not this one.
-    for var in ["CARGO_ENCODED_RUSTFLAGS", "RUSTFLAGS", "CARGO_TARGET_DIR", "CARGO_BUILD_TARGET", "CARGO_BUILD_RUSTFLAGS", "RUSTC_WRAPPER", "RUSTC_WORKSPACE_WRAPPER", "CARGO_PROFILE_RELEASE_LTO", "CARGO_LLVM_COV", "RUSTDOCFLAGS"] {
+    for var in [
+        "CARGO_ENCODED_RUSTFLAGS",
+        "RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "CARGO_BUILD_RUSTFLAGS",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_PROFILE_RELEASE_LTO",
+        "CARGO_LLVM_COV",
+        "RUSTDOCFLAGS",
+    ] {
         cmd.env_remove(var);
     }
     cmd.env("CARGO_ENCODED_RUSTFLAGS", flags);
     let status = cmd.status().expect("running cargo for the guest");
     if !status.success() {
-        panic!(
-            "building the policy component failed; is the wasm target installed? run `rustup target add wasm32-unknown-unknown`"
-        );
+        panic!("building the policy component failed; is the wasm target installed? run `rustup target add wasm32-unknown-unknown`");
     }
     target_dir.join("wasm32-unknown-unknown/component/runbook_policy.wasm")
 }

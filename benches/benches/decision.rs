@@ -38,10 +38,7 @@ fn native_session() -> core::Session {
 }
 
 fn typed_invoke(tool: &str, args: &str) -> host::Event {
-    host::Event {
-        at: 1,
-        kind: host::EventKind::Invoke(host::Invoke { tool: tool.into(), arguments: args.into(), call_id: None, step: None, guard: false }),
-    }
+    host::Event { at: 1, kind: host::EventKind::Invoke(host::Invoke { tool: tool.into(), arguments: args.into(), call_id: None, step: None, guard: false }) }
 }
 
 fn typed_result(tool: &str, result: &str) -> host::Event {
@@ -55,10 +52,7 @@ fn parse(json: &str) -> runbook_policy::value::Node {
 /// The native typed event, built the way the component's export builds it from the WIT record: the
 /// arguments (or result) JSON text is parsed on every call, so both sides do the same work.
 fn native_invoke(tool: &str, args: &str) -> core::Event {
-    core::Event {
-        at: 1,
-        kind: core::event::EventKind::Invoke { tool: tool.into(), arguments: parse(args), call_id: None, step: None, guard: false },
-    }
+    core::Event { at: 1, kind: core::event::EventKind::Invoke { tool: tool.into(), arguments: parse(args), call_id: None, step: None, guard: false } }
 }
 
 fn native_result(tool: &str, result: &str) -> core::Event {
@@ -195,10 +189,15 @@ fn scenario(c: &mut Criterion, policy: &host::Policy, name: &str, call: &'static
     let res = call.result.map(|(_, json)| typed_result(call.tool, json));
     g.bench_function("component-typed", |b| {
         b.iter_custom(|iters| match shape {
-            Shape::Pair => time_on_sessions(iters, 2, || component_session(policy), |s| {
-                black_box(s.handle(black_box(&inv)));
-                black_box(s.handle(black_box(res.as_ref().unwrap())));
-            }),
+            Shape::Pair => time_on_sessions(
+                iters,
+                2,
+                || component_session(policy),
+                |s| {
+                    black_box(s.handle(black_box(&inv)));
+                    black_box(s.handle(black_box(res.as_ref().unwrap())));
+                },
+            ),
             Shape::InvokeOnly => time_first_of_pair(
                 iters,
                 || component_session(policy),
@@ -209,9 +208,14 @@ fn scenario(c: &mut Criterion, policy: &host::Policy, name: &str, call: &'static
                     black_box(s.handle(res.as_ref().unwrap()));
                 },
             ),
-            Shape::Single => time_on_sessions(iters, 1, || component_session(policy), |s| {
-                black_box(s.handle(black_box(&inv)));
-            }),
+            Shape::Single => time_on_sessions(
+                iters,
+                1,
+                || component_session(policy),
+                |s| {
+                    black_box(s.handle(black_box(&inv)));
+                },
+            ),
         })
     });
 
@@ -219,10 +223,15 @@ fn scenario(c: &mut Criterion, policy: &host::Policy, name: &str, call: &'static
     let res_line = call.result.map(|(line, _)| line).unwrap_or("");
     g.bench_function("component-wire", |b| {
         b.iter_custom(|iters| match shape {
-            Shape::Pair => time_on_sessions(iters, 2, || component_session(policy), |s| {
-                black_box(s.handle_line(black_box(call.invoke_line)));
-                black_box(s.handle_line(black_box(res_line)));
-            }),
+            Shape::Pair => time_on_sessions(
+                iters,
+                2,
+                || component_session(policy),
+                |s| {
+                    black_box(s.handle_line(black_box(call.invoke_line)));
+                    black_box(s.handle_line(black_box(res_line)));
+                },
+            ),
             Shape::InvokeOnly => time_first_of_pair(
                 iters,
                 || component_session(policy),
@@ -233,9 +242,14 @@ fn scenario(c: &mut Criterion, policy: &host::Policy, name: &str, call: &'static
                     black_box(s.handle_line(res_line));
                 },
             ),
-            Shape::Single => time_on_sessions(iters, 1, || component_session(policy), |s| {
-                black_box(s.handle_line(black_box(call.invoke_line)));
-            }),
+            Shape::Single => time_on_sessions(
+                iters,
+                1,
+                || component_session(policy),
+                |s| {
+                    black_box(s.handle_line(black_box(call.invoke_line)));
+                },
+            ),
         })
     });
 

@@ -20,9 +20,7 @@ fn envelope(c: &mut Criterion) {
             assert_eq!(native, component, "the component and the native core give the same envelope bytes");
             assert!(native.contains("\"initial\":\"step-0\""), "envelope has the first step");
             g.throughput(Throughput::Bytes(doc.len() as u64));
-            g.bench_with_input(BenchmarkId::new("component", steps), doc, |b, doc| {
-                b.iter(|| black_box(policy.envelope(black_box(doc)).unwrap().unwrap()))
-            });
+            g.bench_with_input(BenchmarkId::new("component", steps), doc, |b, doc| b.iter(|| black_box(policy.envelope(black_box(doc)).unwrap().unwrap())));
             g.bench_with_input(BenchmarkId::new("native", steps), doc, |b, doc| b.iter(|| black_box(runbook_policy::envelope(black_box(doc)).unwrap())));
         }
         g.finish();

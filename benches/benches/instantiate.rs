@@ -23,7 +23,8 @@ fn instantiate(c: &mut Criterion) {
     }
     let cold = host::Policy::load_with_cache(Some(&dir)).expect("cold load");
     drop(cold);
-    let cached: Vec<_> = std::fs::read_dir(&dir).expect("read the cache directory").flatten().filter(|e| e.path().extension().is_some_and(|x| x == "cwasm")).collect();
+    let cached: Vec<_> =
+        std::fs::read_dir(&dir).expect("read the cache directory").flatten().filter(|e| e.path().extension().is_some_and(|x| x == "cwasm")).collect();
     assert_eq!(cached.len(), 1, "the first load writes one precompiled file");
 
     let mut g = c.benchmark_group("instantiate");

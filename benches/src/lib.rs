@@ -44,10 +44,12 @@ terminals: [done, failed]
 
 /// The `start` claim the decision benches open their runs with: R1, so that a `result` never routes
 /// (the client routes with `advance` at R1) and an invoke/result pair leaves the run where it was.
-pub const START_R1: &str = r#"{"type":"start","at":0,"run_id":"bench","profile":"R1","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
+pub const START_R1: &str =
+    r#"{"type":"start","at":0,"run_id":"bench","profile":"R1","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
 
 /// The same claim at R2.
-pub const START_R2: &str = r#"{"type":"start","at":0,"run_id":"bench","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
+pub const START_R2: &str =
+    r#"{"type":"start","at":0,"run_id":"bench","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
 
 /// An allowed call in step `inspect`, with a small object of arguments.
 pub const INVOKE_READ: &str = r#"{"type":"invoke","at":1,"tool":"db.read","arguments":{"table":"users","limit":10}}"#;
@@ -104,12 +106,7 @@ pub fn generate_runbook(steps: usize, format: Format) -> String {
     assert!(steps >= 1, "a generated runbook has at least one step");
     let ncaps = (steps / 10).clamp(4, 999);
     let mut caps: Vec<GenCap> = (0..ncaps)
-        .map(|k| GenCap {
-            name: format!("cap-{k}"),
-            tool: format!("svc{}.op{k}", k % 7),
-            risk: if k % 3 == 0 { "mutating" } else { "read-only" },
-            when: None,
-        })
+        .map(|k| GenCap { name: format!("cap-{k}"), tool: format!("svc{}.op{k}", k % 7), risk: if k % 3 == 0 { "mutating" } else { "read-only" }, when: None })
         .collect();
     caps.push(GenCap { name: "kubectl-get".into(), tool: "Bash".into(), risk: "read-only", when: Some("^kubectl get [a-z0-9./-]+$") });
     let shell = caps.len() - 1;

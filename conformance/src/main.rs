@@ -27,7 +27,8 @@ struct Imp {
 impl Imp {
     fn start(spec: &Value, root: &Path) -> Result<Imp> {
         let name = spec["name"].as_str().ok_or_else(|| anyhow!("implementation without a name"))?.to_string();
-        let argv: Vec<String> = spec["command"].as_array().ok_or_else(|| anyhow!("{name}: no command"))?.iter().map(|a| a.as_str().unwrap_or("").to_string()).collect();
+        let argv: Vec<String> =
+            spec["command"].as_array().ok_or_else(|| anyhow!("{name}: no command"))?.iter().map(|a| a.as_str().unwrap_or("").to_string()).collect();
         let mut cmd = Command::new(resolve(root, &argv[0]));
         cmd.args(&argv[1..]).current_dir(root).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::inherit());
         if let Some(env) = spec.get("env").and_then(Value::as_object) {
@@ -215,7 +216,12 @@ fn main() -> Result<()> {
     let root = std::env::current_dir()?;
     let o = options(&root)?;
     let specs: Value = serde_json::from_str(&std::fs::read_to_string(&o.implementations).context("reading the implementations file")?)?;
-    let specs: Vec<&Value> = specs["implementations"].as_array().ok_or_else(|| anyhow!("no `implementations` list"))?.iter().filter(|s| o.only.as_ref().is_none_or(|only| only.iter().any(|n| s["name"] == json!(n)))).collect();
+    let specs: Vec<&Value> = specs["implementations"]
+        .as_array()
+        .ok_or_else(|| anyhow!("no `implementations` list"))?
+        .iter()
+        .filter(|s| o.only.as_ref().is_none_or(|only| only.iter().any(|n| s["name"] == json!(n))))
+        .collect();
     if specs.is_empty() {
         bail!("no implementation selected");
     }

@@ -32,15 +32,8 @@ const REASONS: &[&str] = &[
 ];
 const DEVIATIONS: &[&str] = &["undeclared-tool", "out-of-scope-tool", "out-of-order-step", "budget-exhausted", "terminal-not-reached"];
 const OUTCOMES: &[&str] = &["completed", "incomplete", "refused", "failed", "aborted"];
-const REFUSALS: &[&str] = &[
-    "invalid-document",
-    "capability-not-allowed",
-    "profile-too-low",
-    "autonomous-at-r0",
-    "coverage-incomplete",
-    "risk-above-ceiling",
-    "prerequisite-unmet",
-];
+const REFUSALS: &[&str] =
+    &["invalid-document", "capability-not-allowed", "profile-too-low", "autonomous-at-r0", "coverage-incomplete", "risk-above-ceiling", "prerequisite-unmet"];
 /// Refusals that cannot be provoked alone: agent-autonomous implies R1 (DESIGN 4), so a claim of R0 is
 /// always also `profile-too-low`.
 const NEVER_ALONE: &[&str] = &["autonomous-at-r0"];
@@ -73,9 +66,7 @@ const LINT_CODES: &[&str] = &[
     "conflicting-fields",
     "unconstrained-shell",
 ];
-const OPS: &[&str] = &[
-    "exists", "absent", "equals", "not_equals", "in", "contains", "matches", "lt", "lte", "gt", "gte", "len_eq", "len_lte", "len_gte",
-];
+const OPS: &[&str] = &["exists", "absent", "equals", "not_equals", "in", "contains", "matches", "lt", "lte", "gt", "gte", "len_eq", "len_lte", "len_gte"];
 /// A missing path is the answer of `exists` and `absent`, never a reason they cannot be evaluated (DESIGN 2).
 const NEVER_UNEVALUABLE: &[&str] = &["exists", "absent"];
 const COMBINATORS: &[&str] = &["all", "any", "not"];

@@ -2,8 +2,8 @@
 
 use crate::event::{self, Claim, Coverage, EndReason, EventKind};
 use crate::{doc, json, supervisor};
-use exports::runbook::policy::policy::{self as wit, Guest, GuestSession};
 use exports::runbook::policy::policy as t;
+use exports::runbook::policy::policy::{self as wit, Guest, GuestSession};
 use std::cell::RefCell;
 
 wit_bindgen::generate!({ path: "../wit", world: "runbook-policy" });
@@ -67,13 +67,9 @@ fn to_event(e: t::Event) -> Result<event::Event, String> {
             agent: c.agent,
             available: c.available,
         }),
-        t::EventKind::Invoke(i) => EventKind::Invoke {
-            arguments: json_arg(&i.arguments, "arguments")?,
-            tool: i.tool,
-            call_id: i.call_id,
-            step: i.step,
-            guard: i.guard,
-        },
+        t::EventKind::Invoke(i) => {
+            EventKind::Invoke { arguments: json_arg(&i.arguments, "arguments")?, tool: i.tool, call_id: i.call_id, step: i.step, guard: i.guard }
+        }
         t::EventKind::Result(r) => EventKind::Result { result: json_arg(&r.result, "result")?, tool: r.tool, is_error: r.is_error, call_id: r.call_id },
         t::EventKind::Approval(a) => {
             if let Some(h) = &a.call_sha256 {

@@ -551,7 +551,12 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
         if let Some(id) = get_str(ctx, root, "runbook_id", "") {
             if !valid_runbook_id(&id) {
                 let v = root.get("runbook_id").unwrap();
-                ctx.error("invalid-id", v.pos, "/runbook_id", format!("`{id}` is not a valid runbook id (lowercase letters, digits, `.`, `_`, `-`; at most 128)"));
+                ctx.error(
+                    "invalid-id",
+                    v.pos,
+                    "/runbook_id",
+                    format!("`{id}` is not a valid runbook id (lowercase letters, digits, `.`, `_`, `-`; at most 128)"),
+                );
             }
             d.runbook_id = Some(id);
         }
@@ -587,7 +592,12 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
     let caps_declared = root.get("capabilities").is_some();
     if let Some(items) = list(ctx, root, "capabilities", "") {
         if items.len() > MAX_CAPABILITIES {
-            ctx.error("limit", root.get("capabilities").unwrap().pos, "/capabilities", format!("{} capabilities; the limit is {MAX_CAPABILITIES}", items.len()));
+            ctx.error(
+                "limit",
+                root.get("capabilities").unwrap().pos,
+                "/capabilities",
+                format!("{} capabilities; the limit is {MAX_CAPABILITIES}", items.len()),
+            );
         }
         for (i, item) in items.iter().enumerate().take(MAX_CAPABILITIES) {
             let p = format!("/capabilities/{i}");
@@ -660,7 +670,12 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             let timeout_ms = item.get("timeout_ms").and_then(|t| match &t.value {
                 Value::Num(n) if n.as_u64().is_some() => n.as_u64(),
                 _ => {
-                    ctx.error("wrong-type", t.pos, &ptr(&p, "timeout_ms"), format!("`timeout_ms` must be a whole number of milliseconds, found {}", t.type_name()));
+                    ctx.error(
+                        "wrong-type",
+                        t.pos,
+                        &ptr(&p, "timeout_ms"),
+                        format!("`timeout_ms` must be a whole number of milliseconds, found {}", t.type_name()),
+                    );
                     None
                 }
             });
@@ -695,7 +710,13 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
 
     if let Some(c) = root.get("completion") {
         if check_fields(ctx, c, "/completion", &["condition", "receipt"], "`completion`") {
-            d.completion = get_enum(ctx, c, "condition", "/completion", &[("final_output", CompletionCondition::FinalOutput), ("terminal", CompletionCondition::Terminal)]);
+            d.completion = get_enum(
+                ctx,
+                c,
+                "condition",
+                "/completion",
+                &[("final_output", CompletionCondition::FinalOutput), ("terminal", CompletionCondition::Terminal)],
+            );
             d.receipt = get_bool(ctx, c, "receipt", "/completion").unwrap_or(false);
         }
     }
@@ -729,7 +750,12 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                             ctx.error("invalid-id", item.get("runbook_id").unwrap().pos, &ptr(&p, "runbook_id"), format!("`{id}` is not a valid runbook id"));
                         }
                         if !valid_semver(&version) {
-                            ctx.error("invalid-id", item.get("version").unwrap().pos, &ptr(&p, "version"), format!("`{version}` is not a semantic version such as `1.2.0`"));
+                            ctx.error(
+                                "invalid-id",
+                                item.get("version").unwrap().pos,
+                                &ptr(&p, "version"),
+                                format!("`{version}` is not a semantic version such as `1.2.0`"),
+                            );
                         }
                         d.prerequisites.push(Prerequisite::Runbook { id, version });
                     }
@@ -814,7 +840,12 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                     Value::Num(n) => match n.as_u64() {
                         Some(v) if (1..=100).contains(&v) => Some(v),
                         _ => {
-                            ctx.error("budget-out-of-range", m.pos, &ptr(&rp, "max"), format!("`retry.max` must be a whole number from 1 to 100, found `{}`", n.canonical()));
+                            ctx.error(
+                                "budget-out-of-range",
+                                m.pos,
+                                &ptr(&rp, "max"),
+                                format!("`retry.max` must be a whole number from 1 to 100, found `{}`", n.canonical()),
+                            );
                             None
                         }
                     },
@@ -872,7 +903,12 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
     }
     let path = get_str(ctx, node, "path", p)?;
     let Some(tokens) = parse_pointer(&path) else {
-        ctx.error("invalid-pointer", node.get("path").unwrap().pos, &ptr(p, "path"), format!("`{path}` is not a JSON Pointer (it starts with `/`, and `~` is written `~0` or `~1`)"));
+        ctx.error(
+            "invalid-pointer",
+            node.get("path").unwrap().pos,
+            &ptr(p, "path"),
+            format!("`{path}` is not a JSON Pointer (it starts with `/`, and `~` is written `~0` or `~1`)"),
+        );
         return None;
     };
     let op = get_enum(ctx, node, "op", p, &OPS)?;
@@ -926,7 +962,15 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
             }
         }
         if in_when && !anchored_branches(pattern) {
-            ctx.error("unanchored-when", v.pos, &ptr(p, "value"), format!("a `matches` in `when` grants access, so it must be anchored at both ends: `^{}$`", pattern.trim_start_matches('^').trim_end_matches('$')));
+            ctx.error(
+                "unanchored-when",
+                v.pos,
+                &ptr(p, "value"),
+                format!(
+                    "a `matches` in `when` grants access, so it must be anchored at both ends: `^{}$`",
+                    pattern.trim_start_matches('^').trim_end_matches('$')
+                ),
+            );
         }
     }
     Some(Pred::Cmp { path, tokens, op, value: value.cloned(), regex })
@@ -1034,13 +1078,23 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             Some(o) => match a.step_caps[i].iter().find(|ci| d.capabilities[**ci].name == *o) {
                 Some(ci) => vec![*ci],
                 None => {
-                    ctx.error("ambiguous-observation", field_pos("observe"), &ptr(&s.pointer, "observe"), format!("`observe` names `{o}`, which is not one of step `{}`'s tools", s.id));
+                    ctx.error(
+                        "ambiguous-observation",
+                        field_pos("observe"),
+                        &ptr(&s.pointer, "observe"),
+                        format!("`observe` names `{o}`, which is not one of step `{}`'s tools", s.id),
+                    );
                     Vec::new()
                 }
             },
             None => {
                 if s.assert.is_some() && a.step_caps[i].len() > 1 {
-                    ctx.error("ambiguous-observation", field_pos("assert"), &ptr(&s.pointer, "assert"), format!("step `{}` has several tools: say with `observe` which one's result the `assert` judges", s.id));
+                    ctx.error(
+                        "ambiguous-observation",
+                        field_pos("assert"),
+                        &ptr(&s.pointer, "assert"),
+                        format!("step `{}` has several tools: say with `observe` which one's result the `assert` judges", s.id),
+                    );
                 }
                 a.step_caps[i].clone()
             }
@@ -1073,7 +1127,12 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
     if let Some(declared) = a.doc.min_profile {
         let pos = root.get("min_runtime_profile").map(|n| n.pos).unwrap_or_default();
         if a.doc.execution == Some(Execution::AgentAutonomous) && declared == Profile::R0 {
-            ctx.error("autonomous-at-r0", pos, "/min_runtime_profile", "`agent-autonomous` execution cannot run at `R0`: nothing would stand between the agent and the tools".into());
+            ctx.error(
+                "autonomous-at-r0",
+                pos,
+                "/min_runtime_profile",
+                "`agent-autonomous` execution cannot run at `R0`: nothing would stand between the agent and the tools".into(),
+            );
         } else if declared < a.implied_profile {
             ctx.error(
                 "min-profile-below-implied",
@@ -1088,7 +1147,12 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
         for (i, c) in a.doc.capabilities.iter().enumerate() {
             if c.when.is_none() && SHELL_TOOLS.contains(&c.tool.as_str()) {
                 let pos = root.pointer(&["capabilities".to_string(), i.to_string()]).map(|n| n.pos).unwrap_or_default();
-                ctx.warn("unconstrained-shell", pos, &format!("/capabilities/{i}"), format!("capability `{}` allows any `{}` command in a runbook with gated steps; constrain it with `when`", c.name, c.tool));
+                ctx.warn(
+                    "unconstrained-shell",
+                    pos,
+                    &format!("/capabilities/{i}"),
+                    format!("capability `{}` allows any `{}` command in a runbook with gated steps; constrain it with `when`", c.name, c.tool),
+                );
             }
         }
     }
@@ -1147,7 +1211,10 @@ fn graph_lints(ctx: &mut Ctx, a: &Analysis, root: &Node) {
                         "unbudgeted-cycle",
                         pos,
                         &p,
-                        format!("`{field}` from `{}` back to `{}` makes a loop with no retry budget; use `retry: {{to: {}, max: N}}`", d.steps[v].id, d.steps[w].id, d.steps[w].id),
+                        format!(
+                            "`{field}` from `{}` back to `{}` makes a loop with no retry budget; use `retry: {{to: {}, max: N}}`",
+                            d.steps[v].id, d.steps[w].id, d.steps[w].id
+                        ),
                     );
                 } else if colour[w] == 0 {
                     colour[w] = 1;

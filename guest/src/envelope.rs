@@ -42,33 +42,27 @@ pub fn build(a: &Analysis) -> Node {
             .collect(),
     );
     let undeclared = arr(a.undeclared.iter().map(|(st, t)| obj(vec![("step", s(st)), ("tool", s(t))])).collect());
-    let budgets = obj_owned(
-        d.steps.iter().filter_map(|st| st.retry.as_ref().map(|r| (format!("{}->{}", st.id, r.to), n(r.max)))).collect(),
-    );
+    let budgets = obj_owned(d.steps.iter().filter_map(|st| st.retry.as_ref().map(|r| (format!("{}->{}", st.id, r.to), n(r.max)))).collect());
     let mut terminals: Vec<&str> = d.terminals.iter().map(|t| t.as_str()).collect();
     terminals.sort_unstable_by(|x, y| crate::jcs::utf16_order(x, y));
-    let checkpoints = arr(
-        d.checkpoints
-            .iter()
-            .map(|c| {
-                obj(vec![
-                    ("id", s(&c.id)),
-                    ("kind", s(&c.kind)),
-                    ("required", b(c.required)),
-                    ("match", c.match_tool.as_deref().map(|t| obj(vec![("tool", s(t))])).unwrap_or_else(null)),
-                    ("condition", opt_s(c.condition.as_deref())),
-                    ("timeout_ms", c.timeout_ms.map(n).unwrap_or_else(null)),
-                ])
-            })
-            .collect(),
-    );
+    let checkpoints = arr(d
+        .checkpoints
+        .iter()
+        .map(|c| {
+            obj(vec![
+                ("id", s(&c.id)),
+                ("kind", s(&c.kind)),
+                ("required", b(c.required)),
+                ("match", c.match_tool.as_deref().map(|t| obj(vec![("tool", s(t))])).unwrap_or_else(null)),
+                ("condition", opt_s(c.condition.as_deref())),
+                ("timeout_ms", c.timeout_ms.map(n).unwrap_or_else(null)),
+            ])
+        })
+        .collect());
     let (min, declared) = a.min_profile();
     obj(vec![
         ("schema", s(SCHEMA)),
-        (
-            "document",
-            obj(vec![("runbook_id", opt_s(d.runbook_id.as_deref())), ("version", opt_s(d.version.as_deref())), ("sha256", s(&a.sha256))]),
-        ),
+        ("document", obj(vec![("runbook_id", opt_s(d.runbook_id.as_deref())), ("version", opt_s(d.version.as_deref())), ("sha256", s(&a.sha256))])),
         ("allowlist", strs(allowlist)),
         ("capabilities", capabilities),
         ("steps", steps),

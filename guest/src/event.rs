@@ -290,7 +290,9 @@ fn req_bool(obj: &Node, key: &str) -> Result<bool, Malformed> {
 
 fn str_list(obj: &Node, key: &str) -> Result<Vec<String>, Malformed> {
     match field(obj, key).map(|v| &v.value) {
-        Some(Value::Arr(items)) => items.iter().map(|i| i.as_str().map(str::to_string).ok_or_else(|| bad(format!("`{key}` must be a list of strings")))).collect(),
+        Some(Value::Arr(items)) => {
+            items.iter().map(|i| i.as_str().map(str::to_string).ok_or_else(|| bad(format!("`{key}` must be a list of strings")))).collect()
+        }
         Some(_) => Err(bad(format!("`{key}` must be a list of strings"))),
         None => Err(bad(format!("missing `{key}`"))),
     }
@@ -499,4 +501,3 @@ pub fn call_sha256(tool: &str, arguments: &Node) -> String {
     let node = obj(vec![("arguments", arguments.clone()), ("tool", s(tool))]);
     crate::doc::sha256_hex(jcs::to_string(&node).as_bytes())
 }
-

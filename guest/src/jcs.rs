@@ -75,9 +75,7 @@ pub fn write_str(s: &str, out: &mut String) {
 // Constructors, so artifact code reads as the shape it produces.
 
 pub fn obj(members: Vec<(&str, Node)>) -> Node {
-    Node::new(Value::Obj(
-        members.into_iter().map(|(k, v)| Member { key: k.to_string(), key_pos: Pos::default(), value: v }).collect(),
-    ))
+    Node::new(Value::Obj(members.into_iter().map(|(k, v)| Member { key: k.to_string(), key_pos: Pos::default(), value: v }).collect()))
 }
 
 pub fn obj_owned(members: Vec<(String, Node)>) -> Node {

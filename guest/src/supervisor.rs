@@ -512,12 +512,7 @@ impl Session {
         }
         let truth = match &self.a.doc.steps[i].assert {
             Some(preds) => {
-                let obs = obj(vec![
-                    ("tool", s(&call.tool)),
-                    ("arguments", call.arguments),
-                    ("result", result),
-                    ("is_error", jcs::b(is_error)),
-                ]);
+                let obs = obj(vec![("tool", s(&call.tool)), ("arguments", call.arguments), ("result", result), ("is_error", jcs::b(is_error))]);
                 let mut t = Truth::Pass;
                 for p in preds {
                     match p.eval(&obs) {
@@ -660,7 +655,12 @@ impl Session {
         let known = self.a.step_index(&to).is_some() || self.a.is_terminal(&to);
         let Position::Step(i) = self.pos else {
             self.record(seq, Deviation::OutOfOrderStep, None);
-            return self.decide(seq, if r0 { DecisionKind::Allow } else { DecisionKind::Deny }, Some(Deviation::OutOfOrderStep), if r0 { None } else { Some(Reason::OutOfOrderStep) });
+            return self.decide(
+                seq,
+                if r0 { DecisionKind::Allow } else { DecisionKind::Deny },
+                Some(Deviation::OutOfOrderStep),
+                if r0 { None } else { Some(Reason::OutOfOrderStep) },
+            );
         };
         let st = &self.a.doc.steps[i];
         let plain = self.a.step_next[i].as_deref() == Some(to.as_str()) || st.on_fail.as_deref() == Some(to.as_str());
@@ -760,7 +760,9 @@ impl Session {
                 .steps
                 .iter()
                 .enumerate()
-                .filter_map(|(i, st)| st.retry.as_ref().map(|r| (format!("{}->{}", st.id, r.to), obj(vec![("max", n(r.max)), ("used", n(self.budget_used[i]))]))))
+                .filter_map(|(i, st)| {
+                    st.retry.as_ref().map(|r| (format!("{}->{}", st.id, r.to), obj(vec![("max", n(r.max)), ("used", n(self.budget_used[i]))])))
+                })
                 .collect(),
         );
         let checkpoints = obj_owned(
@@ -785,10 +787,7 @@ impl Session {
         obj(vec![
             ("schema", s("runbook-run-report/v1")),
             ("run_id", opt_s(claim.map(|c| c.run_id.as_str()))),
-            (
-                "document",
-                obj(vec![("runbook_id", opt_s(a.doc.runbook_id.as_deref())), ("version", opt_s(a.doc.version.as_deref())), ("sha256", s(&a.sha256))]),
-            ),
+            ("document", obj(vec![("runbook_id", opt_s(a.doc.runbook_id.as_deref())), ("version", opt_s(a.doc.version.as_deref())), ("sha256", s(&a.sha256))])),
             // Derived when asked: a run rarely needs it before its report.
             ("envelope_sha256", opt_s(envelope_of(a).map(|e| doc::sha256_hex(e.as_bytes())).as_deref())),
             ("profile", opt_s(claim.map(|c| c.profile.as_str()))),

@@ -288,10 +288,7 @@ pub fn json_eq(a: &Node, b: &Node) -> bool {
         (Value::Num(x), Value::Num(y)) => x == y,
         (Value::Str(x), Value::Str(y)) => x == y,
         (Value::Arr(x), Value::Arr(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| json_eq(p, q)),
-        (Value::Obj(x), Value::Obj(y)) => {
-            x.len() == y.len()
-                && x.iter().all(|m| y.iter().any(|n| n.key == m.key && json_eq(&m.value, &n.value)))
-        }
+        (Value::Obj(x), Value::Obj(y)) => x.len() == y.len() && x.iter().all(|m| y.iter().any(|n| n.key == m.key && json_eq(&m.value, &n.value))),
         _ => false,
     }
 }

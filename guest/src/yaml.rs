@@ -7,9 +7,17 @@ use crate::value::{escape_token, Member, Node, Num, Pos, Value};
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 
 enum Frame {
-    Seq { pos: Pos, items: Vec<Node> },
+    Seq {
+        pos: Pos,
+        items: Vec<Node>,
+    },
     /// `seen` holds the keys so far: duplicate checks stay n log n however large the mapping.
-    Map { pos: Pos, members: Vec<Member>, key: Option<(String, Pos, bool)>, seen: std::collections::BTreeSet<String> },
+    Map {
+        pos: Pos,
+        members: Vec<Member>,
+        key: Option<(String, Pos, bool)>,
+        seen: std::collections::BTreeSet<String>,
+    },
 }
 
 fn pos_of(span: &Span) -> Pos {
@@ -302,15 +310,7 @@ mod tests {
 
     #[test]
     fn refused_features() {
-        for bad in [
-            "a: &x 1\nb: *x\n",
-            "a: !!str 1\n",
-            "base: &b {x: 1}\nc:\n  <<: *b\n",
-            "a: 1\n---\nb: 2\n",
-            "a: .inf\n",
-            "",
-            "[a, b\n",
-        ] {
+        for bad in ["a: &x 1\nb: *x\n", "a: !!str 1\n", "base: &b {x: 1}\nc:\n  <<: *b\n", "a: 1\n---\nb: 2\n", "a: .inf\n", "", "[a, b\n"] {
             assert!(parse(bad).node.is_none(), "{bad:?}");
         }
         let lol = format!("a: &a [x]\nb: &b [{}]\n", "*a,".repeat(10));

@@ -41,7 +41,9 @@ fn r1_rotate() -> String {
 }
 
 fn start(profile: &str) -> String {
-    format!(r#"{{"type":"start","at":0,"run_id":"r-1","profile":"{profile}","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}}"#)
+    format!(
+        r#"{{"type":"start","at":0,"run_id":"r-1","profile":"{profile}","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}}"#
+    )
 }
 
 /// (decision, step, deviation, reason) of each decision line.
@@ -401,7 +403,10 @@ fn malformed_lines_halt_the_run() {
         (r#"{"type":"tick"}"#, "malformed-event"),
         (r#"{"type":"tick","at":1,"extra":true}"#, "malformed-event"),
         (r#"{"type":"tick","at":1.5}"#, "malformed-event"),
-        (r#"{"type":"start","at":1,"run_id":"r","profile":"R1","allowlist":[],"risk_ceiling":"mutating","coverage":"complete","agent":"a"}"#, "malformed-event"),
+        (
+            r#"{"type":"start","at":1,"run_id":"r","profile":"R1","allowlist":[],"risk_ceiling":"mutating","coverage":"complete","agent":"a"}"#,
+            "malformed-event",
+        ),
     ] {
         let (d, report) = run(ROTATE, &[start("R2"), bad.to_string(), ev(r#"{"type":"end","at":9}"#)]);
         assert_eq!(d[1].0, "halt", "{bad}");

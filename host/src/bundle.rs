@@ -154,10 +154,7 @@ pub fn new_run_id() -> String {
 /// Whether `name` is a safe single path component for an id (run id, approval id): ASCII letters, digits,
 /// `.`, `_`, `-`, not starting with `.`, at most 128 bytes.
 pub fn is_safe_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 128
-        && !name.starts_with('.')
-        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    !name.is_empty() && name.len() <= 128 && !name.starts_with('.') && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Writes `bytes` to `name` in `dir` atomically (a temporary file, fsync, rename).
@@ -718,11 +715,7 @@ impl Bundle {
     }
 
     fn latest_is_me(&self) -> bool {
-        self.root
-            .read("latest.json")
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .is_some_and(|v| v["run_id"] == self.run_id.as_str())
+        self.root.read("latest.json").ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).is_some_and(|v| v["run_id"] == self.run_id.as_str())
     }
 
     fn write_latest(&self, at: &str) -> io::Result<()> {
@@ -753,7 +746,8 @@ pub fn public_reference(reference: &str) -> String {
 pub fn find_run(runs_root: &Path, run: &str) -> io::Result<PathBuf> {
     let id = if run == "latest" {
         let root = Dir::open_ambient_dir(runs_root, cap_std::ambient_authority())?;
-        let v: Value = serde_json::from_slice(&root.read("latest.json")?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("latest.json: {e}")))?;
+        let v: Value =
+            serde_json::from_slice(&root.read("latest.json")?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("latest.json: {e}")))?;
         v["run_id"].as_str().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "latest.json has no run_id"))?.to_string()
     } else {
         run.to_string()
@@ -816,7 +810,9 @@ pub fn export_redacted(run_dir: &Path, out_root: &Path) -> io::Result<PathBuf> {
         redacted.push_str(&event_record_line(&r.h, &chain_event_form(policy, &r.event_line), &r.decision_line));
     }
     write_atomic(&out, "events.ndjson", redacted.as_bytes())?;
-    files.push(json!({"path": "events.ndjson", "action": "redacted", "source_sha256": sha256_hex(&source_events), "output_sha256": sha256_hex(redacted.as_bytes())}));
+    files.push(
+        json!({"path": "events.ndjson", "action": "redacted", "source_sha256": sha256_hex(&source_events), "output_sha256": sha256_hex(redacted.as_bytes())}),
+    );
     for d in ["pending", "approvals", "consumed"] {
         if src.is_dir(d) {
             files.push(json!({"path": format!("{d}/"), "action": "omitted", "reason": "the approval channel holds call arguments"}));

@@ -21,8 +21,8 @@ mod bindings {
 }
 
 pub use bindings::exports::runbook::policy::policy::{
-    Approval, Coverage, Decision, DecisionKind, Deviation, EndReason, Event, EventKind, Finding, Invoke, LintReport, Profile, Reason, Refusal,
-    Risk, Severity, StartClaim, Structure, ToolResult, Verdict,
+    Approval, Coverage, Decision, DecisionKind, Deviation, EndReason, Event, EventKind, Finding, Invoke, LintReport, Profile, Reason, Refusal, Risk, Severity,
+    StartClaim, Structure, ToolResult, Verdict,
 };
 use bindings::RunbookPolicyPre;
 
@@ -244,9 +244,7 @@ impl Session {
         if self.trapped.is_some() {
             return self.trap_line(seq, false);
         }
-        let r = self.refuel().and_then(|_| {
-            self.inst.runbook_policy_policy().session().call_handle_line(&mut self.store, self.handle, line).map_err(trap)
-        });
+        let r = self.refuel().and_then(|_| self.inst.runbook_policy_policy().session().call_handle_line(&mut self.store, self.handle, line).map_err(trap));
         match r {
             Ok(d) => d,
             Err(e) => {
@@ -303,8 +301,6 @@ impl Session {
         if self.trapped.is_some() {
             return true;
         }
-        self.refuel().is_err()
-            || self.inst.runbook_policy_policy().session().call_is_over(&mut self.store, self.handle).unwrap_or(true)
+        self.refuel().is_err() || self.inst.runbook_policy_policy().session().call_is_over(&mut self.store, self.handle).unwrap_or(true)
     }
 }
-

@@ -100,11 +100,7 @@ pub fn file_name_for(bytes: &[u8]) -> &'static str {
 
 /// Whether `s` is usable as an id or a version in `id@version` and as one path component.
 fn is_component(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s != "."
-        && s != ".."
-        && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'))
+    !s.is_empty() && s.len() <= 128 && s != "." && s != ".." && s.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b'+'))
 }
 
 /// `id@version` when `reference` has that shape.
@@ -160,7 +156,14 @@ pub fn resolve(reference: &str, registry: &str) -> Result<Resolved, RegistryErro
     if as_file.is_file() {
         let bytes = std::fs::read(as_file).map_err(|e| RegistryError::new("io", format!("cannot read `{reference}`: {e}")))?;
         let name = as_file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "runbook".into());
-        return Ok(Resolved { file_name: file_name_for(&bytes).into(), sha256: sha256_hex(&bytes), bytes, reference: name, pinned_sha256: None, trust: Trust::T1 });
+        return Ok(Resolved {
+            file_name: file_name_for(&bytes).into(),
+            sha256: sha256_hex(&bytes),
+            bytes,
+            reference: name,
+            pinned_sha256: None,
+            trust: Trust::T1,
+        });
     }
     Err(RegistryError::new("unknown-runbook", format!("`{reference}` is neither `id@version` nor an existing file")))
 }
@@ -352,7 +355,8 @@ impl HttpBase {
         let body = &raw[head_end + 4..];
         let mut lines = head.split("\r\n");
         let status_line = lines.next().unwrap_or("");
-        let status: u16 = status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| HttpError::Io(format!("not an HTTP answer: `{status_line}`")))?;
+        let status: u16 =
+            status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| HttpError::Io(format!("not an HTTP answer: `{status_line}`")))?;
         let mut chunked = false;
         let mut length: Option<usize> = None;
         for l in lines {
@@ -454,7 +458,10 @@ pub fn add_bytes(registry_dir: &Path, bytes: &[u8]) -> Result<(String, String, S
                 return Ok((id, version, sha));
             }
         } else {
-            return Err(RegistryError::new("conflict", format!("`{id}@{version}` is already pinned to a different document ({})", e["sha256"].as_str().unwrap_or(""))));
+            return Err(RegistryError::new(
+                "conflict",
+                format!("`{id}@{version}` is already pinned to a different document ({})", e["sha256"].as_str().unwrap_or("")),
+            ));
         }
     }
     let io = |e: std::io::Error| RegistryError::new("io", format!("`{rel}`: {e}"));
@@ -478,7 +485,8 @@ pub fn add_bytes(registry_dir: &Path, bytes: &[u8]) -> Result<(String, String, S
 
 /// Every pinned (id, version, sha256) of a directory registry, sorted by id then version (as strings).
 pub fn list(registry_dir: &Path) -> Result<Vec<(String, String, String)>, RegistryError> {
-    let dir = Dir::open_ambient_dir(registry_dir, cap_std::ambient_authority()).map_err(|e| RegistryError::new("unreachable", format!("cannot open the registry: {e}")))?;
+    let dir = Dir::open_ambient_dir(registry_dir, cap_std::ambient_authority())
+        .map_err(|e| RegistryError::new("unreachable", format!("cannot open the registry: {e}")))?;
     let bytes = read_bounded(&dir, "index.json", MAX_INDEX).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             RegistryError::new("unreachable", "the registry has no index.json")

@@ -112,7 +112,13 @@ impl Run {
     }
 
     fn context(&self) -> String {
-        format!("`runbook-host {}` exited with {:?}\n--- stdout:\n{}\n--- stderr:\n{}", self.cmd, self.status, truncate(&self.stdout_text()), truncate(&self.stderr))
+        format!(
+            "`runbook-host {}` exited with {:?}\n--- stdout:\n{}\n--- stderr:\n{}",
+            self.cmd,
+            self.status,
+            truncate(&self.stdout_text()),
+            truncate(&self.stderr)
+        )
     }
 
     /// Exactly this exit code (a signal has none), and nothing that looks like a crash on stderr.
@@ -446,7 +452,8 @@ replay_cases! {
 fn event_over_one_mib() {
     let sb = Sandbox::new("event-over-1mib");
     sb.fixture(EVENTS_DOC);
-    let start = r#"{"type":"start","at":0,"run_id":"r-1","profile":"R1","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
+    let start =
+        r#"{"type":"start","at":0,"run_id":"r-1","profile":"R1","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
     let big = format!(r#"{{"type":"invoke","at":10,"tool":"db.read","arguments":{{"blob":"{}"}}}}"#, "a".repeat(1 << 20));
     assert!(big.len() > 1 << 20);
     let events = format!("{start}\n{big}\n{{\"type\":\"end\",\"at\":20}}\n");
@@ -458,7 +465,8 @@ fn event_over_one_mib() {
 fn event_of_exactly_one_mib_is_read() {
     let sb = Sandbox::new("event-1mib");
     sb.fixture(EVENTS_DOC);
-    let start = r#"{"type":"start","at":0,"run_id":"r-1","profile":"R1","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
+    let start =
+        r#"{"type":"start","at":0,"run_id":"r-1","profile":"R1","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
     let head = r#"{"type":"invoke","at":10,"tool":"db.read","arguments":{"blob":""#;
     let tail = r#""}}"#;
     let big = format!("{head}{}{tail}", "a".repeat((1 << 20) - head.len() - tail.len()));

@@ -8,7 +8,8 @@ fn doc() -> Vec<u8> {
     std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/executive-snapshot/runbook.json")).unwrap()
 }
 
-const START: &str = r#"{"type":"start","at":0,"run_id":"r-1","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
+const START: &str =
+    r#"{"type":"start","at":0,"run_id":"r-1","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
 
 #[test]
 fn exhausted_fuel_halts_with_host_trap() {

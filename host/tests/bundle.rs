@@ -50,7 +50,8 @@ fn write_bundle(runs: &Path, doc: &Path, lines: &[String]) -> PathBuf {
 
 fn verify(dir: &Path) -> (Option<i32>, Value, String) {
     let o = Command::new(BIN).args(["verify", "--format", "json"]).arg(dir).stdin(Stdio::null()).output().unwrap();
-    let v = serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("verify printed no JSON ({e}): {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)));
+    let v = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("verify printed no JSON ({e}): {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)));
     (o.status.code(), v, String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
@@ -306,7 +307,8 @@ fn gated_run(runs: &Path) -> (PathBuf, runbook_host::Session, Bundle, String, St
 
 fn approve_on_a_pty(runs: &Path, run: &str, step: &str, extra: &str, typed: &str) -> Output {
     let cmd = format!("'{BIN}' approve {run} {step} --runs '{}' {extra}", runs.display());
-    let mut child = Command::new("script").args(["-qec", &cmd, "/dev/null"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child =
+        Command::new("script").args(["-qec", &cmd, "/dev/null"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let typed = typed.to_string();
     let writer = std::thread::spawn(move || {
@@ -352,7 +354,10 @@ fn approve_on_a_terminal_writes_a_grant_bound_to_the_call() {
     let (dir, mut s, mut b, id, hash) = gated_run(&runs);
     let pending = approvals::pending(&dir).unwrap();
     assert_eq!(pending.len(), 1);
-    assert_eq!((pending[0].id.as_str(), pending[0].step.as_deref(), pending[0].tool.as_str(), pending[0].call_sha256.as_str()), (id.as_str(), Some("rotate"), "Bash", hash.as_str()));
+    assert_eq!(
+        (pending[0].id.as_str(), pending[0].step.as_deref(), pending[0].tool.as_str(), pending[0].call_sha256.as_str()),
+        (id.as_str(), Some("rotate"), "Bash", hash.as_str())
+    );
     assert_eq!(approvals::poll(&dir, &id).unwrap(), None);
 
     if have_script() {

@@ -351,7 +351,8 @@ fn produce(root: &Path) -> Produced {
         }
     }
     // A tampered bundle, and a directory that is no bundle at all.
-    let tampered = write_bundle(&runs, &local(&document_of("certificate-renewal")), &event_lines(&repo().join("examples/certificate-renewal/events.ndjson")), "replay");
+    let tampered =
+        write_bundle(&runs, &local(&document_of("certificate-renewal")), &event_lines(&repo().join("examples/certificate-renewal/events.ndjson")), "replay");
     out.add_bundle(&tampered);
     let report = tampered.join("report.json");
     let mut bytes = std::fs::read(&report).unwrap();
@@ -501,11 +502,38 @@ fn each_schema_rejects_wrong_instances() {
     }
     assert_invalid(&v, &with_key(&index, "/runbooks", "..", json!({"1.0.0": {"sha256": "0".repeat(64), "path": "x/runbook.yaml"}})), "an id `..`");
     assert_invalid(&v, &with_key(&index, "/runbooks", "a b", json!({})), "an id with a space");
-    assert_invalid(&v, &with_key(&index, "/runbooks/rotate-credentials", "1.3.0/../..", index["runbooks"]["rotate-credentials"]["1.3.0"].clone()), "a version that is a path");
+    assert_invalid(
+        &v,
+        &with_key(&index, "/runbooks/rotate-credentials", "1.3.0/../..", index["runbooks"]["rotate-credentials"]["1.3.0"].clone()),
+        "a version that is a path",
+    );
     // The schema's relative path is exactly registry::check_index_path.
     for path in [
-        "a", "a/b/runbook.yaml", "..a", "a/...", "a/.b", "a/b.", ".", "..", "", "/", "a/", "/a", "~a", "a~", "a/~b", "a:b", "a\\b", "a/../b", "a/./b",
-        "a//b", "x\u{85}y", "x\u{2028}y", "x\u{7f}", "ü/ß.yaml", "a b/c",
+        "a",
+        "a/b/runbook.yaml",
+        "..a",
+        "a/...",
+        "a/.b",
+        "a/b.",
+        ".",
+        "..",
+        "",
+        "/",
+        "a/",
+        "/a",
+        "~a",
+        "a~",
+        "a/~b",
+        "a:b",
+        "a\\b",
+        "a/../b",
+        "a/./b",
+        "a//b",
+        "x\u{85}y",
+        "x\u{2028}y",
+        "x\u{7f}",
+        "ü/ß.yaml",
+        "a b/c",
     ] {
         let schema_ok = v.is_valid(&with(&index, &format!("{entry}/path"), json!(path)));
         assert_eq!(schema_ok, registry::check_index_path(path).is_ok(), "index path {path:?}: schema {schema_ok}");
@@ -532,7 +560,11 @@ fn each_schema_rejects_wrong_instances() {
     let t2 = with(&with(&run, "/document/trust", json!("T2")), "/document/reference", json!("rotate-credentials@1.3.0"));
     assert_invalid(&v, &t2, "T2 without a pin");
     assert_valid(&v, &with(&t2, "/document/pinned_sha256", run["document"]["sha256"].clone()), "T2 with a pin");
-    assert_invalid(&v, &with(&with(&t2, "/document/pinned_sha256", run["document"]["sha256"].clone()), "/document/reference", json!("runbook.yaml")), "T2 named by a file");
+    assert_invalid(
+        &v,
+        &with(&with(&t2, "/document/pinned_sha256", run["document"]["sha256"].clone()), "/document/reference", json!("runbook.yaml")),
+        "T2 named by a file",
+    );
     assert_invalid(&v, &with(&run, "/envelope_sha256", Value::Null), "an envelope without its sha256");
     assert_invalid(&v, &with(&run, "/artifacts/envelope", Value::Null), "no envelope, but its sha256 and an id");
     assert_invalid(&v, &with(&run, "/chain_h0", json!("00")), "a short chain_h0");
@@ -674,9 +706,9 @@ fn safe_names_agree_with_the_host() {
     assert_valid(&v, &base, "a latest.json");
     let long = "a".repeat(128);
     let too_long = "a".repeat(129);
-    for name in [
-        "r-20261130T123456Z-3fa9c1", "r-1", "a", "_x", "-x", "x.y", ".hidden", "", "a/b", "..", "a b", "ü", long.as_str(), too_long.as_str(), "a\\b", "C:x",
-    ] {
+    for name in
+        ["r-20261130T123456Z-3fa9c1", "r-1", "a", "_x", "-x", "x.y", ".hidden", "", "a/b", "..", "a b", "ü", long.as_str(), too_long.as_str(), "a\\b", "C:x"]
+    {
         let schema_ok = v.is_valid(&with(&base, "/run_id", json!(name)));
         assert_eq!(schema_ok, bundle::is_safe_name(name), "run id {name:?}: schema {schema_ok}");
     }

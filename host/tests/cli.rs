@@ -214,7 +214,8 @@ fn variant(from: &str, to: &str) -> String {
     ROTATE.replace(from, to)
 }
 
-const START_R1: &str = r#"{"type":"start","at":0,"run_id":"r-1","profile":"R1","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
+const START_R1: &str =
+    r#"{"type":"start","at":0,"run_id":"r-1","profile":"R1","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
 
 /// A completed run of ROTATE at R1: the client routes with `advance`; a human approves the gated step.
 const COMPLETED_RUN: &str = concat!(
@@ -248,10 +249,7 @@ fn lint_clean_document_exits_0() {
     let run = sb.run(&["lint", "rotate.yaml"]);
     run.expect_exit(0);
     assert_eq!(run.stderr, "", "no findings");
-    assert_eq!(
-        run.out(),
-        format!("rotate.yaml: 0 error(s), 0 warning(s); structure P1; sha256 {}\n", sha256_hex(ROTATE.as_bytes()))
-    );
+    assert_eq!(run.out(), format!("rotate.yaml: 0 error(s), 0 warning(s); structure P1; sha256 {}\n", sha256_hex(ROTATE.as_bytes())));
     let json = sb.run(&["lint", "--format", "json", "rotate.yaml"]);
     json.expect_exit(0);
     let v = json.json();
@@ -351,13 +349,7 @@ terminals: [done]
         .iter()
         .map(|f| (f["code"].as_str().unwrap().to_string(), f["line"].as_u64().unwrap(), f["column"].as_u64().unwrap()))
         .collect();
-    let expected = [
-        ("unknown-field", 3, 1),
-        ("invalid-id", 6, 9),
-        ("undeclared-tool", 7, 11),
-        ("duplicate-id", 9, 9),
-        ("invalid-id", 9, 9),
-    ];
+    let expected = [("unknown-field", 3, 1), ("invalid-id", 6, 9), ("undeclared-tool", 7, 11), ("duplicate-id", 9, 9), ("invalid-id", 9, 9)];
     let expected: Vec<(String, u64, u64)> = expected.iter().map(|(c, l, k)| (c.to_string(), *l, *k)).collect();
     assert_eq!(found, expected);
 

@@ -123,8 +123,20 @@ fn typed_and_wire_paths_agree() {
                 available: None,
             }),
         },
-        Event { at: 5, kind: EventKind::Invoke(Invoke { tool: "quickbooks_profit_and_loss".into(), arguments: r#"{"period":"Q3"}"#.into(), call_id: Some("1".into()), step: None, guard: false }) },
-        Event { at: 6, kind: EventKind::Result(ToolResult { tool: "quickbooks_profit_and_loss".into(), result: "{}".into(), is_error: false, call_id: Some("1".into()) }) },
+        Event {
+            at: 5,
+            kind: EventKind::Invoke(Invoke {
+                tool: "quickbooks_profit_and_loss".into(),
+                arguments: r#"{"period":"Q3"}"#.into(),
+                call_id: Some("1".into()),
+                step: None,
+                guard: false,
+            }),
+        },
+        Event {
+            at: 6,
+            kind: EventKind::Result(ToolResult { tool: "quickbooks_profit_and_loss".into(), result: "{}".into(), is_error: false, call_id: Some("1".into()) }),
+        },
         Event { at: 7, kind: EventKind::Invoke(Invoke { tool: "rm".into(), arguments: "{}".into(), call_id: None, step: None, guard: false }) },
         Event { at: 8, kind: EventKind::Invoke(Invoke { tool: "rm".into(), arguments: "{not json".into(), call_id: None, step: None, guard: false }) },
     ];

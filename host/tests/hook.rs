@@ -3,7 +3,7 @@
 //! rotation (examples/rotate-credentials: a destructive, approval-gated step and Bash `when` constraints).
 
 use runbook_host::approvals;
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -12,10 +12,7 @@ use std::time::Instant;
 const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }
 
 struct Work(PathBuf);
@@ -32,11 +29,7 @@ fn work(name: &str) -> Work {
     let d = std::env::temp_dir().join(format!("rh-hook-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    std::fs::copy(
-        root().join("examples/rotate-credentials/runbook.yaml"),
-        d.join("runbook.yaml"),
-    )
-    .unwrap();
+    std::fs::copy(root().join("examples/rotate-credentials/runbook.yaml"), d.join("runbook.yaml")).unwrap();
     Work(d)
 }
 
@@ -51,32 +44,16 @@ impl Out {
         if self.stdout.trim().is_empty() {
             Value::Null
         } else {
-            serde_json::from_str(self.stdout.trim())
-                .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
+            serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
         }
     }
     fn denied(&self) -> Option<String> {
         let v = self.json();
-        (v["hookSpecificOutput"]["permissionDecision"] == "deny").then(|| {
-            v["hookSpecificOutput"]["permissionDecisionReason"]
-                .as_str()
-                .unwrap()
-                .to_string()
-        })
+        (v["hookSpecificOutput"]["permissionDecision"] == "deny").then(|| v["hookSpecificOutput"]["permissionDecisionReason"].as_str().unwrap().to_string())
     }
     fn timing(&self) -> (u128, u128, u64) {
-        let l = self
-            .stderr
-            .lines()
-            .find(|l| l.contains("timing "))
-            .expect("timing line");
-        let f = |k: &str| {
-            l.split_whitespace()
-                .find_map(|w| w.strip_prefix(k))
-                .unwrap()
-                .parse::<u128>()
-                .unwrap()
-        };
+        let l = self.stderr.lines().find(|l| l.contains("timing ")).expect("timing line");
+        let f = |k: &str| l.split_whitespace().find_map(|w| w.strip_prefix(k)).unwrap().parse::<u128>().unwrap();
         (f("total_us="), f("restore_us="), f("events=") as u64)
     }
 }
@@ -94,11 +71,7 @@ impl Work {
             .unwrap();
         c.stdin.take().unwrap().write_all(payload).unwrap();
         let o = c.wait_with_output().unwrap();
-        Out {
-            code: o.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&o.stdout).into(),
-            stderr: String::from_utf8_lossy(&o.stderr).into(),
-        }
+        Out { code: o.status.code().unwrap_or(-1), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
     }
     fn hook(&self, payload: Value) -> Out {
         self.hook_bytes(payload.to_string().as_bytes())
@@ -107,18 +80,11 @@ impl Work {
         self.0.join(".runbook/runs")
     }
     fn run_dir(&self, session: &str) -> PathBuf {
-        let s: Value = serde_json::from_slice(
-            &std::fs::read(self.runs().join(format!(".hook/{session}.json"))).unwrap(),
-        )
-        .unwrap();
+        let s: Value = serde_json::from_slice(&std::fs::read(self.runs().join(format!(".hook/{session}.json"))).unwrap()).unwrap();
         self.runs().join(s["run_id"].as_str().unwrap())
     }
     fn events(&self, session: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.run_dir(session).join("events.ndjson"))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        std::fs::read_to_string(self.run_dir(session).join("events.ndjson")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
     }
 }
 
@@ -156,19 +122,8 @@ fn out(stdout: &str) -> Value {
 }
 
 fn verify(run_dir: &Path) -> (bool, String) {
-    let o = Command::new(BIN)
-        .arg("verify")
-        .arg(run_dir)
-        .output()
-        .unwrap();
-    (
-        o.status.success(),
-        format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        ),
-    )
+    let o = Command::new(BIN).arg("verify").arg(run_dir).output().unwrap();
+    (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
 }
 
 /// Allows (exit 0, no deny) or panics with what came back.
@@ -180,28 +135,15 @@ fn allowed(o: Out) {
 #[test]
 fn recorded_payloads_of_every_event_kind() {
     let w = work("fixtures");
-    let fx =
-        |n: &str| std::fs::read(root().join(format!("host/tests/fixtures/hook/{n}.json"))).unwrap();
+    let fx = |n: &str| std::fs::read(root().join(format!("host/tests/fixtures/hook/{n}.json"))).unwrap();
     let o = w.hook_bytes(&fx("session-start"));
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(
-        o.json()["systemMessage"]
-            .as_str()
-            .unwrap()
-            .contains("supervising")
-    );
+    assert!(o.json()["systemMessage"].as_str().unwrap().contains("supervising"));
     allowed(w.hook_bytes(&fx("pre-tool-use")));
     allowed(w.hook_bytes(&fx("post-tool-use")));
     let o = w.hook_bytes(&fx("stop"));
     assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(
-        o.json()["systemMessage"]
-            .as_str()
-            .unwrap()
-            .contains("has not reached a terminal"),
-        "{}",
-        o.stdout
-    );
+    assert!(o.json()["systemMessage"].as_str().unwrap().contains("has not reached a terminal"), "{}", o.stdout);
     let o = w.hook_bytes(&fx("session-end"));
     assert_eq!(o.code, 0, "{}", o.stderr);
     let dir = w.run_dir("fixture-session");
@@ -211,12 +153,7 @@ fn recorded_payloads_of_every_event_kind() {
     assert_eq!(ev[0]["event"]["coverage"], "complete");
     assert_eq!(ev[1]["event"]["call_id"], "toolu_01ABCfixture");
     // A finished run takes no more calls.
-    assert!(
-        w.hook_bytes(&fx("pre-tool-use"))
-            .denied()
-            .unwrap()
-            .contains("finished")
-    );
+    assert!(w.hook_bytes(&fx("pre-tool-use")).denied().unwrap().contains("finished"));
 }
 
 #[test]
@@ -275,61 +212,23 @@ fn a_scripted_session_through_the_credential_rotation() {
     // inspect: an allowed read, its result passes the step's assert.
     let get = bash("kubectl -n payments get secret payments-db-credentials");
     allowed(w.hook(pre(s, "Bash", get.clone(), "t1")));
-    allowed(w.hook(post(
-        s,
-        "Bash",
-        get,
-        out("payments-db-credentials   Opaque   2   97d\n"),
-        "t1",
-    )));
+    allowed(w.hook(post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1")));
     // A shell command no capability declares.
-    let r = w
-        .hook(pre(s, "Bash", bash("rm -rf /var/lib/postgres"), "t2"))
-        .denied()
-        .expect("denied");
+    let r = w.hook(pre(s, "Bash", bash("rm -rf /var/lib/postgres"), "t2")).denied().expect("denied");
     assert!(r.contains("undeclared-tool"), "{r}");
     // A declared tool out of its step.
-    let r = w
-        .hook(pre(
-            s,
-            "mcp__slack__post_message",
-            json!({"channel": "#x", "text": "done"}),
-            "t3",
-        ))
-        .denied()
-        .expect("denied");
+    let r = w.hook(pre(s, "mcp__slack__post_message", json!({"channel": "#x", "text": "done"}), "t3")).denied().expect("denied");
     assert!(r.contains("out-of-scope"), "{r}");
     // check-age.
     let meta = json!({"path": "database/creds/payments-app"});
     allowed(w.hook(pre(s, "mcp__vault__read_metadata", meta.clone(), "t4")));
-    allowed(w.hook(post(
-        s,
-        "mcp__vault__read_metadata",
-        meta,
-        json!({"age_days": 97}),
-        "t4",
-    )));
+    allowed(w.hook(post(s, "mcp__vault__read_metadata", meta, json!({"age_days": 97}), "t4")));
     // rotate: gated.
     let rot = bash("vault write -f database/rotate-role/payments-app");
-    let r = w
-        .hook(pre(s, "Bash", rot.clone(), "t6"))
-        .denied()
-        .expect("gated");
-    assert!(
-        r.contains("needs-approval")
-            && r.contains(&format!("runbook-host approve {run_id} rotate")),
-        "{r}"
-    );
+    let r = w.hook(pre(s, "Bash", rot.clone(), "t6")).denied().expect("gated");
+    assert!(r.contains("needs-approval") && r.contains(&format!("runbook-host approve {run_id} rotate")), "{r}");
     // The agent reaching for the approval channel through the shell: denied and recorded.
-    let r = w
-        .hook(pre(
-            s,
-            "Bash",
-            bash(&format!("runbook-host approve {run_id} rotate")),
-            "t7",
-        ))
-        .denied()
-        .expect("guarded");
+    let r = w.hook(pre(s, "Bash", bash(&format!("runbook-host approve {run_id} rotate")), "t7")).denied().expect("guarded");
     assert!(r.contains("guarded"), "{r}");
     assert_eq!(w.events(s).last().unwrap()["event"]["guard"], true);
     // A human refuses: the retry stays shut (and asks again).
@@ -340,44 +239,21 @@ fn a_scripted_session_through_the_credential_rotation() {
     approve_on_a_terminal(&w.runs(), &run_id, "rotate");
     allowed(w.hook(pre(s, "Bash", rot.clone(), "t9")));
     // The rotation fails its assert: back to `rotate` within the retry budget, a new approval needed.
-    allowed(w.hook(post(
-        s,
-        "Bash",
-        rot.clone(),
-        out("Error writing data: permission denied\n"),
-        "t9",
-    )));
-    let r = w
-        .hook(pre(s, "Bash", rot.clone(), "t10"))
-        .denied()
-        .expect("gated again");
+    allowed(w.hook(post(s, "Bash", rot.clone(), out("Error writing data: permission denied\n"), "t9")));
+    let r = w.hook(pre(s, "Bash", rot.clone(), "t10")).denied().expect("gated again");
     assert!(r.contains("needs-approval"), "{r}");
     answer(&run_dir, true);
     allowed(w.hook(pre(s, "Bash", rot.clone(), "t11")));
-    allowed(w.hook(post(
-        s,
-        "Bash",
-        rot,
-        out("Success! Data written to: database/rotate-role/payments-app\n"),
-        "t11",
-    )));
+    allowed(w.hook(post(s, "Bash", rot, out("Success! Data written to: database/rotate-role/payments-app\n"), "t11")));
     // restart, verify, announce.
     for (i, (tool, input, resp)) in [
-        (
-            "Bash",
-            bash("kubectl -n payments rollout restart deployment/payments-api"),
-            out("deployment.apps/payments-api restarted\n"),
-        ),
+        ("Bash", bash("kubectl -n payments rollout restart deployment/payments-api"), out("deployment.apps/payments-api restarted\n")),
         (
             "Bash",
             bash("kubectl -n payments rollout status deployment/payments-api --timeout=300s"),
             out("deployment \"payments-api\" successfully rolled out\n"),
         ),
-        (
-            "mcp__slack__post_message",
-            json!({"channel": "#payments-oncall", "text": "rotated"}),
-            json!({"ok": true}),
-        ),
+        ("mcp__slack__post_message", json!({"channel": "#payments-oncall", "text": "rotated"}), json!({"ok": true})),
     ]
     .into_iter()
     .enumerate()
@@ -390,28 +266,14 @@ fn a_scripted_session_through_the_credential_rotation() {
     let o = w.hook(base(s, "Stop"));
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert_eq!(w.hook(base(s, "SessionEnd")).code, 0);
-    let report: Value =
-        serde_json::from_slice(&std::fs::read(run_dir.join("report.json")).unwrap()).unwrap();
+    let report: Value = serde_json::from_slice(&std::fs::read(run_dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["terminal"], "rotated", "{report}");
     assert_eq!(report["coverage"], "complete");
     let (ok, text) = verify(&run_dir);
     assert!(ok, "{text}");
-    let decisions: Vec<String> = w
-        .events(s)
-        .iter()
-        .map(|e| {
-            format!(
-                "{}:{}",
-                e["decision"]["decision"].as_str().unwrap(),
-                e["decision"]["deviation"].as_str().unwrap_or("-")
-            )
-        })
-        .collect();
-    eprintln!(
-        "scripted session: {} events, outcome {}: {decisions:?}",
-        decisions.len(),
-        report["outcome"]
-    );
+    let decisions: Vec<String> =
+        w.events(s).iter().map(|e| format!("{}:{}", e["decision"]["decision"].as_str().unwrap(), e["decision"]["deviation"].as_str().unwrap_or("-"))).collect();
+    eprintln!("scripted session: {} events, outcome {}: {decisions:?}", decisions.len(), report["outcome"]);
 }
 
 #[test]
@@ -426,11 +288,7 @@ fn a_stop_before_a_terminal_can_keep_the_agent_working() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    c.stdin
-        .take()
-        .unwrap()
-        .write_all(base(s, "Stop").to_string().as_bytes())
-        .unwrap();
+    c.stdin.take().unwrap().write_all(base(s, "Stop").to_string().as_bytes()).unwrap();
     let o = c.wait_with_output().unwrap();
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["decision"], "block", "{v}");
@@ -446,14 +304,7 @@ fn parallel_pre_tool_use_calls_are_decided_one_at_a_time() {
         let hs: Vec<_> = (0..n)
             .map(|i| {
                 let w = &w;
-                sc.spawn(move || {
-                    w.hook(pre(
-                        s,
-                        "Bash",
-                        bash("kubectl -n payments get pods"),
-                        &format!("p{i}"),
-                    ))
-                })
+                sc.spawn(move || w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), &format!("p{i}"))))
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
@@ -463,10 +314,7 @@ fn parallel_pre_tool_use_calls_are_decided_one_at_a_time() {
     }
     let ev = w.events(s);
     assert_eq!(ev.len(), 1 + n, "every call recorded once");
-    let mut ids: Vec<String> = ev[1..]
-        .iter()
-        .map(|e| e["event"]["call_id"].as_str().unwrap().to_string())
-        .collect();
+    let mut ids: Vec<String> = ev[1..].iter().map(|e| e["event"]["call_id"].as_str().unwrap().to_string()).collect();
     for (i, e) in ev.iter().enumerate() {
         assert_eq!(e["decision"]["seq"], i as u64, "one recorded order");
     }
@@ -484,12 +332,7 @@ fn sessions_never_mix() {
     assert_eq!(w.hook(start("sa")).code, 0);
     assert_eq!(w.hook(start("sb")).code, 0);
     assert_ne!(w.run_dir("sa"), w.run_dir("sb"));
-    allowed(w.hook(pre(
-        "sa",
-        "Bash",
-        bash("kubectl -n payments get pods"),
-        "a1",
-    )));
+    allowed(w.hook(pre("sa", "Bash", bash("kubectl -n payments get pods"), "a1")));
     assert_eq!(w.events("sa").len(), 2);
     assert_eq!(w.events("sb").len(), 1);
 }
@@ -524,9 +367,7 @@ fn errors_fail_closed_and_lose_nothing() {
     assert_eq!(events(), before, "nothing lost or added");
 
     // A corrupted bundle: one byte of a recorded event changed.
-    let corrupted = String::from_utf8(before.clone())
-        .unwrap()
-        .replace("get pods", "get podz");
+    let corrupted = String::from_utf8(before.clone()).unwrap().replace("get pods", "get podz");
     std::fs::write(&path, &corrupted).unwrap();
     let o = w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), "e2"));
     assert_eq!(o.code, 2);
@@ -558,46 +399,24 @@ fn install_merges_and_uninstall_removes_exactly_what_it_added() {
     let theirs = json!({"model": "x", "hooks": {"PreToolUse": [{"matcher": "Edit", "hooks": [{"type": "command", "command": "lint-it"}]}]}});
     std::fs::write(&settings, serde_json::to_string_pretty(&theirs).unwrap()).unwrap();
     let run = |args: &[&str]| {
-        let o = Command::new(BIN)
-            .args(args)
-            .current_dir(&w.0)
-            .output()
-            .unwrap();
+        let o = Command::new(BIN).args(args).current_dir(&w.0).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8(o.stdout).unwrap()
     };
     run(&["hook", "--runbook", "rotate-credentials@1.3.0", "install"]);
     run(&["hook", "--runbook", "rotate-credentials@1.3.0", "install"]);
     let v: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
-    for e in [
-        "PreToolUse",
-        "PostToolUse",
-        "Stop",
-        "SessionStart",
-        "SessionEnd",
-    ] {
+    for e in ["PreToolUse", "PostToolUse", "Stop", "SessionStart", "SessionEnd"] {
         let n = v["hooks"][e]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|g| {
-                g["hooks"][0]["command"]
-                    .as_str()
-                    .unwrap()
-                    .contains(" hook --runbook rotate-credentials@1.3.0")
-            })
+            .filter(|g| g["hooks"][0]["command"].as_str().unwrap().contains(" hook --runbook rotate-credentials@1.3.0"))
             .count();
         assert_eq!(n, 1, "{e}: {v}");
     }
     assert_eq!(v["hooks"]["PreToolUse"].as_array().unwrap().len(), 2);
-    let printed: Value = serde_json::from_str(&run(&[
-        "hook",
-        "--runbook",
-        "rotate-credentials@1.3.0",
-        "uninstall",
-        "--print",
-    ]))
-    .unwrap();
+    let printed: Value = serde_json::from_str(&run(&["hook", "--runbook", "rotate-credentials@1.3.0", "uninstall", "--print"])).unwrap();
     assert_eq!(printed, theirs);
     run(&["hook", "--runbook", "rotate-credentials@1.3.0", "uninstall"]);
     let v: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
@@ -620,27 +439,13 @@ fn hook_latency() {
         // Fill the run up to `target` events (decided and recorded like any call).
         let mut i = 0;
         while w.events(s).len() < target - samples {
-            assert_eq!(
-                w.hook(pre(
-                    s,
-                    "Bash",
-                    bash("kubectl -n payments get pods"),
-                    &format!("f{i}")
-                ))
-                .code,
-                0
-            );
+            assert_eq!(w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), &format!("f{i}"))).code, 0);
             i += 1;
         }
         let (mut total, mut wall, mut restore) = (Vec::new(), Vec::new(), Vec::new());
         for k in 0..samples {
             let t = Instant::now();
-            let o = w.hook(pre(
-                s,
-                "Bash",
-                bash("kubectl -n payments get pods"),
-                &format!("m{target}-{k}"),
-            ));
+            let o = w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), &format!("m{target}-{k}")));
             wall.push(t.elapsed().as_micros());
             assert_eq!(o.code, 0, "{}", o.stderr);
             let (tt, r, _) = o.timing();

@@ -16,12 +16,7 @@ fn workspace_root() -> PathBuf {
 }
 
 fn show(what: &str, out: &Output) -> String {
-    format!(
-        "{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    format!("{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
 
 #[test]
@@ -45,12 +40,7 @@ fn playground_in_chromium() {
     let component = tmp.join("policy.wasm");
     std::fs::write(&component, runbook_host::COMPONENT).expect("write the component");
 
-    let build = Command::new("bash")
-        .arg(root.join("playground/build"))
-        .arg(&component)
-        .current_dir(&root)
-        .output()
-        .expect("run playground/build");
+    let build = Command::new("bash").arg(root.join("playground/build")).arg(&component).current_dir(&root).output().expect("run playground/build");
     assert!(build.status.success(), "{}", show("playground/build", &build));
     let recorded = std::fs::read_to_string(root.join("playground/dist/module.sha256")).expect("playground/dist/module.sha256");
     assert_eq!(recorded.trim(), runbook_host::module_sha256(), "playground/dist is of this build's component");

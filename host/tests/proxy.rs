@@ -547,8 +547,12 @@ fn gated_call_refused_timed_out_then_retried() {
     // The agent left right after a gated call waited in vain.
     assert_eq!(events(&run).last().unwrap().0["reason"], "approval-timeout");
     let rep = report(&run);
-    let approvals: Vec<(bool, bool, String)> =
-        rep["approvals"].as_array().unwrap().iter().map(|a| (a["granted"].as_bool().unwrap(), a["accepted"].as_bool().unwrap(), a["approver"].as_str().unwrap().to_string())).collect();
+    let approvals: Vec<(bool, bool, String)> = rep["approvals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["granted"].as_bool().unwrap(), a["accepted"].as_bool().unwrap(), a["approver"].as_str().unwrap().to_string()))
+        .collect();
     assert_eq!(approvals, [(false, true, "alice".to_string()), (true, true, "alice".to_string())]);
     w.verify_all();
 }

@@ -41,10 +41,7 @@ fn add_list_resolve() {
     let reg = t.0.join("reg");
     let doc = std::fs::read(repo().join("examples/rotate-credentials/runbook.yaml")).unwrap();
     let listed = registry::list(&reg).unwrap();
-    assert_eq!(
-        listed.iter().map(|(i, v, _)| format!("{i}@{v}")).collect::<Vec<_>>(),
-        ["executive-snapshot@4.2.0", "hello@1.0.0", "rotate-credentials@1.3.0"]
-    );
+    assert_eq!(listed.iter().map(|(i, v, _)| format!("{i}@{v}")).collect::<Vec<_>>(), ["executive-snapshot@4.2.0", "hello@1.0.0", "rotate-credentials@1.3.0"]);
     assert_eq!(listed[2].2, sha(&doc));
 
     // The layout of DESIGN 7.13, relative paths only.
@@ -156,7 +153,10 @@ fn a_symlink_out_of_the_registry_is_not_followed() {
     std::os::unix::fs::symlink(&outside, reg.join("hello/1.0.0/runbook.yaml")).unwrap();
     std::fs::write(
         reg.join("index.json"),
-        format!(r#"{{"schema":"runbook-registry-index/v1","runbooks":{{"hello":{{"1.0.0":{{"sha256":"{}","path":"hello/1.0.0/runbook.yaml"}}}}}}}}"#, sha(&doc)),
+        format!(
+            r#"{{"schema":"runbook-registry-index/v1","runbooks":{{"hello":{{"1.0.0":{{"sha256":"{}","path":"hello/1.0.0/runbook.yaml"}}}}}}}}"#,
+            sha(&doc)
+        ),
     )
     .unwrap();
     let e = registry::resolve("hello@1.0.0", s(&reg)).unwrap_err();

@@ -358,15 +358,24 @@ fn schema_and_core_agree_on_documents() {
 /// Event lines with what both the schema and the core must say of them (true: a valid event).
 const EVENT_PROBES: &[(&str, bool)] = &[
     (r#"{"type":"start","at":0,"run_id":"r","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"a"}"#, true),
-    (r#"{"type":"start","at":0,"run_id":"r","profile":"R1","allowlist":[],"risk_ceiling":"read-only","coverage":["shell"],"agent":"a","available":["t","rb@1.0.0"]}"#, true),
+    (
+        r#"{"type":"start","at":0,"run_id":"r","profile":"R1","allowlist":[],"risk_ceiling":"read-only","coverage":["shell"],"agent":"a","available":["t","rb@1.0.0"]}"#,
+        true,
+    ),
     (r#"{"type":"start","at":0,"run_id":"r","profile":"R0","allowlist":["*"],"risk_ceiling":"mutating","coverage":[],"agent":"a","x-host":"cli"}"#, true),
     (r#"{"type":"start","at":0,"run_id":"r","profile":"R3","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"a"}"#, false),
     (r#"{"type":"start","at":0,"run_id":"r","profile":"R2","allowlist":["*"],"risk_ceiling":"dangerous","coverage":"complete","agent":"a"}"#, false),
     (r#"{"type":"start","at":0,"run_id":"r","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"partial","agent":"a"}"#, false),
     (r#"{"type":"start","at":0,"run_id":"r","profile":"R2","allowlist":"*","risk_ceiling":"irreversible","coverage":"complete","agent":"a"}"#, false),
     (r#"{"type":"start","at":0,"run_id":"r","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete"}"#, false),
-    (r#"{"type":"start","at":0,"run_id":"r","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"a","available":null}"#, false),
-    (r#"{"type":"start","at":0,"run_id":"r","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"a","model":"m"}"#, false),
+    (
+        r#"{"type":"start","at":0,"run_id":"r","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"a","available":null}"#,
+        false,
+    ),
+    (
+        r#"{"type":"start","at":0,"run_id":"r","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"a","model":"m"}"#,
+        false,
+    ),
     (r#"{"type":"invoke","at":5,"tool":"db.read"}"#, true),
     (r#"{"type":"invoke","at":5,"tool":"db.read","arguments":{"q":1},"call_id":7,"step":null,"guard":true}"#, true),
     (r#"{"type":"invoke","at":5,"tool":"db.read","arguments":[1,2],"call_id":"c-1","step":"check"}"#, true),
@@ -383,9 +392,15 @@ const EVENT_PROBES: &[(&str, bool)] = &[
     (r#"{"type":"result","at":6,"tool":"db.read","is_error":"no"}"#, false),
     (r#"{"type":"result","at":6,"tool":"db.read","error":"x"}"#, false),
     (r#"{"type":"approval","at":7,"approver":"alice","granted":true}"#, true),
-    (r#"{"type":"approval","at":7,"step":"rotate","call_sha256":"37404f36c47c7a5a69240928a9b8813e51fc4fb24009aedf28ee69223cde5781","approver":"alice","granted":false}"#, true),
+    (
+        r#"{"type":"approval","at":7,"step":"rotate","call_sha256":"37404f36c47c7a5a69240928a9b8813e51fc4fb24009aedf28ee69223cde5781","approver":"alice","granted":false}"#,
+        true,
+    ),
     (r#"{"type":"approval","at":7,"step":null,"call_sha256":null,"approver":"alice","granted":true}"#, true),
-    (r#"{"type":"approval","at":7,"step":"rotate","call_sha256":"37404F36C47C7A5A69240928A9B8813E51FC4FB24009AEDF28EE69223CDE5781","approver":"alice","granted":true}"#, false),
+    (
+        r#"{"type":"approval","at":7,"step":"rotate","call_sha256":"37404F36C47C7A5A69240928A9B8813E51FC4FB24009AEDF28EE69223CDE5781","approver":"alice","granted":true}"#,
+        false,
+    ),
     (r#"{"type":"approval","at":7,"step":"rotate","call_sha256":"abc","approver":"alice","granted":true}"#, false),
     (r#"{"type":"approval","at":7,"step":"rotate","approver":"alice"}"#, false),
     (r#"{"type":"approval","at":7,"step":"rotate","granted":true}"#, false),
@@ -444,7 +459,8 @@ fn decision_and_report_schemas_reject_what_the_core_never_writes() {
     let d = validator("decision");
     let ok = serde_json::json!({"decision":"allow","deviation":null,"reason":null,"refusals":[],"seq":3,"step":"check"});
     assert!(d.is_valid(&ok), "{}", errors(&d, &ok));
-    let refused = serde_json::json!({"decision":"halt","deviation":null,"reason":"refused","refusals":["coverage-incomplete","profile-too-low"],"seq":0,"step":null});
+    let refused =
+        serde_json::json!({"decision":"halt","deviation":null,"reason":"refused","refusals":["coverage-incomplete","profile-too-low"],"seq":0,"step":null});
     assert!(d.is_valid(&refused), "{}", errors(&d, &refused));
     let trap = serde_json::json!({"decision":"halt","deviation":null,"reason":"host-trap","refusals":[],"seq":9,"step":null});
     assert!(d.is_valid(&trap), "a host's trap line is a decision line: {}", errors(&d, &trap));
@@ -452,9 +468,15 @@ fn decision_and_report_schemas_reject_what_the_core_never_writes() {
         (serde_json::json!({"decision":"maybe","deviation":null,"reason":null,"refusals":[],"seq":3,"step":null}), "unknown decision"),
         (serde_json::json!({"decision":"deny","deviation":"off-script","reason":null,"refusals":[],"seq":3,"step":null}), "unknown deviation"),
         (serde_json::json!({"decision":"deny","deviation":null,"reason":"because","refusals":[],"seq":3,"step":null}), "unknown reason"),
-        (serde_json::json!({"decision":"allow","deviation":null,"reason":null,"refusals":["invalid-document"],"seq":3,"step":null}), "refusals without `refused`"),
+        (
+            serde_json::json!({"decision":"allow","deviation":null,"reason":null,"refusals":["invalid-document"],"seq":3,"step":null}),
+            "refusals without `refused`",
+        ),
         (serde_json::json!({"decision":"halt","deviation":null,"reason":"refused","refusals":[],"seq":0,"step":null}), "`refused` without refusals"),
-        (serde_json::json!({"decision":"needs-approval","deviation":null,"reason":null,"refusals":[],"seq":3,"step":"rotate"}), "needs-approval without awaiting-approval"),
+        (
+            serde_json::json!({"decision":"needs-approval","deviation":null,"reason":null,"refusals":[],"seq":3,"step":"rotate"}),
+            "needs-approval without awaiting-approval",
+        ),
         (serde_json::json!({"decision":"allow","deviation":null,"reason":null,"refusals":[],"seq":-1,"step":null}), "negative seq"),
         (serde_json::json!({"decision":"allow","deviation":null,"reason":null,"refusals":[],"seq":1}), "missing step"),
     ] {
@@ -493,21 +515,102 @@ impl Rng {
 /// Values a mutation may put anywhere: every JSON type, and strings and numbers near the rules' edges.
 fn odd_value(rng: &mut Rng) -> Value {
     let values = [
-        "null", "true", "false", "0", "1", "-1", "1.5", "100", "101", "\"\"", "\"x\"", "\"X\"", "\"R3\"", "\"R1\"", "\"read-only\"",
-        "\"destructive\"", "\"1.0.0\"", "\"1.0\"", "\"/a\"", "\"a/b\"", "\"/a~2\"", "\"^a$\"", "\"(\"", "\"tool_call\"", "\"condition\"",
-        "\"final_output\"", "\"terminal\"", "\"matches\"", "\"exists\"", "\"in\"", "\"len_eq\"", "\"lt\"", "[]", "[\"a\"]", "[1]", "{}",
-        "{\"x-a\":1}", "{\"path\":\"/a\",\"op\":\"exists\"}", "{\"path\":\"/a\",\"op\":\"equals\"}", "{\"all\":[]}",
-        "{\"any\":[{\"path\":\"\",\"op\":\"absent\"}]}", "{\"not\":{\"path\":\"/a\",\"op\":\"in\",\"value\":[1]}}", "{\"tool\":\"t\"}",
-        "{\"max\":2}", "{\"to\":\"x\",\"max\":0}", "{\"kind\":\"runbook\",\"runbook_id\":\"a\"}", "{\"id\":\"c\",\"kind\":\"condition\"}",
+        "null",
+        "true",
+        "false",
+        "0",
+        "1",
+        "-1",
+        "1.5",
+        "100",
+        "101",
+        "\"\"",
+        "\"x\"",
+        "\"X\"",
+        "\"R3\"",
+        "\"R1\"",
+        "\"read-only\"",
+        "\"destructive\"",
+        "\"1.0.0\"",
+        "\"1.0\"",
+        "\"/a\"",
+        "\"a/b\"",
+        "\"/a~2\"",
+        "\"^a$\"",
+        "\"(\"",
+        "\"tool_call\"",
+        "\"condition\"",
+        "\"final_output\"",
+        "\"terminal\"",
+        "\"matches\"",
+        "\"exists\"",
+        "\"in\"",
+        "\"len_eq\"",
+        "\"lt\"",
+        "[]",
+        "[\"a\"]",
+        "[1]",
+        "{}",
+        "{\"x-a\":1}",
+        "{\"path\":\"/a\",\"op\":\"exists\"}",
+        "{\"path\":\"/a\",\"op\":\"equals\"}",
+        "{\"all\":[]}",
+        "{\"any\":[{\"path\":\"\",\"op\":\"absent\"}]}",
+        "{\"not\":{\"path\":\"/a\",\"op\":\"in\",\"value\":[1]}}",
+        "{\"tool\":\"t\"}",
+        "{\"max\":2}",
+        "{\"to\":\"x\",\"max\":0}",
+        "{\"kind\":\"runbook\",\"runbook_id\":\"a\"}",
+        "{\"id\":\"c\",\"kind\":\"condition\"}",
     ];
     serde_json::from_str(values[rng.below(values.len())]).unwrap()
 }
 
 const KEYS: &[&str] = &[
-    "runbook_id", "version", "title", "mode", "failure_policy", "execution", "min_runtime_profile", "capabilities", "steps", "terminals",
-    "checkpoints", "completion", "prerequisites", "name", "tool", "tools", "risk", "when", "id", "requires_approval", "body", "expect",
-    "assert", "observe", "next", "on_fail", "retry", "to", "max", "kind", "required", "match", "condition", "timeout_ms", "receipt",
-    "path", "op", "value", "all", "any", "not", "requires_aproval", "x-note", "foo",
+    "runbook_id",
+    "version",
+    "title",
+    "mode",
+    "failure_policy",
+    "execution",
+    "min_runtime_profile",
+    "capabilities",
+    "steps",
+    "terminals",
+    "checkpoints",
+    "completion",
+    "prerequisites",
+    "name",
+    "tool",
+    "tools",
+    "risk",
+    "when",
+    "id",
+    "requires_approval",
+    "body",
+    "expect",
+    "assert",
+    "observe",
+    "next",
+    "on_fail",
+    "retry",
+    "to",
+    "max",
+    "kind",
+    "required",
+    "match",
+    "condition",
+    "timeout_ms",
+    "receipt",
+    "path",
+    "op",
+    "value",
+    "all",
+    "any",
+    "not",
+    "requires_aproval",
+    "x-note",
+    "foo",
 ];
 
 /// Applies one random mutation somewhere in `v`.
@@ -552,11 +655,8 @@ fn schema_and_core_agree_on_mutated_examples() {
     // a list item removed or repeated), one to three times: the schema rejects a mutant if and only if the
     // core reports a structural error.
     let v = validator("runbook");
-    let originals: Vec<Value> = examples()
-        .iter()
-        .filter(|e| e.name != "broken")
-        .map(|e| document_json(&std::fs::read(&e.document).unwrap()).unwrap())
-        .collect();
+    let originals: Vec<Value> =
+        examples().iter().filter(|e| e.name != "broken").map(|e| document_json(&std::fs::read(&e.document).unwrap()).unwrap()).collect();
     let (mut rejected, mut accepted, mut disagreements) = (0, 0, Vec::new());
     for seed in 1..=6000u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -583,6 +683,11 @@ fn schema_and_core_agree_on_mutated_examples() {
     }
     eprintln!("mutants: {rejected} rejected by both, {accepted} accepted by both");
     let shown: Vec<&String> = disagreements.iter().take(10).collect();
-    assert!(disagreements.is_empty(), "{} disagreement(s), the first:\n{}", disagreements.len(), shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n"));
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreement(s), the first:\n{}",
+        disagreements.len(),
+        shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+    );
     assert!(rejected >= 2000 && accepted >= 400, "mutants: {rejected} rejected, {accepted} accepted: too one-sided to mean much");
 }

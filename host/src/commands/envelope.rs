@@ -29,7 +29,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     for f in &findings {
                         eprintln!("{}", diag::render(f, &args.document, &source));
                     }
-                    eprintln!("{}: no envelope: the document has {} error(s) that leave it without a complete model (`runbook-host lint` lists every finding)", args.document, findings.len());
+                    eprintln!(
+                        "{}: no envelope: the document has {} error(s) that leave it without a complete model (`runbook-host lint` lists every finding)",
+                        args.document,
+                        findings.len()
+                    );
                 }
             }
             Ok(ExitCode::from(1))

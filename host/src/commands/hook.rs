@@ -6,7 +6,7 @@
 #[path = "../hook/mod.rs"]
 mod hook;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::io::Read;
 use std::path::PathBuf;
@@ -52,10 +52,7 @@ pub struct InstallArgs {
 }
 
 fn quote(s: &str) -> String {
-    if !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./@=:".contains(&b))
-    {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./@=:".contains(&b)) {
         s.to_string()
     } else {
         format!("'{}'", s.replace('\'', r"'\''"))
@@ -64,9 +61,7 @@ fn quote(s: &str) -> String {
 
 /// The command line the client runs: this binary by the name it was invoked with, and the options given.
 fn hook_command(a: &Args) -> String {
-    let exe = std::env::args()
-        .next()
-        .unwrap_or_else(|| "runbook-host".into());
+    let exe = std::env::args().next().unwrap_or_else(|| "runbook-host".into());
     let mut c = vec![quote(&exe), "hook".into()];
     if let Some(r) = &a.runbook {
         c.push(format!("--runbook {}", quote(r)));
@@ -89,17 +84,14 @@ fn hook_command(a: &Args) -> String {
 fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
     let command = hook_command(a);
     let mut settings: Value = match std::fs::read(&i.settings) {
-        Ok(b) if !b.iter().all(u8::is_ascii_whitespace) => serde_json::from_slice(&b)
-            .with_context(|| format!("`{}` is not JSON", i.settings.display()))?,
+        Ok(b) if !b.iter().all(u8::is_ascii_whitespace) => serde_json::from_slice(&b).with_context(|| format!("`{}` is not JSON", i.settings.display()))?,
         Ok(_) => serde_json::json!({}),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::json!({}),
         Err(e) => return Err(e).with_context(|| format!("cannot read `{}`", i.settings.display())),
     };
     if install {
         if a.runbook.is_none() {
-            bail!(
-                "`hook install` needs --runbook REF: the runbook every session of this project runs"
-            );
+            bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
         }
         hook::claude::install(&mut settings, &command).map_err(anyhow::Error::msg)?;
     } else {
@@ -114,17 +106,8 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
         if let Some(d) = i.settings.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(d)?;
         }
-        std::fs::write(&i.settings, text)
-            .with_context(|| format!("cannot write `{}`", i.settings.display()))?;
-        eprintln!(
-            "runbook-host hook: {} `{}`: {command}",
-            if install {
-                "installed in"
-            } else {
-                "uninstalled from"
-            },
-            i.settings.display()
-        );
+        std::fs::write(&i.settings, text).with_context(|| format!("cannot write `{}`", i.settings.display()))?;
+        eprintln!("runbook-host hook: {} `{}`: {command}", if install { "installed in" } else { "uninstalled from" }, i.settings.display());
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -141,18 +124,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
     // caught and fails closed like any other error.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(String, hook::Answer)> {
         let mut input = Vec::new();
-        std::io::stdin()
-            .take(16 << 20)
-            .read_to_end(&mut input)
-            .context("reading the hook payload")?;
+        std::io::stdin().take(16 << 20).read_to_end(&mut input).context("reading the hook payload")?;
         let ev = hook::claude::parse(&input).map_err(anyhow::Error::msg)?;
         let policy = super::policy()?;
         let cfg = hook::Config {
-            runbook: a.runbook.clone().or_else(|| {
-                std::env::var("RUNBOOK_HOOK_RUNBOOK")
-                    .ok()
-                    .filter(|s| !s.is_empty())
-            }),
+            runbook: a.runbook.clone().or_else(|| std::env::var("RUNBOOK_HOOK_RUNBOOK").ok().filter(|s| !s.is_empty())),
             registry: a.registry.clone(),
             runs: a.runs.clone(),
             profile: a.profile.clone(),

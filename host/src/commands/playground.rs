@@ -59,10 +59,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let root = match std::fs::canonicalize(&args.dir) {
         Ok(r) if r.is_dir() => r,
         _ => {
-            eprintln!(
-                "runbook-host: error: no playground at `{}`: run `playground/build` first (or pass --dir)",
-                args.dir.display()
-            );
+            eprintln!("runbook-host: error: no playground at `{}`: run `playground/build` first (or pass --dir)", args.dir.display());
             return Ok(ExitCode::from(1));
         }
     };
@@ -72,8 +69,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
 
-    let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, args.port))
-        .with_context(|| format!("cannot listen on 127.0.0.1:{}", args.port))?;
+    let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, args.port)).with_context(|| format!("cannot listen on 127.0.0.1:{}", args.port))?;
     let port = listener.local_addr()?.port();
     outln!("http://127.0.0.1:{port}/");
     std::io::stdout().flush()?;
@@ -99,8 +95,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 /// Whether `dir` was built from the component this binary embeds.
 fn check_component(dir: &Path) -> Result<(), String> {
     let want = runbook_host::module_sha256();
-    let recorded = std::fs::read_to_string(dir.join("module.sha256"))
-        .map_err(|e| format!("cannot read its module.sha256 ({e})"))?;
+    let recorded = std::fs::read_to_string(dir.join("module.sha256")).map_err(|e| format!("cannot read its module.sha256 ({e})"))?;
     let recorded = recorded.split_whitespace().next().unwrap_or("").to_ascii_lowercase();
     if recorded != want {
         return Err(format!("it was built from component {recorded}, but this runbook-host embeds component {want}"));

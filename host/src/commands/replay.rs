@@ -34,7 +34,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let what = ev.get("type").and_then(|t| t.as_str()).unwrap_or("?");
             let tool = ev.get("tool").and_then(|t| t.as_str()).map(|t| format!(" {t}")).unwrap_or_default();
             let extra: Vec<String> = ["deviation", "reason"].iter().filter_map(|k| v[*k].as_str().map(|x| format!("{k}={x}"))).collect();
-            writeln!(out, "{:>4} {:<13} {:<28} -> {:<14} step={} {}", v["seq"].as_u64().unwrap_or(0), what, tool, v["decision"].as_str().unwrap_or("?"), v["step"].as_str().unwrap_or("-"), extra.join(" "))?;
+            writeln!(
+                out,
+                "{:>4} {:<13} {:<28} -> {:<14} step={} {}",
+                v["seq"].as_u64().unwrap_or(0),
+                what,
+                tool,
+                v["decision"].as_str().unwrap_or("?"),
+                v["step"].as_str().unwrap_or("-"),
+                extra.join(" ")
+            )?;
         }
     }
     if let Some(why) = session.trapped() {

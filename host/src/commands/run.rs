@@ -115,11 +115,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         profile: args.profile,
         risk_ceiling: args.risk_ceiling,
         list_allowlist: args.list == "allowlist",
-        servers: servers
-            .into_iter()
-            .enumerate()
-            .map(|(i, argv)| proxy::ServerSpec { name: args.server_names.get(i).cloned(), argv })
-            .collect(),
+        servers: servers.into_iter().enumerate().map(|(i, argv)| proxy::ServerSpec { name: args.server_names.get(i).cloned(), argv }).collect(),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
     let code = runtime.block_on(proxy::main(config));

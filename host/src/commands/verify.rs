@@ -98,7 +98,11 @@ fn is_hex64(s: &str) -> bool {
 /// An absolute path (or a home-relative or file: one) of any common system.
 fn looks_absolute(s: &str) -> bool {
     let b = s.as_bytes();
-    s.starts_with('/') || s.starts_with('~') || s.starts_with("\\\\") || s.starts_with("file:") || (b.len() >= 3 && b[0].is_ascii_alphabetic() && b[1] == b':' && (b[2] == b'\\' || b[2] == b'/'))
+    s.starts_with('/')
+        || s.starts_with('~')
+        || s.starts_with("\\\\")
+        || s.starts_with("file:")
+        || (b.len() >= 3 && b[0].is_ascii_alphabetic() && b[1] == b':' && (b[2] == b'\\' || b[2] == b'/'))
 }
 
 fn find_absolute(v: &Value, at: &str) -> Option<String> {
@@ -119,7 +123,16 @@ pub fn verify_dir(dir: &Dir) -> Outcome {
     if failure.is_none() {
         share_safety(dir, &mut cx);
     }
-    Outcome { checks: cx.checks, failure, run_id: cx.run_id, outcome: cx.outcome, events: cx.events, reasons: cx.reasons, warnings: cx.warnings, redacted: cx.redacted }
+    Outcome {
+        checks: cx.checks,
+        failure,
+        run_id: cx.run_id,
+        outcome: cx.outcome,
+        events: cx.events,
+        reasons: cx.reasons,
+        warnings: cx.warnings,
+        redacted: cx.redacted,
+    }
 }
 
 fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
@@ -271,7 +284,8 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
             return fail("derivation.json", "`source_run_id` is not the bundle's run id");
         }
         let files = d["files"].as_array().cloned().unwrap_or_default();
-        let mut copied: Vec<(&str, &[u8])> = vec![("run.json", &run_bytes), (&doc_file, &doc), ("report.json", &report_bytes), ("receipt.json", &receipt_bytes)];
+        let mut copied: Vec<(&str, &[u8])> =
+            vec![("run.json", &run_bytes), (&doc_file, &doc), ("report.json", &report_bytes), ("receipt.json", &receipt_bytes)];
         if let Some(e) = &envelope {
             copied.push(("envelope.json", e));
         }
@@ -288,7 +302,11 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
         if ev["output_sha256"] != events_source_sha.as_str() {
             return fail("events.ndjson", "not the redacted events derivation.json records");
         }
-        events_source_sha = ev["source_sha256"].as_str().filter(|s| is_hex64(s)).ok_or(Failure { place: "derivation.json".into(), message: "no source sha256 of events.ndjson".into() })?.to_string();
+        events_source_sha = ev["source_sha256"]
+            .as_str()
+            .filter(|s| is_hex64(s))
+            .ok_or(Failure { place: "derivation.json".into(), message: "no source sha256 of events.ndjson".into() })?
+            .to_string();
         cx.pass("derivation");
     }
 
@@ -520,7 +538,8 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
     if !args.redact {
         anyhow::bail!("export writes only redacted derivatives: pass --redact");
     }
-    let src = Dir::open_ambient_dir(&args.run_dir, cap_std::ambient_authority()).map_err(|e| anyhow::anyhow!("cannot open the run directory `{}`: {e}", args.run_dir.display()))?;
+    let src = Dir::open_ambient_dir(&args.run_dir, cap_std::ambient_authority())
+        .map_err(|e| anyhow::anyhow!("cannot open the run directory `{}`: {e}", args.run_dir.display()))?;
     if let Some(f) = verify_dir(&src).failure {
         if args.format == Format::Json {
             outln!("{}", json!({"ok": false, "failure": {"place": f.place, "message": f.message}}));

@@ -3,70 +3,38 @@
 //! of this file.
 
 use super::{Answer, HookEvent};
-use serde_json::{Value, json};
+use serde_json::{json, Value};
 
 /// Parses one Claude Code hook payload.
 pub fn parse(bytes: &[u8]) -> Result<HookEvent, String> {
-    let v: Value =
-        serde_json::from_slice(bytes).map_err(|e| format!("the hook payload is not JSON: {e}"))?;
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("the hook payload is not JSON: {e}"))?;
     let s = |k: &str| v[k].as_str().map(str::to_string);
     let session = s("session_id").ok_or("the hook payload has no `session_id`")?;
     let name = s("hook_event_name").ok_or("the hook payload has no `hook_event_name`")?;
     let tool = || s("tool_name").ok_or_else(|| format!("a {name} payload without `tool_name`"));
     let input = || match &v["tool_input"] {
         Value::Object(_) => Ok(v["tool_input"].clone()),
-        _ => Err(format!(
-            "a {name} payload whose `tool_input` is not an object"
-        )),
+        _ => Err(format!("a {name} payload whose `tool_input` is not an object")),
     };
     let call_id = s("tool_use_id");
     Ok(match name.as_str() {
         "SessionStart" => HookEvent::SessionStart { session },
-        "PreToolUse" => HookEvent::PreToolUse {
-            session,
-            tool: tool()?,
-            input: input()?,
-            call_id,
-        },
+        "PreToolUse" => HookEvent::PreToolUse { session, tool: tool()?, input: input()?, call_id },
         "PostToolUse" => {
-            let response = v
-                .get("tool_response")
-                .cloned()
-                .ok_or("a PostToolUse payload without `tool_response`")?;
+            let response = v.get("tool_response").cloned().ok_or("a PostToolUse payload without `tool_response`")?;
             input()?;
-            HookEvent::PostToolUse {
-                session,
-                tool: tool()?,
-                response,
-                call_id,
-                failed: false,
-            }
+            HookEvent::PostToolUse { session, tool: tool()?, response, call_id, failed: false }
         }
         // A tool call that failed: its error is the result, and `is_error` is true.
         "PostToolUseFailure" => {
-            let response = v
-                .get("tool_response")
-                .or_else(|| v.get("error"))
-                .cloned()
-                .ok_or("a PostToolUseFailure payload without `error`")?;
+            let response = v.get("tool_response").or_else(|| v.get("error")).cloned().ok_or("a PostToolUseFailure payload without `error`")?;
             input()?;
-            HookEvent::PostToolUse {
-                session,
-                tool: tool()?,
-                response,
-                call_id,
-                failed: true,
-            }
+            HookEvent::PostToolUse { session, tool: tool()?, response, call_id, failed: true }
         }
-        "Stop" | "SubagentStop" => HookEvent::Stop {
-            session,
-            again: v["stop_hook_active"].as_bool().unwrap_or(false),
-        },
+        "Stop" | "SubagentStop" => HookEvent::Stop { session, again: v["stop_hook_active"].as_bool().unwrap_or(false) },
         "SessionEnd" => HookEvent::SessionEnd { session },
         other => {
-            return Err(format!(
-                "`{other}` is not a hook event this adapter handles"
-            ));
+            return Err(format!("`{other}` is not a hook event this adapter handles"));
         }
     })
 }
@@ -74,11 +42,7 @@ pub fn parse(bytes: &[u8]) -> Result<HookEvent, String> {
 /// Whether a tool's response reports an error (Claude Code's shapes: `is_error`/`isError`, or a
 /// `success: false`). Absent means no error.
 pub fn is_error(response: &Value) -> bool {
-    response["is_error"]
-        .as_bool()
-        .or_else(|| response["isError"].as_bool())
-        .or_else(|| response["success"].as_bool().map(|s| !s))
-        .unwrap_or(false)
+    response["is_error"].as_bool().or_else(|| response["isError"].as_bool()).or_else(|| response["success"].as_bool().map(|s| !s)).unwrap_or(false)
 }
 
 /// The JSON written on stdout (exit 0) for an answer; None writes nothing.
@@ -94,33 +58,19 @@ pub fn render(event: &str, answer: &Answer) -> Option<Value> {
 }
 
 /// The hook events `install` registers, with their matcher (tool events match every tool).
-pub const EVENTS: &[(&str, Option<&str>)] = &[
-    ("SessionStart", None),
-    ("PreToolUse", Some("*")),
-    ("PostToolUse", Some("*")),
-    ("PostToolUseFailure", Some("*")),
-    ("Stop", None),
-    ("SessionEnd", None),
-];
+pub const EVENTS: &[(&str, Option<&str>)] =
+    &[("SessionStart", None), ("PreToolUse", Some("*")), ("PostToolUse", Some("*")), ("PostToolUseFailure", Some("*")), ("Stop", None), ("SessionEnd", None)];
 
 /// Merges our hooks into a settings document (idempotent: an entry with exactly our command is not added twice).
 pub fn install(settings: &mut Value, command: &str) -> Result<(), String> {
     if !settings.is_object() {
         return Err("the settings file is not a JSON object".into());
     }
-    let hooks = settings
-        .as_object_mut()
-        .unwrap()
-        .entry("hooks")
-        .or_insert_with(|| json!({}));
-    let hooks = hooks
-        .as_object_mut()
-        .ok_or("`hooks` in the settings file is not an object")?;
+    let hooks = settings.as_object_mut().unwrap().entry("hooks").or_insert_with(|| json!({}));
+    let hooks = hooks.as_object_mut().ok_or("`hooks` in the settings file is not an object")?;
     for (event, matcher) in EVENTS {
         let list = hooks.entry(*event).or_insert_with(|| json!([]));
-        let list = list
-            .as_array_mut()
-            .ok_or_else(|| format!("`hooks.{event}` is not an array"))?;
+        let list = list.as_array_mut().ok_or_else(|| format!("`hooks.{event}` is not an array"))?;
         if list.iter().any(|g| ours(g, command)) {
             continue;
         }
@@ -134,9 +84,7 @@ pub fn install(settings: &mut Value, command: &str) -> Result<(), String> {
 }
 
 fn ours(group: &Value, command: &str) -> bool {
-    group["hooks"]
-        .as_array()
-        .is_some_and(|h| h.len() == 1 && h[0]["type"] == "command" && h[0]["command"] == command)
+    group["hooks"].as_array().is_some_and(|h| h.len() == 1 && h[0]["type"] == "command" && h[0]["command"] == command)
 }
 
 /// Removes exactly the groups [`install`] added (and an event list or `hooks` left empty by that).

@@ -11,12 +11,10 @@
 
 pub mod claude;
 
-use anyhow::{Context, Result, anyhow, bail};
-use runbook_host::bundle::{
-    self, Bundle, chain_next_with, event_record_line, read_events, sha256_hex,
-};
-use runbook_host::{Policy, Session, approvals, registry};
-use serde_json::{Value, json};
+use anyhow::{anyhow, bail, Context, Result};
+use runbook_host::bundle::{self, chain_next_with, event_record_line, read_events, sha256_hex, Bundle};
+use runbook_host::{approvals, registry, Policy, Session};
+use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -107,10 +105,7 @@ pub struct Timing {
 }
 
 fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default()
-        .as_millis() as u64
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
 fn hook_dir(runs: &Path) -> PathBuf {
@@ -171,9 +166,7 @@ pub struct Run {
 
 fn load_state(runs: &Path, session: &str) -> Result<Value> {
     let p = hook_dir(runs).join(format!("{session}.json"));
-    let bytes = std::fs::read(&p).with_context(|| {
-        format!("no hook state for session `{session}` (was SessionStart run?)")
-    })?;
+    let bytes = std::fs::read(&p).with_context(|| format!("no hook state for session `{session}` (was SessionStart run?)"))?;
     let v: Value = serde_json::from_slice(&bytes).context("the hook state file is not JSON")?;
     if v["schema"] != STATE_SCHEMA || v["session_id"] != session {
         bail!("the hook state file of session `{session}` is not a {STATE_SCHEMA} of this session");
@@ -185,37 +178,22 @@ fn load_state(runs: &Path, session: &str) -> Result<Value> {
 pub fn restore(policy: &Policy, runs: &Path, session: &str, timing: &mut Timing) -> Result<Run> {
     let t = Instant::now();
     let state = load_state(runs, session)?;
-    let run_id = state["run_id"]
-        .as_str()
-        .filter(|r| bundle::is_safe_name(r))
-        .ok_or_else(|| anyhow!("the hook state names no usable run"))?
-        .to_string();
-    let t0_ms = state["t0_ms"]
-        .as_u64()
-        .ok_or_else(|| anyhow!("the hook state has no t0_ms"))?;
+    let run_id = state["run_id"].as_str().filter(|r| bundle::is_safe_name(r)).ok_or_else(|| anyhow!("the hook state names no usable run"))?.to_string();
+    let t0_ms = state["t0_ms"].as_u64().ok_or_else(|| anyhow!("the hook state has no t0_ms"))?;
     let dir = runs.join(&run_id);
-    let run: Value = serde_json::from_slice(
-        &std::fs::read(dir.join("run.json"))
-            .with_context(|| format!("run {run_id}: run.json is missing"))?,
-    )
-    .with_context(|| format!("run {run_id}: run.json is not JSON"))?;
+    let run: Value = serde_json::from_slice(&std::fs::read(dir.join("run.json")).with_context(|| format!("run {run_id}: run.json is missing"))?)
+        .with_context(|| format!("run {run_id}: run.json is not JSON"))?;
     let doc_file = match run["artifacts"]["document"].as_str() {
         Some(f @ ("runbook.yaml" | "runbook.json")) => f,
         _ => bail!("run {run_id}: run.json names no document"),
     };
-    let doc = std::fs::read(dir.join(doc_file))
-        .with_context(|| format!("run {run_id}: the document is missing"))?;
+    let doc = std::fs::read(dir.join(doc_file)).with_context(|| format!("run {run_id}: the document is missing"))?;
     if run["document"]["sha256"] != sha256_hex(&doc).as_str() {
         bail!("run {run_id}: the document's sha256 is not run.json's");
     }
-    let mut head = run["chain_h0"]
-        .as_str()
-        .ok_or_else(|| anyhow!("run {run_id}: run.json has no chain_h0"))?
-        .to_string();
-    let bytes = std::fs::read(dir.join("events.ndjson"))
-        .with_context(|| format!("run {run_id}: events.ndjson is missing"))?;
-    let records =
-        read_events(&bytes).map_err(|(n, m)| anyhow!("run {run_id}: events.ndjson:{n}: {m}"))?;
+    let mut head = run["chain_h0"].as_str().ok_or_else(|| anyhow!("run {run_id}: run.json has no chain_h0"))?.to_string();
+    let bytes = std::fs::read(dir.join("events.ndjson")).with_context(|| format!("run {run_id}: events.ndjson is missing"))?;
+    let records = read_events(&bytes).map_err(|(n, m)| anyhow!("run {run_id}: events.ndjson:{n}: {m}"))?;
     // The chain up to the prefix this hook already checked (a cache: when it does not match byte for byte,
     // the whole chain is checked again).
     let cache_path = hook_dir(runs).join(format!("{session}.chain"));
@@ -239,24 +217,15 @@ pub fn restore(policy: &Policy, runs: &Path, session: &str, timing: &mut Timing)
         if i >= checked {
             let h = chain_next_with(policy, &head, &r.event_line, &r.decision_line);
             if h != r.h {
-                bail!(
-                    "run {run_id}: events.ndjson:{}: the hash chain is broken",
-                    i + 1
-                );
+                bail!("run {run_id}: events.ndjson:{}: the hash chain is broken", i + 1);
             }
         }
         head = r.h.clone();
         let d = session_.handle_line(&r.event_line);
         if d != r.decision_line {
-            bail!(
-                "run {run_id}: events.ndjson:{}: the module decides this event differently than recorded",
-                i + 1
-            );
+            bail!("run {run_id}: events.ndjson:{}: the module decides this event differently than recorded", i + 1);
         }
-        if let Some(at) = serde_json::from_str::<Value>(&r.event_line)
-            .ok()
-            .and_then(|v| v["at"].as_u64())
-        {
+        if let Some(at) = serde_json::from_str::<Value>(&r.event_line).ok().and_then(|v| v["at"].as_u64()) {
             last_at = last_at.max(at);
         }
     }
@@ -268,49 +237,28 @@ pub fn restore(policy: &Policy, runs: &Path, session: &str, timing: &mut Timing)
     timing.chain_checked = records.len() - checked;
     timing.restore_us = t.elapsed().as_micros();
     let finished = dir.join("receipt.json").exists() || run["outcome"] != Value::Null;
-    Ok(Run {
-        run_id,
-        dir,
-        session: session_,
-        head,
-        last_at,
-        t0_ms,
-        finished,
-    })
+    Ok(Run { run_id, dir, session: session_, head, last_at, t0_ms, finished })
 }
 
 impl Run {
     /// Feeds one event (a JSON object without `at`: the hook adds it), records it, returns the decision.
     pub fn feed(&mut self, policy: &Policy, mut event: Value) -> Result<Value> {
         if self.finished {
-            bail!(
-                "run {} is finished; start a new session for a new run",
-                self.run_id
-            );
+            bail!("run {} is finished; start a new session for a new run", self.run_id);
         }
         let at = now_ms().saturating_sub(self.t0_ms).max(self.last_at);
         self.last_at = at;
         event["at"] = json!(at);
-        let line = policy
-            .canonicalize(&event.to_string())?
-            .map_err(|e| anyhow!("the event could not be encoded: {e}"))?;
+        let line = policy.canonicalize(&event.to_string())?.map_err(|e| anyhow!("the event could not be encoded: {e}"))?;
         let decision_line = self.session.handle_line(&line);
         let h = chain_next_with(policy, &self.head, &line, &decision_line);
-        let mut f = OpenOptions::new()
-            .append(true)
-            .open(self.dir.join("events.ndjson"))
-            .context("cannot open events.ndjson")?;
-        f.write_all(event_record_line(&h, &line, &decision_line).as_bytes())
-            .context("cannot write events.ndjson")?;
+        let mut f = OpenOptions::new().append(true).open(self.dir.join("events.ndjson")).context("cannot open events.ndjson")?;
+        f.write_all(event_record_line(&h, &line, &decision_line).as_bytes()).context("cannot write events.ndjson")?;
         f.sync_data()?;
         self.head = h;
-        let d: Value = serde_json::from_str(&decision_line)
-            .context("the module answered something that is not a decision")?;
+        let d: Value = serde_json::from_str(&decision_line).context("the module answered something that is not a decision")?;
         if d["reason"] == "host-trap" {
-            bail!(
-                "the policy module trapped: {}",
-                self.session.trapped().unwrap_or("?")
-            );
+            bail!("the policy module trapped: {}", self.session.trapped().unwrap_or("?"));
         }
         Ok(d)
     }
@@ -337,10 +285,7 @@ impl Run {
         let mut artifacts = serde_json::Map::new();
         let mut files = vec![
             "run.json".to_string(),
-            run["artifacts"]["document"]
-                .as_str()
-                .unwrap_or("runbook.yaml")
-                .to_string(),
+            run["artifacts"]["document"].as_str().unwrap_or("runbook.yaml").to_string(),
             "events.ndjson".into(),
             "report.json".into(),
         ];
@@ -348,10 +293,7 @@ impl Run {
             files.push("envelope.json".into());
         }
         for f in files {
-            artifacts.insert(
-                f.clone(),
-                json!(sha256_hex(&std::fs::read(self.dir.join(&f))?)),
-            );
+            artifacts.insert(f.clone(), json!(sha256_hex(&std::fs::read(self.dir.join(&f))?)));
         }
         let receipt = format!(
             "{{\"artifacts\":{},\"chain_head\":\"{}\",\"host\":{{\"name\":\"{}\",\"version\":\"{}\"}},\"module_sha256\":{},\"report\":{report},\"report_sha256\":\"{}\",\"schema\":\"{}\"}}",
@@ -363,9 +305,7 @@ impl Run {
             sha256_hex(report.as_bytes()),
             bundle::RECEIPT_SCHEMA,
         );
-        let receipt = policy
-            .canonicalize(&receipt)?
-            .map_err(|e| anyhow!("the receipt is not canonicalizable: {e}"))?;
+        let receipt = policy.canonicalize(&receipt)?.map_err(|e| anyhow!("the receipt is not canonicalizable: {e}"))?;
         write_atomic(&self.dir.join("receipt.json"), receipt.as_bytes())?;
         self.finished = true;
         let root = self.dir.parent().unwrap_or(Path::new("."));
@@ -374,9 +314,8 @@ impl Run {
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
             .is_some_and(|v| v["run_id"] == self.run_id.as_str());
         if latest_is_me {
-            let mut t = serde_json::to_string_pretty(
-                &json!({"schema": bundle::LATEST_SCHEMA, "run_id": self.run_id, "path": self.run_id, "updated_at": ended}),
-            )?;
+            let mut t =
+                serde_json::to_string_pretty(&json!({"schema": bundle::LATEST_SCHEMA, "run_id": self.run_id, "path": self.run_id, "updated_at": ended}))?;
             t.push('\n');
             write_atomic(&root.join("latest.json"), t.as_bytes())?;
         }
@@ -384,10 +323,7 @@ impl Run {
             &json!({"schema": bundle::HISTORY_SCHEMA, "event": "ended", "run_id": self.run_id, "at": ended, "path": self.run_id, "outcome": report_v["outcome"]}),
         )?;
         line.push('\n');
-        let mut f = OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(root.join("history.ndjson"))?;
+        let mut f = OpenOptions::new().append(true).create(true).open(root.join("history.ndjson"))?;
         f.write_all(line.as_bytes())?;
         f.sync_data()?;
         Ok(())
@@ -419,48 +355,26 @@ pub fn guarded(input: &Value, cfg: &Config) -> bool {
             _ => false,
         }
     }
-    walk(input, &|s: &str| {
-        needles.iter().any(|n| s.contains(n.as_str()))
-    })
+    walk(input, &|s: &str| needles.iter().any(|n| s.contains(n.as_str())))
 }
 
 fn explain(d: &Value) -> String {
-    let code = if d["reason"] == "guarded" {
-        "guarded"
-    } else {
-        d["deviation"]
-            .as_str()
-            .or(d["reason"].as_str())
-            .unwrap_or("denied")
-    };
+    let code = if d["reason"] == "guarded" { "guarded" } else { d["deviation"].as_str().or(d["reason"].as_str()).unwrap_or("denied") };
     let step = d["step"].as_str().unwrap_or("-");
     let what = match code {
-        "undeclared-tool" => {
-            "no capability of the runbook allows this call (tool, or a shell command no `when` matches)"
-        }
+        "undeclared-tool" => "no capability of the runbook allows this call (tool, or a shell command no `when` matches)",
         "out-of-scope-tool" => "the runbook allows this tool, but not in the current step",
         "out-of-order-step" => "the call belongs to a step that is not the current one",
         "budget-exhausted" => "the step's retry budget is spent",
-        "guarded" => {
-            "the call names the run's evidence, the approval channel, the registry or runbook-host itself, which no agent may touch"
-        }
+        "guarded" => "the call names the run's evidence, the approval channel, the registry or runbook-host itself, which no agent may touch",
         "run-ended" | "halted" => "the supervised run is over",
         _ => "the runbook's policy module refused it",
     };
-    format!(
-        "runbook: {} {code} at step `{step}` (seq {}): {what}",
-        d["decision"].as_str().unwrap_or("deny"),
-        d["seq"]
-    )
+    format!("runbook: {} {code} at step `{step}` (seq {}): {what}", d["decision"].as_str().unwrap_or("deny"), d["seq"])
 }
 
 /// Handles one event. Errors are the caller's to turn into a fail-closed answer.
-pub fn handle(
-    policy: &Policy,
-    cfg: &Config,
-    ev: &HookEvent,
-    timing: &mut Timing,
-) -> Result<Answer> {
+pub fn handle(policy: &Policy, cfg: &Config, ev: &HookEvent, timing: &mut Timing) -> Result<Answer> {
     check_session(ev.session())?;
     let session = ev.session();
     if let HookEvent::SessionStart { .. } = ev {
@@ -470,29 +384,20 @@ pub fn handle(
     let mut run = restore(policy, &cfg.runs, session, timing)?;
     match ev {
         HookEvent::SessionStart { .. } => unreachable!(),
-        HookEvent::PreToolUse {
-            tool,
-            input,
-            call_id,
-            ..
-        } => {
+        HookEvent::PreToolUse { tool, input, call_id, .. } => {
             if run.finished {
-                return Ok(Answer::Deny(format!(
-                    "runbook: run {} is finished; no further tool calls are supervised in this session",
-                    run.run_id
-                )));
+                return Ok(Answer::Deny(format!("runbook: run {} is finished; no further tool calls are supervised in this session", run.run_id)));
             }
-            let arguments_json = policy
-                .canonicalize(&input.to_string())?
-                .map_err(|e| anyhow!("the tool input could not be canonicalized: {e}"))?;
-            let sha = policy
-                .call_sha256(tool, &arguments_json)?
-                .map_err(|e| anyhow!("the call could not be hashed: {e}"))?;
+            let arguments_json = policy.canonicalize(&input.to_string())?.map_err(|e| anyhow!("the tool input could not be canonicalized: {e}"))?;
+            let sha = policy.call_sha256(tool, &arguments_json)?.map_err(|e| anyhow!("the call could not be hashed: {e}"))?;
             let guard = guarded(input, cfg);
             if !guard {
                 if let Some((id, g)) = approvals::answered_for(&run.dir, &sha)? {
                     let rec = approvals::request_record(&run.dir, &id)?;
-                    run.feed(policy, json!({"type": "approval", "step": rec["step"], "call_sha256": g.call_sha256, "approver": g.approver, "granted": g.granted}))?;
+                    run.feed(
+                        policy,
+                        json!({"type": "approval", "step": rec["step"], "call_sha256": g.call_sha256, "approver": g.approver, "granted": g.granted}),
+                    )?;
                     approvals::consume(&run.dir, &id)?;
                 }
             }
@@ -505,9 +410,7 @@ pub fn handle(
                 Some("allow") => Ok(Answer::Pass),
                 Some("needs-approval") => {
                     let step = d["step"].as_str();
-                    let existing = approvals::pending(&run.dir)?
-                        .into_iter()
-                        .find(|p| p.call_sha256 == sha && p.step.as_deref() == step);
+                    let existing = approvals::pending(&run.dir)?.into_iter().find(|p| p.call_sha256 == sha && p.step.as_deref() == step);
                     if existing.is_none() {
                         approvals::request(&run.dir, step, tool, &arguments_json, &sha)?;
                     }
@@ -521,28 +424,19 @@ pub fn handle(
                 _ => Ok(Answer::Deny(explain(&d))),
             }
         }
-        HookEvent::PostToolUse {
-            tool,
-            response,
-            call_id,
-            failed,
-            ..
-        } => {
+        HookEvent::PostToolUse { tool, response, call_id, failed, .. } => {
             if run.finished {
-                return Ok(Answer::Block(format!(
-                    "runbook: run {} is finished",
-                    run.run_id
-                )));
+                return Ok(Answer::Block(format!("runbook: run {} is finished", run.run_id)));
             }
-            let d = run.feed(policy, json!({"type": "result", "tool": tool, "result": response, "is_error": *failed || claude::is_error(response), "call_id": call_id}))?;
+            let d = run.feed(
+                policy,
+                json!({"type": "result", "tool": tool, "result": response, "is_error": *failed || claude::is_error(response), "call_id": call_id}),
+            )?;
             if d["decision"] == "halt" || run.session.is_over() {
                 let outcome = run.report()?["outcome"].clone();
                 return Ok(Answer::Block(format!(
                     "runbook: the run halted ({}; outcome {outcome}); stop and tell the user",
-                    d["reason"]
-                        .as_str()
-                        .or(d["deviation"].as_str())
-                        .unwrap_or("halt")
+                    d["reason"].as_str().or(d["deviation"].as_str()).unwrap_or("halt")
                 )));
             }
             Ok(Answer::Pass)
@@ -556,14 +450,9 @@ pub fn handle(
                 return Ok(Answer::Pass);
             }
             let step = run.session.status().unwrap_or_default();
-            let msg = format!(
-                "runbook: run {} has not reached a terminal (status {step}); the procedure is incomplete",
-                run.run_id
-            );
+            let msg = format!("runbook: run {} has not reached a terminal (status {step}); the procedure is incomplete", run.run_id);
             if cfg.keep_working && !again {
-                Ok(Answer::Block(format!(
-                    "{msg}. Keep working towards a terminal of the runbook."
-                )))
+                Ok(Answer::Block(format!("{msg}. Keep working towards a terminal of the runbook.")))
             } else {
                 Ok(Answer::Note(msg))
             }
@@ -592,49 +481,26 @@ fn start(policy: &Policy, cfg: &Config, session: &str) -> Result<Answer> {
         load_state(&cfg.runs, session)?;
         return Ok(Answer::Pass);
     }
-    let reference = cfg.runbook.as_deref().ok_or_else(|| {
-        anyhow!("no runbook configured: pass --runbook REF (or set RUNBOOK_HOOK_RUNBOOK)")
-    })?;
+    let reference = cfg.runbook.as_deref().ok_or_else(|| anyhow!("no runbook configured: pass --runbook REF (or set RUNBOOK_HOOK_RUNBOOK)"))?;
     let doc = registry::resolve(reference, &cfg.registry).map_err(|e| anyhow!("{e}"))?;
     let envelope = match policy.envelope(&doc.bytes)? {
         Ok(e) => e,
-        Err(f) => bail!(
-            "the runbook does not lint clean ({} findings): run `runbook-host lint`",
-            f.len()
-        ),
+        Err(f) => bail!("the runbook does not lint clean ({} findings): run `runbook-host lint`", f.len()),
     };
     let env_v: Value = serde_json::from_str(&envelope)?;
-    let mut tools: Vec<String> = env_v["capabilities"]
-        .as_object()
-        .map(|c| {
-            c.values()
-                .filter_map(|v| v["tool"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mut tools: Vec<String> =
+        env_v["capabilities"].as_object().map(|c| c.values().filter_map(|v| v["tool"].as_str().map(str::to_string)).collect()).unwrap_or_default();
     tools.sort();
     tools.dedup();
     let run_id = bundle::new_run_id();
-    let mut b = Bundle::create(
-        &cfg.runs,
-        &run_id,
-        &doc,
-        Some(&envelope),
-        runbook_host::module_sha256(),
-        ADAPTER,
-    )
-    .context("cannot create the run bundle")?;
+    let mut b = Bundle::create(&cfg.runs, &run_id, &doc, Some(&envelope), runbook_host::module_sha256(), ADAPTER).context("cannot create the run bundle")?;
     let t0_ms = now_ms();
-    let mut state = serde_json::to_string_pretty(
-        &json!({"schema": STATE_SCHEMA, "session_id": session, "run_id": run_id, "t0_ms": t0_ms}),
-    )?;
+    let mut state = serde_json::to_string_pretty(&json!({"schema": STATE_SCHEMA, "session_id": session, "run_id": run_id, "t0_ms": t0_ms}))?;
     state.push('\n');
     let mut s = policy.session(&doc.bytes)?;
     let claim = json!({"type": "start", "at": 0, "run_id": run_id, "profile": cfg.profile, "allowlist": tools, "risk_ceiling": "irreversible",
         "coverage": "complete", "agent": format!("claude-code:{session}")});
-    let line = policy
-        .canonicalize(&claim.to_string())?
-        .map_err(|e| anyhow!("{e}"))?;
+    let line = policy.canonicalize(&claim.to_string())?.map_err(|e| anyhow!("{e}"))?;
     let d = s.handle_line(&line);
     b.record(&line, &d)?;
     let dv: Value = serde_json::from_str(&d)?;
@@ -642,10 +508,7 @@ fn start(policy: &Policy, cfg: &Config, session: &str) -> Result<Answer> {
     b.admitted(admitted)?;
     if !admitted {
         b.finish(&s.report()?)?;
-        bail!(
-            "admission refused the run of {reference}: {}",
-            dv["refusals"]
-        );
+        bail!("admission refused the run of {reference}: {}", dv["refusals"]);
     }
     write_atomic(&state_path, state.as_bytes())?;
     Ok(Answer::Note(format!(

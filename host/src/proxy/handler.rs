@@ -3,8 +3,8 @@
 
 use super::{Dec, Failure, Shared};
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, Implementation, InitializeRequestParams, InitializeResult,
-    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceError};
@@ -141,9 +141,11 @@ impl Proxy {
         self.shared.after_event().await;
         match fed {
             Err(f) => tool_error(f.text()),
-            Ok(d) if d.decision == "allow" => {
-                CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(format!("now at `{}`\n{}", d.step.as_deref().unwrap_or("?"), super::status::render(&self.shared)))]))
-            }
+            Ok(d) if d.decision == "allow" => CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(format!(
+                "now at `{}`\n{}",
+                d.step.as_deref().unwrap_or("?"),
+                super::status::render(&self.shared)
+            ))])),
             Ok(d) if d.decision == "halt" => tool_error(self.halt_text(&d)),
             Ok(d) => tool_error(format!(
                 "{}: the runbook does not allow moving from `{}` to `{to}` now (decision {}, seq {})",
@@ -260,7 +262,9 @@ impl Proxy {
         match fed {
             Err(f) => Held::Answer(f.text()),
             Ok(d) if d.decision == "allow" && grant.granted => Held::Approved,
-            Ok(d) if d.decision == "allow" => Held::Answer(format!("needs-approval: `{}` refused this call (approval recorded, seq {}); it will not run", grant.approver, d.seq)),
+            Ok(d) if d.decision == "allow" => {
+                Held::Answer(format!("needs-approval: `{}` refused this call (approval recorded, seq {}); it will not run", grant.approver, d.seq))
+            }
             Ok(d) => Held::Answer(format!(
                 "needs-approval: the approval by `{}` was refused by the runbook ({}, seq {}): {}",
                 grant.approver,

@@ -161,8 +161,8 @@ impl Shared {
                 return Err(self.break_run(run, format!("the run bundle could not be written: {e}")));
             }
         }
-        let dec: Dec = serde_json::from_str(&decision_line)
-            .map_err(|e| self.break_run(run, format!("the module answered something that is not a decision: {e}")))?;
+        let dec: Dec =
+            serde_json::from_str(&decision_line).map_err(|e| self.break_run(run, format!("the module answered something that is not a decision: {e}")))?;
         if dec.reason.as_deref() == Some("host-trap") {
             return Err(self.break_run(run, "the policy module trapped".into()));
         }
@@ -408,7 +408,12 @@ impl Shared {
                             if let Err(e) = b.finish(&report) {
                                 eprintln!("runbook-host run: the run bundle could not be finished: {e}");
                             }
-                            eprintln!("runbook-host run: run {} ended ({}): outcome {outcome}; bundle {}", b.run_id(), end_reason_str(reason), b.dir().display());
+                            eprintln!(
+                                "runbook-host run: run {} ended ({}): outcome {outcome}; bundle {}",
+                                b.run_id(),
+                                end_reason_str(reason),
+                                b.dir().display()
+                            );
                         }
                         if outcome == "completed" && run.broken.is_none() {
                             0
@@ -457,17 +462,27 @@ fn explain_refusals(codes: &[String]) -> String {
             let why = match c.as_str() {
                 "autonomous-at-r0" => "an agent-autonomous runbook needs at least R1",
                 "capability-not-allowed" => "the runbook declares a tool that none of the servers provides",
-                "coverage-incomplete" => "destructive or irreversible work needs an adapter that sees every invocation; the MCP proxy cannot see the shell (use the tool-call hook)",
+                "coverage-incomplete" => {
+                    "destructive or irreversible work needs an adapter that sees every invocation; the MCP proxy cannot see the shell (use the tool-call hook)"
+                }
                 "invalid-document" => "the document has lint errors (run `runbook-host lint`)",
                 "prerequisite-unmet" => "a prerequisite is not available",
                 "profile-too-low" => "the runbook's minimum profile is above the one claimed (try --profile R2)",
                 "risk-above-ceiling" => "the runbook reaches a risk above --risk-ceiling",
                 _ => "",
             };
-            if why.is_empty() { c.clone() } else { format!("{c} ({why})") }
+            if why.is_empty() {
+                c.clone()
+            } else {
+                format!("{c} ({why})")
+            }
         })
         .collect();
-    if parts.is_empty() { "refused".into() } else { parts.join("; ") }
+    if parts.is_empty() {
+        "refused".into()
+    } else {
+        parts.join("; ")
+    }
 }
 
 /// Runs the proxy until the client leaves, a server exits or a signal arrives; returns the exit code.

@@ -31,7 +31,11 @@ fn sanitize(name: &str) -> String {
     let last = name.rsplit('/').next().unwrap_or(name);
     let s: String = last.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c.to_ascii_lowercase() } else { '-' }).collect();
     let s = s.trim_matches('-').to_string();
-    if s.is_empty() { "server".to_string() } else { s }
+    if s.is_empty() {
+        "server".to_string()
+    } else {
+        s
+    }
 }
 
 async fn start_one(argv: &[String]) -> Result<(RunningService<RoleClient, ClientConfig>, Vec<Tool>), String> {
@@ -62,7 +66,9 @@ impl Upstream {
             let (service, tools) = start_one(&spec.argv).await?;
             let name = match &spec.name {
                 Some(n) => n.clone(),
-                None => service.peer().peer_info().and_then(|p| p.server_info.as_ref().map(|s| sanitize(&s.name))).unwrap_or_else(|| format!("server{}", i + 1)),
+                None => {
+                    service.peer().peer_info().and_then(|p| p.server_info.as_ref().map(|s| sanitize(&s.name))).unwrap_or_else(|| format!("server{}", i + 1))
+                }
             };
             let peer = service.peer().clone();
             let stop = std::sync::Mutex::new(Some(service.cancellation_token()));
