@@ -26,7 +26,7 @@ fn payload(event: &str, extra: &str) -> String {
 
 fn pre_tool_use(n: usize) -> String {
     // An undeclared shell command: denied and recorded, whatever the step.
-    payload("PreToolUse", &format!(r#","tool_name":"Bash","tool_input":{{"command":"rm -rf /tmp/x{n}"}},"tool_use_id":"toolu_{n}""#))
+    payload("PreToolUse", &format!(r#","tool_name":"Bash","tool_input":{{"command":"rm -rf build/x{n}"}},"tool_use_id":"toolu_{n}""#))
 }
 
 /// Runs the hook once in `dir` and returns its exit code and stdout.
