@@ -220,6 +220,14 @@ impl GuestSession for Session {
     fn is_over(&self) -> bool {
         self.0.borrow().is_over()
     }
+
+    fn snapshot(&self) -> String {
+        self.0.borrow().snapshot()
+    }
+
+    fn restore(document: Vec<u8>, snapshot: String) -> Result<wit::Session, String> {
+        supervisor::Session::restore(&document, &snapshot).map(|s| wit::Session::new(Session(RefCell::new(s))))
+    }
 }
 
 #[allow(unused)]

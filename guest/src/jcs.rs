@@ -11,10 +11,23 @@ pub fn to_string(node: &Node) -> String {
 }
 
 pub fn write(node: &Node, out: &mut String) {
+    write_with(node, out, false);
+}
+
+/// As [`to_string`], but every number in the text that reads back as exactly its decimal
+/// ([`Num::exact_text`]): not RFC 8785 when a number has more precision than a double, and then only.
+pub fn to_string_exact(node: &Node) -> String {
+    let mut out = String::new();
+    write_with(node, &mut out, true);
+    out
+}
+
+fn write_with(node: &Node, out: &mut String, exact: bool) {
     match &node.value {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
+        Value::Num(n) if exact => out.push_str(&n.exact_text()),
         Value::Num(n) => out.push_str(n.canonical()),
         Value::Str(s) => write_str(s, out),
         Value::Arr(items) => {
@@ -23,7 +36,7 @@ pub fn write(node: &Node, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                write(it, out);
+                write_with(it, out, exact);
             }
             out.push(']');
         }
@@ -37,7 +50,7 @@ pub fn write(node: &Node, out: &mut String) {
                 }
                 write_str(&m.key, out);
                 out.push(':');
-                write(&m.value, out);
+                write_with(&m.value, out, exact);
             }
             out.push('}');
         }

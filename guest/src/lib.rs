@@ -8,7 +8,8 @@
 //! The surface, in call order:
 //! - [`lint`] and [`envelope`] look at a document alone;
 //! - [`Session::new`] takes a document, [`Session::handle`] / [`Session::handle_line`] take one event each
-//!   (the `start` claim first) and return its decision, [`Session::report`] gives the run report.
+//!   (the `start` claim first) and return its decision, [`Session::report`] gives the run report;
+//! - [`Session::snapshot`] and [`Session::restore`] carry a session's state across processes.
 
 pub mod doc;
 pub mod envelope;

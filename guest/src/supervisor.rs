@@ -3,6 +3,7 @@
 //! Call order: [`Session::new`] with the document's bytes, then [`Session::handle`] (or
 //! [`Session::handle_line`]) once per event, the first being the `start` claim; [`Session::report`] at any
 //! time gives the run report, final once the run has ended. Time comes only from the events' `at`.
+//! [`Session::snapshot`] and [`Session::restore`] carry a session from one process to the next.
 
 use crate::doc::{self, Analysis, CompletionCondition, Prerequisite, Profile};
 use crate::envelope;
@@ -10,6 +11,10 @@ use crate::event::{self, Claim, Coverage, Decision, DecisionKind, Deviation, Eve
 use crate::jcs::{self, arr, n, null, obj, obj_owned, opt_s, s, strs};
 use crate::predicate::{Pred, Truth};
 use crate::value::Node;
+
+// A child module, so that it reads and writes the private state without making it public.
+mod snapshot;
+pub use snapshot::SCHEMA as SNAPSHOT_SCHEMA;
 
 /// The most events one run may have (DESIGN 9.25).
 pub const MAX_EVENTS: u64 = 1_000_000;

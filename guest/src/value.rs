@@ -27,6 +27,18 @@ impl Num {
     /// finite double (RFC 8785 numbers are IEEE doubles).
     pub fn parse(text: &str) -> Option<Num> {
         let bytes = text.as_bytes();
+        // A plain integer of at most 15 digits (most numbers in events and snapshots: seqs, times, counts)
+        // is exact as a double and is its own RFC 8785 text, so it skips the round trip through one.
+        if (1..=15).contains(&bytes.len()) && bytes.iter().all(u8::is_ascii_digit) && (bytes[0] != b'0' || bytes.len() == 1) {
+            let mut digits: Vec<u8> = bytes.iter().map(|c| c - b'0').collect();
+            let mut exp = 0;
+            while digits.last() == Some(&0) {
+                digits.pop();
+                exp += 1;
+            }
+            let exp = if digits.is_empty() { 0 } else { exp };
+            return Some(Num { neg: false, digits, exp, canonical: text.to_string() });
+        }
         let mut i = 0;
         let mut neg = false;
         if i < bytes.len() && (bytes[i] == b'-' || bytes[i] == b'+') {
@@ -126,6 +138,25 @@ impl Num {
 
     pub fn canonical(&self) -> &str {
         &self.canonical
+    }
+
+    /// JSON number text that reads back as exactly this decimal: the RFC 8785 text when it does (nearly
+    /// always), else `digits` `e` `exponent`. For state that must survive a round trip through text
+    /// (a session snapshot), where rounding to the nearest double could change a later comparison.
+    pub fn exact_text(&self) -> std::borrow::Cow<'_, str> {
+        if Num::parse(&self.canonical).is_some_and(|c| c == *self) {
+            return std::borrow::Cow::Borrowed(&self.canonical);
+        }
+        let mut s = String::with_capacity(self.digits.len() + 8);
+        if self.neg {
+            s.push('-');
+        }
+        s.extend(self.digits.iter().map(|d| (b'0' + d) as char));
+        if self.exp != 0 {
+            s.push('e');
+            s.push_str(&self.exp.to_string());
+        }
+        std::borrow::Cow::Owned(s)
     }
 
     /// Compare magnitudes of two normalised decimals.
@@ -353,5 +384,28 @@ mod tests {
         assert_eq!(c("1e-7"), "1e-7");
         assert_eq!(c("4.50"), "4.5");
         assert!(Num::parse("1e400").is_none());
+    }
+
+    #[test]
+    fn plain_integers_agree_with_the_general_path() {
+        // The general path, reached through a form the shortcut does not take (an exponent of zero).
+        for text in ["0", "7", "10", "100", "120", "999999999999999", "100000000000000", "123456789012345"] {
+            let fast = Num::parse(text).unwrap();
+            let slow = Num::parse(&format!("{text}e0")).unwrap();
+            assert_eq!((fast.neg, &fast.digits, fast.exp, fast.canonical()), (slow.neg, &slow.digits, slow.exp, slow.canonical()), "{text}");
+        }
+    }
+
+    #[test]
+    fn exact_text_reads_back_as_the_same_decimal() {
+        for text in ["0", "-0", "1.5", "0.1", "1e21", "120", "1.00000000000000000001", "9007199254740993", "-12345678901234567890.5", "1e-400", "4.50"] {
+            let a = Num::parse(text).unwrap();
+            let b = Num::parse(&a.exact_text()).unwrap();
+            assert_eq!(a, b, "{text} -> {}", a.exact_text());
+            assert_eq!(a.exact_text(), b.exact_text());
+        }
+        assert_eq!(Num::parse("1.50").unwrap().exact_text(), "1.5");
+        assert_eq!(Num::parse("9007199254740993").unwrap().exact_text(), "9007199254740993");
+        assert_eq!(Num::parse("1.00000000000000000001").unwrap().exact_text(), "100000000000000000001e-20");
     }
 }

@@ -182,6 +182,23 @@ impl Policy {
         let handle = inst.runbook_policy_policy().session().call_constructor(&mut store, document).map_err(trap)?;
         Ok(Session { store, inst, handle, events: 0, trapped: None, fuel: self.limits.fuel_per_call })
     }
+
+    /// A session of `document` in the state `snapshot` describes (see [`Session::snapshot`]): it answers
+    /// every later event exactly as the session the snapshot was taken of. The inner error is the module's
+    /// refusal of the snapshot, naming the field; the outer one a trap.
+    pub fn restore(&self, document: &[u8], snapshot: &str) -> Result<Result<Session, String>, HostError> {
+        let (mut store, inst) = self.instance()?;
+        let handle = match inst.runbook_policy_policy().session().call_restore(&mut store, document, snapshot).map_err(trap)? {
+            Ok(h) => h,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        let mut session = Session { store, inst, handle, events: 0, trapped: None, fuel: self.limits.fuel_per_call };
+        // The host numbers the lines it writes itself after a trap, so it needs the count the run is at.
+        let status = session.status()?;
+        let events = serde_json::from_str::<serde_json::Value>(&status).ok().and_then(|v| v["events"].as_u64());
+        session.events = events.ok_or_else(|| HostError::Trap(format!("the restored session's status has no event count: {status}")))?;
+        Ok(Ok(session))
+    }
 }
 
 fn load_component(engine: &Engine, cache: Option<&Path>) -> Result<Component, HostError> {
@@ -287,6 +304,21 @@ impl Session {
         }
         self.refuel()?;
         self.inst.runbook_policy_policy().session().call_report(&mut self.store, self.handle).map_err(trap)
+    }
+
+    /// The session's whole state as canonical JSON (`runbook-session-snapshot/v1`), for
+    /// [`Policy::restore`] in another process. Fails when the component trapped, now or before.
+    pub fn snapshot(&mut self) -> Result<String, HostError> {
+        if let Some(t) = &self.trapped {
+            return Err(HostError::Trap(t.clone()));
+        }
+        self.refuel()?;
+        let r = self.inst.runbook_policy_policy().session().call_snapshot(&mut self.store, self.handle).map_err(trap);
+        if let Err(e) = &r {
+            // A trapped instance cannot be trusted with the next event either.
+            self.trapped = Some(e.to_string());
+        }
+        r
     }
 
     pub fn status(&mut self) -> Result<String, HostError> {

@@ -51,11 +51,10 @@ fn compare(p: &Policy, name: &str, doc: &[u8], events: &[String]) -> usize {
     3 + events.len()
 }
 
-#[test]
-fn examples_agree() {
-    let p = policy();
+/// (name, document bytes, event lines) for every example document: no events, then each of its streams.
+fn example_cases() -> Vec<(String, Vec<u8>, Vec<String>)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
-    let mut cases = 0;
+    let mut cases = Vec::new();
     for dir in std::fs::read_dir(&root).unwrap() {
         let dir = dir.unwrap().path();
         if !dir.is_dir() {
@@ -71,12 +70,92 @@ fn examples_agree() {
                 streams.push(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect());
             }
         }
-        for s in &streams {
-            compare(&p, &doc.display().to_string(), &bytes, s);
-            cases += 1;
+        for s in streams {
+            cases.push((doc.display().to_string(), bytes.clone(), s));
         }
     }
+    cases
+}
+
+#[test]
+fn examples_agree() {
+    let p = policy();
+    let mut cases = 0;
+    for (name, bytes, events) in example_cases() {
+        compare(&p, &name, &bytes, &events);
+        cases += 1;
+    }
     assert!(cases >= 5, "expected the bundled examples, found {cases} cases");
+}
+
+/// Takes snapshots in the component at a few split points: each must be the native core's bytes, and a
+/// session restored from it in the component must go on exactly as the native run that was never
+/// interrupted. Returns the number of restores.
+fn compare_snapshots(p: &Policy, name: &str, doc: &[u8], events: &[String]) -> usize {
+    let mut native = runbook_policy::Session::new(doc);
+    let mut snapshots = vec![native.snapshot()];
+    let decisions: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let d = native.handle_line(e);
+            snapshots.push(native.snapshot());
+            d
+        })
+        .collect();
+    let report = native.report();
+    let n = events.len();
+    let mut points = vec![0, 1, n / 3, n / 2, n.saturating_sub(1), n];
+    points.retain(|k| *k <= n);
+    points.dedup();
+    let mut comp = p.session(doc).unwrap();
+    let mut restores = 0;
+    for k in 0..=n {
+        if points.contains(&k) {
+            let snap = comp.snapshot().unwrap();
+            assert_eq!(snap, snapshots[k], "{name}: the snapshot after {k} events differs");
+            let mut restored =
+                p.restore(doc, &snap).unwrap().unwrap_or_else(|e| panic!("{name}: the component refused its own snapshot after {k} events: {e}"));
+            for (i, e) in events.iter().enumerate().skip(k) {
+                assert_eq!(restored.handle_line(e), decisions[i], "{name}: restored after {k} events, decision {i} differs for {e}");
+            }
+            assert_eq!(restored.report().unwrap(), report, "{name}: restored after {k} events, the report differs");
+            assert_eq!(restored.snapshot().unwrap(), snapshots[n], "{name}: restored after {k} events, the final snapshot differs");
+            restores += 1;
+        }
+        if k < n {
+            assert_eq!(comp.handle_line(&events[k]), decisions[k], "{name}: decision {k} differs");
+        }
+    }
+    restores
+}
+
+#[test]
+fn snapshots_agree_and_restored_sessions_continue() {
+    let p = policy();
+    let mut restores = 0;
+    let cases = example_cases();
+    for (name, bytes, events) in &cases {
+        restores += compare_snapshots(&p, name, bytes, events);
+    }
+    for seed in 0..200 {
+        let mut rng = Rng::new(seed);
+        let (doc, shape) = testgen::document(&mut rng, 15);
+        let events = testgen::events(&mut rng, &shape);
+        restores += compare_snapshots(&p, &format!("seed {seed}"), doc.as_bytes(), &events);
+    }
+    assert!(restores > 800, "only {restores} restores");
+    // The component refuses what the native core refuses, with the same message.
+    let (name, doc, events) = cases.iter().find(|(_, _, e)| e.len() > 3).unwrap();
+    let (_, other, _) = cases.iter().find(|(_, d, _)| d != doc).unwrap();
+    let mut s = p.session(doc).unwrap();
+    for e in &events[..3] {
+        s.handle_line(e);
+    }
+    let snap = s.snapshot().unwrap();
+    for (d, bad) in [(other, snap.clone()), (doc, snap.replace("\"events\":3", "\"events\":9007199254740992")), (doc, snap[1..].to_string())] {
+        let refusal = p.restore(d, &bad).unwrap().err().unwrap_or_else(|| panic!("{name}: the component accepted a bad snapshot: {bad}"));
+        assert_eq!(Err(refusal), runbook_policy::Session::restore(d, &bad).map(|_| ()), "{name}");
+    }
 }
 
 #[test]
@@ -161,4 +240,28 @@ fn typed_and_wire_paths_agree() {
         assert_eq!(v["decision"], kind);
     }
     assert_eq!(typed.report().unwrap(), wire.report().unwrap());
+}
+
+/// A restored session is bounded like any other: after a trap it has no snapshot, and the host numbers the
+/// lines it writes itself from the restored run's count.
+#[test]
+fn restored_sessions_trap_like_any_other() {
+    use runbook_host::{HostError, Limits};
+    let cache = std::env::temp_dir().join(format!("runbook-host-test-cache-fuel-{}", std::process::id()));
+    // Enough to restore a small session, not enough to decide on a large event.
+    let p = Policy::load_with(Some(&cache), Limits { fuel_per_call: 2_000_000, ..Limits::default() }).unwrap();
+    let doc = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/executive-snapshot/runbook.json")).unwrap();
+    let mut s = p.session(&doc).unwrap();
+    s.handle_line(
+        r#"{"type":"start","at":0,"run_id":"r-1","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#,
+    );
+    s.handle_line(r#"{"type":"tick","at":1}"#);
+    let snap = s.snapshot().unwrap();
+    let mut r = p.restore(&doc, &snap).unwrap().unwrap();
+    let big = format!(r#"{{"type":"invoke","at":2,"tool":"quickbooks_profit_and_loss","arguments":{{"x":"{}"}}}}"#, "a".repeat(500_000));
+    assert_eq!(r.handle_line(&big), r#"{"decision":"halt","deviation":null,"reason":"host-trap","refusals":[],"seq":2,"step":null}"#);
+    assert!(matches!(r.snapshot(), Err(HostError::Trap(_))), "a trapped session has no snapshot");
+    assert_eq!(r.handle_line(r#"{"type":"end","at":3}"#), r#"{"decision":"halt","deviation":null,"reason":"halted","refusals":[],"seq":3,"step":null}"#);
+    // The session it was restored from is untouched.
+    assert!(s.snapshot().is_ok());
 }

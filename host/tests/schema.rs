@@ -2,8 +2,8 @@
 //!
 //! - every example document validates against `runbook.schema.json`, except `examples/broken/`;
 //! - every event line of every example stream validates against `event.schema.json`;
-//! - every artifact the component produces (envelopes, decision lines, reports) validates against its
-//!   schema, and each example stream ends with the outcome its runbook intends;
+//! - every artifact the component produces (envelopes, decision lines, reports, session snapshots)
+//!   validates against its schema, and each example stream ends with the outcome its runbook intends;
 //! - schema and core agree on bad inputs: a document is rejected by the schema if and only if the core's
 //!   lint reports an error with a *structural* code (see [`STRUCTURAL`]), and an event line is rejected by
 //!   the schema if and only if the core cannot parse it as an event; the same holds for thousands of
@@ -142,7 +142,7 @@ fn structural_codes_partition_the_blocking_codes() {
 
 #[test]
 fn schemas_are_draft_2020_12_with_urn_ids() {
-    for name in ["runbook", "envelope", "event", "decision", "report"] {
+    for name in ["runbook", "envelope", "event", "decision", "report", "session-snapshot"] {
         let s = schema_json(name);
         assert_eq!(s["$schema"], "https://json-schema.org/draft/2020-12/schema", "{name}: $schema");
         assert_eq!(s["$id"], format!("urn:runbook-host:schema:{name}"), "{name}: $id");
@@ -252,6 +252,91 @@ fn produced_artifacts_validate() {
     assert!(decisions_checked >= 50, "only {decisions_checked} decisions checked");
     for k in ["allow", "deny", "needs-approval", "needs-verdict", "halt"] {
         assert!(kinds.contains(k), "no example produces a `{k}` decision");
+    }
+}
+
+/// Every session snapshot the component takes of the examples (before `start` and after each event of
+/// each stream), and the native core's of generated runs, validates; in each, removing any key of any
+/// object, or adding an unknown one, makes it invalid.
+#[test]
+fn session_snapshots_validate() {
+    let p = policy();
+    let v = validator("session-snapshot");
+    let mut checked = 0;
+    let mut phases = BTreeSet::new();
+    let mut check = |what: &str, text: &str, strict: bool| {
+        let json: Value = serde_json::from_str(text).unwrap();
+        assert!(v.is_valid(&json), "{what}: {}\n{text}", errors(&v, &json));
+        if strict {
+            assert_every_nested_key_required(&v, &json, what);
+        }
+        phases.insert(json["phase"].as_str().unwrap().to_string());
+        checked += 1;
+    };
+    for ex in examples() {
+        let bytes = std::fs::read(&ex.document).unwrap();
+        check(&format!("examples/{} before start", ex.name), &p.session(&bytes).unwrap().snapshot().unwrap(), true);
+        for stream in &ex.streams {
+            let mut session = p.session(&bytes).unwrap();
+            for (i, line) in lines(stream).iter().enumerate() {
+                session.handle_line(line);
+                check(&format!("{}: after event {i}", stream.display()), &session.snapshot().unwrap(), i % 4 == 1);
+            }
+        }
+    }
+    for seed in 0..200 {
+        let mut rng = runbook_policy::testgen::Rng::new(seed);
+        let (doc, shape) = runbook_policy::testgen::document(&mut rng, 15);
+        let mut session = runbook_policy::Session::new(doc.as_bytes());
+        for (i, line) in runbook_policy::testgen::events(&mut rng, &shape).iter().enumerate() {
+            session.handle_line(line);
+            check(&format!("seed {seed}: after event {i}"), &session.snapshot(), false);
+        }
+    }
+    assert!(checked > 1_000, "only {checked} snapshots checked");
+    assert_eq!(phases.into_iter().collect::<Vec<_>>(), ["new", "over", "running"]);
+}
+
+/// [`assert_every_key_required`] for every object inside `artifact`, at any depth.
+fn assert_every_nested_key_required(v: &Validator, artifact: &Value, what: &str) {
+    fn objects(v: &Value, path: &mut Vec<Value>, out: &mut Vec<Vec<Value>>) {
+        match v {
+            Value::Object(m) => {
+                out.push(path.clone());
+                for (k, x) in m {
+                    path.push(Value::String(k.clone()));
+                    objects(x, path, out);
+                    path.pop();
+                }
+            }
+            Value::Array(items) => {
+                for (i, x) in items.iter().enumerate() {
+                    path.push(Value::from(i));
+                    objects(x, path, out);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    fn at<'a>(v: &'a mut Value, path: &[Value]) -> &'a mut Value {
+        path.iter().fold(v, |v, k| match k {
+            Value::String(k) => &mut v[k.as_str()],
+            k => &mut v[k.as_u64().unwrap() as usize],
+        })
+    }
+    let mut paths = Vec::new();
+    objects(artifact, &mut Vec::new(), &mut paths);
+    for path in paths {
+        let keys: Vec<String> = at(&mut artifact.clone(), &path).as_object().unwrap().keys().cloned().collect();
+        for key in keys {
+            let mut copy = artifact.clone();
+            at(&mut copy, &path).as_object_mut().unwrap().remove(&key);
+            assert!(!v.is_valid(&copy), "{what}: the schema accepts it without `{key}` at {path:?}");
+        }
+        let mut copy = artifact.clone();
+        at(&mut copy, &path).as_object_mut().unwrap().insert("comment".into(), Value::String("free text".into()));
+        assert!(!v.is_valid(&copy), "{what}: the schema accepts an unknown key at {path:?}");
     }
 }
 
