@@ -32,6 +32,10 @@ fn main() {
     check_no_imports(&component);
     let out = PathBuf::from(env::var("OUT_DIR").unwrap());
     std::fs::write(out.join("runbook_policy.wasm"), &component).unwrap();
+    // Hashed here, not at run time: every hook process would otherwise hash the 0.5 MB component again.
+    use sha2::Digest;
+    let sha: String = sha2::Sha256::digest(&component).iter().map(|b| format!("{b:02x}")).collect();
+    println!("cargo:rustc-env=RUNBOOK_MODULE_SHA256={sha}");
     // Also leave it where other tools expect it, beside the guest build.
     let _ = std::fs::write(root.join("target/guest/runbook_policy.component.wasm"), &component);
 }

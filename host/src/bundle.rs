@@ -574,6 +574,72 @@ impl Bundle {
         Ok(b)
     }
 
+    /// Reopens a bundle that another process created (the tool-call hook runs one process per event), to
+    /// record further events and finish it. Reads `run.json` and the document (whose bytes must match the
+    /// manifest's sha256); the chain starts at `h0` with no lines counted: the caller checks the recorded
+    /// events and continues the chain with [`resume_chain`](Bundle::resume_chain). A bundle that has ended
+    /// (an outcome, `ended_without_report` or a receipt) opens as finished.
+    pub fn open(runs_root: &Path, run_id: &str) -> io::Result<Bundle> {
+        let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, format!("run {run_id}: {m}"));
+        if !is_safe_name(run_id) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("`{run_id}` is not a usable run id")));
+        }
+        let root = Dir::open_ambient_dir(runs_root, cap_std::ambient_authority())?;
+        let dir = root.open_dir(run_id).map_err(|e| invalid(format!("the run directory cannot be opened: {e}")))?;
+        let manifest: Value = serde_json::from_slice(&dir.read("run.json").map_err(|e| invalid(format!("run.json: {e}")))?)
+            .map_err(|e| invalid(format!("run.json is not JSON: {e}")))?;
+        let Value::Object(manifest) = manifest else { return Err(invalid("run.json is not an object".into())) };
+        if manifest.get("schema") != Some(&json!(RUN_SCHEMA)) || manifest.get("run_id") != Some(&json!(run_id)) {
+            return Err(invalid(format!("run.json is not the {RUN_SCHEMA} of this run")));
+        }
+        let document_file = match manifest["artifacts"]["document"].as_str() {
+            Some(f @ ("runbook.yaml" | "runbook.json")) => f.to_string(),
+            _ => return Err(invalid("run.json names no document".into())),
+        };
+        let head = manifest["chain_h0"].as_str().filter(|h| h.len() == 64).ok_or_else(|| invalid("run.json has no chain_h0".into()))?.to_string();
+        let has_envelope = manifest["artifacts"]["envelope"].is_string();
+        let finished = !manifest["outcome"].is_null() || manifest.contains_key("ended_without_report") || dir.exists("receipt.json");
+        let events = dir.open_with("events.ndjson", OpenOptions::new().append(true)).map_err(|e| invalid(format!("events.ndjson: {e}")))?;
+        Ok(Bundle {
+            path: runs_root.join(run_id),
+            root,
+            dir,
+            events,
+            run_id: run_id.to_string(),
+            head,
+            lines: 0,
+            manifest,
+            document_file,
+            has_envelope,
+            finished,
+        })
+    }
+
+    /// Continues the chain after `lines` recorded events whose last hash is `head` (checked by the caller).
+    pub fn resume_chain(&mut self, head: String, lines: u64) {
+        self.head = head;
+        self.lines = lines;
+    }
+
+    /// `run.json` as read or last written.
+    pub fn manifest(&self) -> &Map<String, Value> {
+        &self.manifest
+    }
+
+    /// The document's exact bytes, checked against the manifest's sha256.
+    pub fn document(&self) -> io::Result<Vec<u8>> {
+        let bytes = self.dir.read(&self.document_file)?;
+        if self.manifest["document"]["sha256"] != sha256_hex(&bytes).as_str() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("run {}: the document's sha256 is not run.json's", self.run_id)));
+        }
+        Ok(bytes)
+    }
+
+    /// The bytes of `events.ndjson` as they are now.
+    pub fn events_bytes(&self) -> io::Result<Vec<u8>> {
+        self.dir.read("events.ndjson")
+    }
+
     /// The run directory (`runs_root/run_id`, as the caller named `runs_root`): the `run_dir` of
     /// [`crate::approvals`].
     pub fn dir(&self) -> &Path {

@@ -10,9 +10,8 @@ pub mod approvals;
 pub mod bundle;
 pub mod registry;
 
-use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::Mutex;
 use wasmtime::component::{Component, Linker, ResourceAny};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 
@@ -38,10 +37,9 @@ pub const FUEL_PER_CALL: u64 = 20_000_000_000;
 /// The most linear memory one instance may grow to.
 pub const MEMORY_CAP: usize = 1 << 30;
 
-/// Hex SHA-256 of [`COMPONENT`].
+/// Hex SHA-256 of [`COMPONENT`], computed by the build script (a unit test checks it against the bytes).
 pub fn module_sha256() -> &'static str {
-    static SHA: OnceLock<String> = OnceLock::new();
-    SHA.get_or_init(|| hex::encode(Sha256::digest(COMPONENT)))
+    env!("RUNBOOK_MODULE_SHA256")
 }
 
 /// What went wrong in the host, as opposed to a decision of the module.
@@ -91,6 +89,11 @@ pub struct Policy {
     engine: Engine,
     pre: RunbookPolicyPre<HostState>,
     limits: Limits,
+    /// One instance for the stateless functions (lint, envelope, canonicalize, ...), made on first use and
+    /// reused: they keep nothing between calls but allocator state, and a new instance per call cost more
+    /// than the call (a hook process makes a dozen). Dropped after a trap, so a trapped instance never
+    /// answers again.
+    util: Mutex<Option<(Store<HostState>, bindings::RunbookPolicy)>>,
 }
 
 /// Where precompiled code is cached: `$RUNBOOK_HOST_CACHE`, else `$XDG_CACHE_HOME/runbook-host`, else
@@ -133,7 +136,7 @@ impl Policy {
         let linker: Linker<HostState> = Linker::new(&engine);
         let pre = linker.instantiate_pre(&component).map_err(|e| HostError::Load(format!("{e:#}")))?;
         let pre = RunbookPolicyPre::new(pre).map_err(|e| HostError::Load(format!("{e:#}")))?;
-        Ok(Policy { engine, pre, limits })
+        Ok(Policy { engine, pre, limits, util: Mutex::new(None) })
     }
 
     fn instance(&self) -> Result<(Store<HostState>, bindings::RunbookPolicy), HostError> {
@@ -144,36 +147,45 @@ impl Policy {
         Ok((store, inst))
     }
 
+    /// Runs `f` on the shared instance for stateless calls, with a fresh fuel budget.
+    fn with_util<R>(&self, f: impl FnOnce(&mut Store<HostState>, &bindings::RunbookPolicy) -> wasmtime::Result<R>) -> Result<R, HostError> {
+        let mut util = self.util.lock().unwrap_or_else(|e| e.into_inner());
+        if util.is_none() {
+            *util = Some(self.instance()?);
+        }
+        let (store, inst) = util.as_mut().expect("made above");
+        store.set_fuel(self.limits.fuel_per_call).map_err(trap)?;
+        let r = f(store, inst);
+        if r.is_err() {
+            *util = None;
+        }
+        r.map_err(trap)
+    }
+
     /// Lints a document.
     pub fn lint(&self, document: &[u8]) -> Result<LintReport, HostError> {
-        let (mut store, inst) = self.instance()?;
-        inst.runbook_policy_policy().call_lint(&mut store, document).map_err(trap)
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_lint(store, document))
     }
 
     /// The canonical envelope, or the findings that prevent it.
     pub fn envelope(&self, document: &[u8]) -> Result<Result<String, Vec<Finding>>, HostError> {
-        let (mut store, inst) = self.instance()?;
-        inst.runbook_policy_policy().call_envelope(&mut store, document).map_err(trap)
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_envelope(store, document))
     }
 
     pub fn call_sha256(&self, tool: &str, arguments_json: &str) -> Result<Result<String, String>, HostError> {
-        let (mut store, inst) = self.instance()?;
-        inst.runbook_policy_policy().call_call_sha256(&mut store, tool, arguments_json).map_err(trap)
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_call_sha256(store, tool, arguments_json))
     }
 
     pub fn canonicalize(&self, json: &str) -> Result<Result<String, String>, HostError> {
-        let (mut store, inst) = self.instance()?;
-        inst.runbook_policy_policy().call_canonicalize(&mut store, json).map_err(trap)
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_canonicalize(store, json))
     }
 
     pub fn encode_event(&self, event: &Event) -> Result<Result<String, String>, HostError> {
-        let (mut store, inst) = self.instance()?;
-        inst.runbook_policy_policy().call_encode_event(&mut store, event).map_err(trap)
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_encode_event(store, event))
     }
 
     pub fn version(&self) -> Result<String, HostError> {
-        let (mut store, inst) = self.instance()?;
-        inst.runbook_policy_policy().call_version(&mut store).map_err(trap)
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_version(store))
     }
 
     /// Starts a supervised run of `document`.
@@ -334,5 +346,28 @@ impl Session {
             return true;
         }
         self.refuel().is_err() || self.inst.runbook_policy_policy().session().call_is_over(&mut self.store, self.handle).unwrap_or(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sha2::{Digest, Sha256};
+
+    #[test]
+    fn the_build_time_module_sha256_is_the_sha256_of_the_embedded_bytes() {
+        assert_eq!(super::module_sha256(), hex::encode(Sha256::digest(super::COMPONENT)));
+    }
+
+    #[test]
+    fn a_trap_in_a_stateless_call_does_not_poison_the_next() {
+        // A memory cap that a 32 MiB document cannot fit under: that lint traps, the shared instance is
+        // dropped, and the next call of the same policy answers from a fresh one.
+        let p = super::Policy::load_with(None, super::Limits { fuel_per_call: super::FUEL_PER_CALL, memory_cap: 24 << 20 }).unwrap();
+        assert_eq!(p.canonicalize("{\"b\":1,\"a\":2}").unwrap().unwrap(), "{\"a\":2,\"b\":1}");
+        let big = vec![b'#'; 32 << 20];
+        assert!(matches!(p.lint(&big), Err(super::HostError::Trap(_))));
+        assert!(p.util.lock().unwrap().is_none(), "the trapped instance is dropped");
+        assert_eq!(p.canonicalize("[1.0,{\"z\":null,\"a\":[]}]").unwrap().unwrap(), "[1,{\"a\":[],\"z\":null}]");
+        assert!(p.lint(b"id: x\n").unwrap().findings.iter().any(|f| f.code == "missing-field"));
     }
 }

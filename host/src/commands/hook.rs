@@ -31,6 +31,11 @@ pub struct Args {
     /// At Stop, block the agent from stopping while the run has not reached a terminal
     #[arg(long, global = true)]
     pub keep_working: bool,
+    /// How each process restores the run: from the module's session snapshot the previous process left
+    /// (checked against the events file's sha256; a full replay when it does not match), or always by
+    /// replaying the recorded events
+    #[arg(long, default_value = "snapshot", value_parser = ["snapshot", "replay"], global = true)]
+    pub restore: String,
 }
 
 #[derive(clap::Subcommand)]
@@ -77,6 +82,9 @@ fn hook_command(a: &Args) -> String {
     }
     if a.keep_working {
         c.push("--keep-working".into());
+    }
+    if a.restore != "snapshot" {
+        c.push(format!("--restore {}", a.restore));
     }
     c.join(" ")
 }
@@ -133,6 +141,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
             runs: a.runs.clone(),
             profile: a.profile.clone(),
             keep_working: a.keep_working,
+            restore: if a.restore == "replay" { hook::Restore::Replay } else { hook::Restore::Snapshot },
         };
         let answer = hook::handle(&policy, &cfg, &ev, &mut timing)?;
         Ok((ev.name().to_string(), answer))
@@ -140,11 +149,13 @@ pub fn run(a: Args) -> Result<ExitCode> {
     .unwrap_or_else(|_| Err(anyhow::anyhow!("the hook panicked")));
     if std::env::var_os("RUNBOOK_HOOK_TIMING").is_some() {
         eprintln!(
-            "runbook-host hook: timing total_us={} restore_us={} events={} chain_checked={}",
+            "runbook-host hook: timing total_us={} restore_us={} events={} restored_from={} chain_checked={}{}",
             t.elapsed().as_micros(),
             timing.restore_us,
             timing.events_replayed,
-            timing.chain_checked
+            timing.restored_from,
+            timing.chain_checked,
+            timing.snapshot_refused.as_deref().map(|e| format!(" snapshot_refused={e:?}")).unwrap_or_default()
         );
     }
     match result {

@@ -31,8 +31,10 @@ pub fn read_input(path: &str) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("cannot read `{path}`"))
 }
 
-pub fn policy() -> Result<runbook_host::Policy> {
-    runbook_host::Policy::load().map_err(anyhow::Error::from)
+/// The process's one policy module (the bundle's chain hashing uses the same one, so a command loads
+/// the component once).
+pub fn policy() -> Result<&'static runbook_host::Policy> {
+    runbook_host::bundle::shared_policy().map_err(anyhow::Error::from)
 }
 
 /// Writes exact bytes to stdout, adding a newline only for a person at a terminal.

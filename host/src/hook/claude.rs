@@ -61,6 +61,9 @@ pub fn render(event: &str, answer: &Answer) -> Option<Value> {
 pub const EVENTS: &[(&str, Option<&str>)] =
     &[("SessionStart", None), ("PreToolUse", Some("*")), ("PostToolUse", Some("*")), ("PostToolUseFailure", Some("*")), ("Stop", None), ("SessionEnd", None)];
 
+/// The timeout, in seconds, `install` sets on each hook.
+pub const HOOK_TIMEOUT_S: u64 = 30;
+
 /// Merges our hooks into a settings document (idempotent: an entry with exactly our command is not added twice).
 pub fn install(settings: &mut Value, command: &str) -> Result<(), String> {
     if !settings.is_object() {
@@ -74,7 +77,10 @@ pub fn install(settings: &mut Value, command: &str) -> Result<(), String> {
         if list.iter().any(|g| ours(g, command)) {
             continue;
         }
-        let mut group = json!({"hooks": [{"type": "command", "command": command}]});
+        // `onFailure: block` (Claude Code 2.1.295 and later): a hook that cannot start (the binary is gone),
+        // times out or dies with an unexpected exit code blocks the action instead of letting it through.
+        // The timeout bounds a hung hook (the default is 600 s); a decision takes milliseconds.
+        let mut group = json!({"hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S, "onFailure": "block"}]});
         if let Some(m) = matcher {
             group["matcher"] = json!(m);
         }

@@ -12,9 +12,10 @@
 pub mod claude;
 
 use anyhow::{anyhow, bail, Context, Result};
-use runbook_host::bundle::{self, chain_next_with, event_record_line, read_events, sha256_hex, Bundle};
+use runbook_host::bundle::{self, chain_next_with, event_record_line, Bundle};
 use runbook_host::{approvals, registry, Policy, Session};
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -93,15 +94,21 @@ pub struct Config {
     pub runs: PathBuf,
     pub profile: String,
     pub keep_working: bool,
+    pub restore: Restore,
 }
 
 /// Timings of one hook process's work (for the benchmark; printed with RUNBOOK_HOOK_TIMING=1).
 #[derive(Default, Debug)]
 pub struct Timing {
+    /// Events recorded before this process's event.
     pub events_replayed: usize,
     pub restore_us: u128,
-    /// Events whose chain link was recomputed (the rest matched the cache of an earlier check).
+    /// `snapshot` or `replay`: how the state was restored this time.
+    pub restored_from: &'static str,
+    /// Events whose chain link was recomputed (the rest were described by the previous process's record).
     pub chain_checked: usize,
+    /// Why the module refused the snapshot, when it did (the run was then replayed).
+    pub snapshot_refused: Option<String>,
 }
 
 fn now_ms() -> u64 {
@@ -145,23 +152,33 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// A cache file: atomic, not synced (losing it costs one full chain check).
-fn write_cache(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+/// How a hook process restores the run's state from the bundle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Restore {
+    /// From the module's canonical session snapshot that the previous process left (`<session>.snapshot`),
+    /// when it was taken of exactly the `events.ndjson` bytes now on disk; otherwise by a full replay.
+    Snapshot,
+    /// By replaying every recorded event through a new module session (checking each recorded decision).
+    Replay,
 }
 
-/// A restored run: the module session after replaying every recorded event, and the chain's state.
+/// `<runs>/.hook/<session>.snapshot` (`runbook-hook-snapshot/v1`), rewritten by every hook process: the
+/// events file it describes (its length and sha256), the chain's head and count at that point, the last
+/// `at`, and (with [`Restore::Snapshot`]) the module's session snapshot. It is a cache: when the events
+/// file is not byte for byte the one described, the run is restored by replaying it with every chain link
+/// recomputed, so an edited, truncated or extended `events.ndjson` is always checked in full.
+pub const SNAPSHOT_SCHEMA: &str = "runbook-hook-snapshot/v1";
+
+/// A restored run: the reopened bundle, the module session in the state after every recorded event, and
+/// the running sha256 of `events.ndjson` (extended with each line this process appends).
 pub struct Run {
     pub run_id: String,
-    pub dir: PathBuf,
+    pub bundle: Bundle,
     pub session: Session,
-    pub head: String,
     pub last_at: u64,
     pub t0_ms: u64,
-    pub finished: bool,
+    events_hash: Sha256,
+    events_len: u64,
 }
 
 fn load_state(runs: &Path, session: &str) -> Result<Value> {
@@ -174,76 +191,98 @@ fn load_state(runs: &Path, session: &str) -> Result<Value> {
     Ok(v)
 }
 
-/// Restores the run of `session` by replaying its bundle (chain and decisions checked).
-pub fn restore(policy: &Policy, runs: &Path, session: &str, timing: &mut Timing) -> Result<Run> {
+fn snapshot_path(runs: &Path, session: &str) -> PathBuf {
+    hook_dir(runs).join(format!("{session}.snapshot"))
+}
+
+/// Restores the run of `session` from its bundle (see [`Restore`] and [`SNAPSHOT_SCHEMA`]).
+pub fn restore(policy: &Policy, runs: &Path, session: &str, how: Restore, timing: &mut Timing) -> Result<Run> {
     let t = Instant::now();
     let state = load_state(runs, session)?;
     let run_id = state["run_id"].as_str().filter(|r| bundle::is_safe_name(r)).ok_or_else(|| anyhow!("the hook state names no usable run"))?.to_string();
     let t0_ms = state["t0_ms"].as_u64().ok_or_else(|| anyhow!("the hook state has no t0_ms"))?;
-    let dir = runs.join(&run_id);
-    let run: Value = serde_json::from_slice(&std::fs::read(dir.join("run.json")).with_context(|| format!("run {run_id}: run.json is missing"))?)
-        .with_context(|| format!("run {run_id}: run.json is not JSON"))?;
-    let doc_file = match run["artifacts"]["document"].as_str() {
-        Some(f @ ("runbook.yaml" | "runbook.json")) => f,
-        _ => bail!("run {run_id}: run.json names no document"),
+    let mut b = Bundle::open(runs, &run_id)?;
+    let doc = b.document()?;
+    let bytes = b.events_bytes().with_context(|| format!("run {run_id}: events.ndjson is missing"))?;
+    let events_hash = Sha256::new().chain_update(&bytes);
+    let events_sha = hex::encode(events_hash.clone().finalize());
+    // The record the previous process left, when it describes exactly these bytes.
+    let snap = std::fs::read(snapshot_path(runs, session)).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).filter(|s| {
+        s["schema"] == SNAPSHOT_SCHEMA && s["run_id"] == run_id.as_str() && s["events_len"] == bytes.len() && s["events_sha256"] == events_sha.as_str()
+    });
+    let from_snapshot = match (&snap, how) {
+        (Some(s), Restore::Snapshot) => match s["session"].as_str() {
+            Some(text) => match policy.restore(&doc, text)? {
+                Ok(sess) => Some(sess),
+                Err(e) => {
+                    timing.snapshot_refused = Some(e);
+                    None
+                }
+            },
+            None => None,
+        },
+        _ => None,
     };
-    let doc = std::fs::read(dir.join(doc_file)).with_context(|| format!("run {run_id}: the document is missing"))?;
-    if run["document"]["sha256"] != sha256_hex(&doc).as_str() {
-        bail!("run {run_id}: the document's sha256 is not run.json's");
-    }
-    let mut head = run["chain_h0"].as_str().ok_or_else(|| anyhow!("run {run_id}: run.json has no chain_h0"))?.to_string();
-    let bytes = std::fs::read(dir.join("events.ndjson")).with_context(|| format!("run {run_id}: events.ndjson is missing"))?;
-    let records = read_events(&bytes).map_err(|(n, m)| anyhow!("run {run_id}: events.ndjson:{n}: {m}"))?;
-    // The chain up to the prefix this hook already checked (a cache: when it does not match byte for byte,
-    // the whole chain is checked again).
-    let cache_path = hook_dir(runs).join(format!("{session}.chain"));
-    let checked = std::fs::read(&cache_path)
-        .ok()
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .and_then(|c| {
-            let len = c["len"].as_u64()? as usize;
-            let k = bytes.get(..len)?.iter().filter(|b| **b == b'\n').count();
-            (len > 0
-                && bytes[len - 1] == b'\n'
-                && c["sha256"] == sha256_hex(&bytes[..len]).as_str()
-                && k <= records.len()
-                && c["head"] == records[k - 1].h.as_str())
-            .then_some(k)
-        })
-        .unwrap_or(0);
-    let mut session_ = policy.session(&doc)?;
-    let mut last_at = 0;
-    for (i, r) in records.iter().enumerate() {
-        if i >= checked {
-            let h = chain_next_with(policy, &head, &r.event_line, &r.decision_line);
-            if h != r.h {
-                bail!("run {run_id}: events.ndjson:{}: the hash chain is broken", i + 1);
+    // The chain continues from the events file's own last line, whatever a record says.
+    let (lines, last_h) = tail_of(&bytes);
+    let from_snapshot = from_snapshot.filter(|_| snap.as_ref().is_some_and(|s| s["lines"] == lines && s["head"] == last_h.unwrap_or(b.chain_head())));
+    let (session_, head, lines, last_at) = match (from_snapshot, &snap) {
+        (Some(sess), Some(s)) => {
+            timing.restored_from = "snapshot";
+            (sess, last_h.unwrap_or(b.chain_head()).to_string(), lines, s["last_at"].as_u64().unwrap_or(0))
+        }
+        _ => {
+            let records = bundle::read_events(&bytes).map_err(|(n, m)| anyhow!("run {run_id}: events.ndjson:{n}: {m}"))?;
+            // The chain was checked up to the recorded bytes when the record describes them; else in full.
+            let checked = snap.as_ref().and_then(|s| s["lines"].as_u64()).filter(|n| *n as usize == records.len()).unwrap_or(0) as usize;
+            let mut head = b.chain_head().to_string();
+            let mut sess = policy.session(&doc)?;
+            let mut last_at = 0;
+            for (i, r) in records.iter().enumerate() {
+                if i >= checked && chain_next_with(policy, &head, &r.event_line, &r.decision_line) != r.h {
+                    bail!("run {run_id}: events.ndjson:{}: the hash chain is broken", i + 1);
+                }
+                head = r.h.clone();
+                if sess.handle_line(&r.event_line) != r.decision_line {
+                    bail!("run {run_id}: events.ndjson:{}: the module decides this event differently than recorded", i + 1);
+                }
+                if let Some(at) = serde_json::from_str::<Value>(&r.event_line).ok().and_then(|v| v["at"].as_u64()) {
+                    last_at = last_at.max(at);
+                }
             }
+            timing.chain_checked = records.len() - checked;
+            timing.restored_from = "replay";
+            (sess, head, records.len() as u64, last_at)
         }
-        head = r.h.clone();
-        let d = session_.handle_line(&r.event_line);
-        if d != r.decision_line {
-            bail!("run {run_id}: events.ndjson:{}: the module decides this event differently than recorded", i + 1);
-        }
-        if let Some(at) = serde_json::from_str::<Value>(&r.event_line).ok().and_then(|v| v["at"].as_u64()) {
-            last_at = last_at.max(at);
-        }
-    }
-    if checked < records.len() {
-        let c = json!({"len": bytes.len(), "sha256": sha256_hex(&bytes), "head": head});
-        let _ = write_cache(&cache_path, c.to_string().as_bytes());
-    }
-    timing.events_replayed = records.len();
-    timing.chain_checked = records.len() - checked;
+    };
+    b.resume_chain(head, lines);
+    timing.events_replayed = lines as usize;
     timing.restore_us = t.elapsed().as_micros();
-    let finished = dir.join("receipt.json").exists() || run["outcome"] != Value::Null;
-    Ok(Run { run_id, dir, session: session_, head, last_at, t0_ms, finished })
+    Ok(Run { run_id, bundle: b, session: session_, last_at, t0_ms, events_hash, events_len: bytes.len() as u64 })
+}
+
+/// The number of lines of an events file and the `h` of its last one (read from the line's fixed prefix;
+/// a line that does not have one gives None, and the full replay that follows names the problem).
+fn tail_of(bytes: &[u8]) -> (u64, Option<&str>) {
+    let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
+    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
+    let last = &body[body.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1)..];
+    let h = last.strip_prefix(b"{\"h\":\"").and_then(|r| r.get(..64)).and_then(|h| std::str::from_utf8(h).ok());
+    (lines, if bytes.is_empty() { None } else { h })
 }
 
 impl Run {
+    pub fn finished(&self) -> bool {
+        self.bundle.is_finished()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.bundle.dir()
+    }
+
     /// Feeds one event (a JSON object without `at`: the hook adds it), records it, returns the decision.
     pub fn feed(&mut self, policy: &Policy, mut event: Value) -> Result<Value> {
-        if self.finished {
+        if self.finished() {
             bail!("run {} is finished; start a new session for a new run", self.run_id);
         }
         let at = now_ms().saturating_sub(self.t0_ms).max(self.last_at);
@@ -251,11 +290,10 @@ impl Run {
         event["at"] = json!(at);
         let line = policy.canonicalize(&event.to_string())?.map_err(|e| anyhow!("the event could not be encoded: {e}"))?;
         let decision_line = self.session.handle_line(&line);
-        let h = chain_next_with(policy, &self.head, &line, &decision_line);
-        let mut f = OpenOptions::new().append(true).open(self.dir.join("events.ndjson")).context("cannot open events.ndjson")?;
-        f.write_all(event_record_line(&h, &line, &decision_line).as_bytes()).context("cannot write events.ndjson")?;
-        f.sync_data()?;
-        self.head = h;
+        self.bundle.record(&line, &decision_line).with_context(|| format!("run {}: cannot record the event", self.run_id))?;
+        let written = event_record_line(self.bundle.chain_head(), &line, &decision_line);
+        self.events_hash.update(written.as_bytes());
+        self.events_len += written.len() as u64;
         let d: Value = serde_json::from_str(&decision_line).context("the module answered something that is not a decision")?;
         if d["reason"] == "host-trap" {
             bail!("the policy module trapped: {}", self.session.trapped().unwrap_or("?"));
@@ -263,70 +301,38 @@ impl Run {
         Ok(d)
     }
 
+    /// Leaves the record the next process restores from (see [`SNAPSHOT_SCHEMA`]).
+    pub fn save(&mut self, runs: &Path, session: &str, how: Restore) -> Result<()> {
+        let path = snapshot_path(runs, session);
+        if self.finished() {
+            let _ = std::fs::remove_file(&path);
+            return Ok(());
+        }
+        let snapshot = match how {
+            Restore::Snapshot => Some(self.session.snapshot()?),
+            Restore::Replay => None,
+        };
+        let rec = json!({"schema": SNAPSHOT_SCHEMA, "run_id": self.run_id, "events_len": self.events_len,
+            "events_sha256": hex::encode(self.events_hash.clone().finalize()), "head": self.bundle.chain_head(),
+            "lines": self.bundle.events_recorded(), "last_at": self.last_at, "session": snapshot});
+        // Rewritten in place, not through a new file and a rename (which cost more than the decision): a
+        // record torn by a crash is not JSON, or does not match the events file, and the next process replays.
+        let bytes = rec.to_string();
+        let mut f = OpenOptions::new().write(true).create(true).truncate(false).open(&path).context("cannot write the hook snapshot")?;
+        f.write_all(bytes.as_bytes())?;
+        f.set_len(bytes.len() as u64)?;
+        Ok(())
+    }
+
     pub fn report(&mut self) -> Result<Value> {
         Ok(serde_json::from_str(&self.session.report()?)?)
     }
 
-    /// Ends the bundle: report.json, run.json (ended, outcome), receipt.json, latest.json, history.
-    /// (The same files as `Bundle::finish`, written from another process than the one that created it.)
-    pub fn finish(&mut self, policy: &Policy) -> Result<()> {
+    /// Ends the bundle (report, run.json, receipt, latest.json, history), from another process than the
+    /// one that created it.
+    pub fn finish(&mut self) -> Result<()> {
         let report = self.session.report()?;
-        let report_v: Value = serde_json::from_str(&report)?;
-        let ended = bundle::now_rfc3339();
-        write_atomic(&self.dir.join("report.json"), report.as_bytes())?;
-        let mut run: Value = serde_json::from_slice(&std::fs::read(self.dir.join("run.json"))?)?;
-        if let Some(l) = run["lifecycle"].as_array_mut() {
-            l.push(json!({"event": "ended", "at": ended}));
-        }
-        run["outcome"] = report_v["outcome"].clone();
-        let mut text = serde_json::to_string_pretty(&run)?;
-        text.push('\n');
-        write_atomic(&self.dir.join("run.json"), text.as_bytes())?;
-        let mut artifacts = serde_json::Map::new();
-        let mut files = vec![
-            "run.json".to_string(),
-            run["artifacts"]["document"].as_str().unwrap_or("runbook.yaml").to_string(),
-            "events.ndjson".into(),
-            "report.json".into(),
-        ];
-        if run["artifacts"]["envelope"].is_string() {
-            files.push("envelope.json".into());
-        }
-        for f in files {
-            artifacts.insert(f.clone(), json!(sha256_hex(&std::fs::read(self.dir.join(&f))?)));
-        }
-        let receipt = format!(
-            "{{\"artifacts\":{},\"chain_head\":\"{}\",\"host\":{{\"name\":\"{}\",\"version\":\"{}\"}},\"module_sha256\":{},\"report\":{report},\"report_sha256\":\"{}\",\"schema\":\"{}\"}}",
-            serde_json::to_string(&artifacts)?,
-            self.head,
-            bundle::HOST_NAME,
-            bundle::HOST_VERSION,
-            serde_json::to_string(&run["module_sha256"])?,
-            sha256_hex(report.as_bytes()),
-            bundle::RECEIPT_SCHEMA,
-        );
-        let receipt = policy.canonicalize(&receipt)?.map_err(|e| anyhow!("the receipt is not canonicalizable: {e}"))?;
-        write_atomic(&self.dir.join("receipt.json"), receipt.as_bytes())?;
-        self.finished = true;
-        let root = self.dir.parent().unwrap_or(Path::new("."));
-        let latest_is_me = std::fs::read(root.join("latest.json"))
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-            .is_some_and(|v| v["run_id"] == self.run_id.as_str());
-        if latest_is_me {
-            let mut t =
-                serde_json::to_string_pretty(&json!({"schema": bundle::LATEST_SCHEMA, "run_id": self.run_id, "path": self.run_id, "updated_at": ended}))?;
-            t.push('\n');
-            write_atomic(&root.join("latest.json"), t.as_bytes())?;
-        }
-        let mut line = serde_json::to_string(
-            &json!({"schema": bundle::HISTORY_SCHEMA, "event": "ended", "run_id": self.run_id, "at": ended, "path": self.run_id, "outcome": report_v["outcome"]}),
-        )?;
-        line.push('\n');
-        let mut f = OpenOptions::new().append(true).create(true).open(root.join("history.ndjson"))?;
-        f.write_all(line.as_bytes())?;
-        f.sync_data()?;
-        Ok(())
+        self.bundle.finish(&report).with_context(|| format!("run {}: cannot finish the bundle", self.run_id))
     }
 
     fn at_terminal(&mut self) -> Result<bool> {
@@ -381,24 +387,30 @@ pub fn handle(policy: &Policy, cfg: &Config, ev: &HookEvent, timing: &mut Timing
         return start(policy, cfg, session);
     }
     let _lock = lock(&cfg.runs, session, false)?;
-    let mut run = restore(policy, &cfg.runs, session, timing)?;
+    let mut run = restore(policy, &cfg.runs, session, cfg.restore, timing)?;
+    let answer = decide(policy, cfg, ev, &mut run)?;
+    run.save(&cfg.runs, session, cfg.restore)?;
+    Ok(answer)
+}
+
+fn decide(policy: &Policy, cfg: &Config, ev: &HookEvent, run: &mut Run) -> Result<Answer> {
     match ev {
         HookEvent::SessionStart { .. } => unreachable!(),
         HookEvent::PreToolUse { tool, input, call_id, .. } => {
-            if run.finished {
+            if run.finished() {
                 return Ok(Answer::Deny(format!("runbook: run {} is finished; no further tool calls are supervised in this session", run.run_id)));
             }
             let arguments_json = policy.canonicalize(&input.to_string())?.map_err(|e| anyhow!("the tool input could not be canonicalized: {e}"))?;
             let sha = policy.call_sha256(tool, &arguments_json)?.map_err(|e| anyhow!("the call could not be hashed: {e}"))?;
             let guard = guarded(input, cfg);
             if !guard {
-                if let Some((id, g)) = approvals::answered_for(&run.dir, &sha)? {
-                    let rec = approvals::request_record(&run.dir, &id)?;
+                if let Some((id, g)) = approvals::answered_for(run.dir(), &sha)? {
+                    let rec = approvals::request_record(run.dir(), &id)?;
                     run.feed(
                         policy,
                         json!({"type": "approval", "step": rec["step"], "call_sha256": g.call_sha256, "approver": g.approver, "granted": g.granted}),
                     )?;
-                    approvals::consume(&run.dir, &id)?;
+                    approvals::consume(run.dir(), &id)?;
                 }
             }
             let mut ev = json!({"type": "invoke", "tool": tool, "arguments": serde_json::from_str::<Value>(&arguments_json)?, "call_id": call_id});
@@ -410,9 +422,9 @@ pub fn handle(policy: &Policy, cfg: &Config, ev: &HookEvent, timing: &mut Timing
                 Some("allow") => Ok(Answer::Pass),
                 Some("needs-approval") => {
                     let step = d["step"].as_str();
-                    let existing = approvals::pending(&run.dir)?.into_iter().find(|p| p.call_sha256 == sha && p.step.as_deref() == step);
+                    let existing = approvals::pending(run.dir())?.into_iter().find(|p| p.call_sha256 == sha && p.step.as_deref() == step);
                     if existing.is_none() {
-                        approvals::request(&run.dir, step, tool, &arguments_json, &sha)?;
+                        approvals::request(run.dir(), step, tool, &arguments_json, &sha)?;
                     }
                     Ok(Answer::Deny(format!(
                         "runbook: needs-approval: step `{}` is gated; `{tool}` with these exact arguments (call sha256 {sha}) awaits a human's approval: run `runbook-host approve {} {}` in another terminal, then retry this same call. Do not try another way around the gate.",
@@ -425,7 +437,7 @@ pub fn handle(policy: &Policy, cfg: &Config, ev: &HookEvent, timing: &mut Timing
             }
         }
         HookEvent::PostToolUse { tool, response, call_id, failed, .. } => {
-            if run.finished {
+            if run.finished() {
                 return Ok(Answer::Block(format!("runbook: run {} is finished", run.run_id)));
             }
             let d = run.feed(
@@ -442,11 +454,14 @@ pub fn handle(policy: &Policy, cfg: &Config, ev: &HookEvent, timing: &mut Timing
             Ok(Answer::Pass)
         }
         HookEvent::Stop { again, .. } => {
-            if run.finished {
+            if run.finished() {
                 return Ok(Answer::Pass);
             }
+            if deadline_passed(run)? {
+                run.feed(policy, json!({"type": "tick"}))?;
+            }
             if run.at_terminal()? || run.session.is_over() {
-                end(policy, &mut run)?;
+                end(policy, run)?;
                 return Ok(Answer::Pass);
             }
             let step = run.session.status().unwrap_or_default();
@@ -458,8 +473,8 @@ pub fn handle(policy: &Policy, cfg: &Config, ev: &HookEvent, timing: &mut Timing
             }
         }
         HookEvent::SessionEnd { .. } => {
-            if !run.finished {
-                end(policy, &mut run)?;
+            if !run.finished() {
+                end(policy, run)?;
             }
             Ok(Answer::Pass)
         }
@@ -470,7 +485,21 @@ fn end(policy: &Policy, run: &mut Run) -> Result<()> {
     if !run.session.is_over() {
         run.feed(policy, json!({"type": "end", "reason": "normal"}))?;
     }
-    run.finish(policy)
+    run.finish()
+}
+
+/// Whether a checkpoint of the run has a deadline that passed while it is still pending: the hook has no
+/// timer between processes, so at a stop it feeds a `tick` to let the module fail the run then (9.21).
+fn deadline_passed(run: &mut Run) -> Result<bool> {
+    let Ok(bytes) = std::fs::read(run.dir().join("envelope.json")) else { return Ok(false) };
+    let env: Value = serde_json::from_slice(&bytes).context("envelope.json is not JSON")?;
+    let now = now_ms().saturating_sub(run.t0_ms);
+    let report = run.report()?;
+    Ok(env["checkpoints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["timeout_ms"].as_u64().is_some_and(|t| now > t) && c["id"].as_str().is_some_and(|id| report["checkpoints"][id]["status"] == "pending")))
 }
 
 fn start(policy: &Policy, cfg: &Config, session: &str) -> Result<Answer> {
