@@ -134,7 +134,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let mut input = Vec::new();
         std::io::stdin().take(16 << 20).read_to_end(&mut input).context("reading the hook payload")?;
         let ev = hook::claude::parse(&input).map_err(anyhow::Error::msg)?;
+        let t_load = std::time::Instant::now();
         let policy = super::policy()?;
+        timing.load_us = t_load.elapsed().as_micros();
         let cfg = hook::Config {
             runbook: a.runbook.clone().or_else(|| std::env::var("RUNBOOK_HOOK_RUNBOOK").ok().filter(|s| !s.is_empty())),
             registry: a.registry.clone(),
@@ -149,9 +151,12 @@ pub fn run(a: Args) -> Result<ExitCode> {
     .unwrap_or_else(|_| Err(anyhow::anyhow!("the hook panicked")));
     if std::env::var_os("RUNBOOK_HOOK_TIMING").is_some() {
         eprintln!(
-            "runbook-host hook: timing total_us={} restore_us={} events={} restored_from={} chain_checked={}{}",
+            "runbook-host hook: timing total_us={} load_us={} restore_us={} decide_us={} save_us={} events={} restored_from={} chain_checked={}{}",
             t.elapsed().as_micros(),
+            timing.load_us,
             timing.restore_us,
+            timing.decide_us,
+            timing.save_us,
             timing.events_replayed,
             timing.restored_from,
             timing.chain_checked,

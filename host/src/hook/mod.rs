@@ -109,6 +109,11 @@ pub struct Timing {
     pub chain_checked: usize,
     /// Why the module refused the snapshot, when it did (the run was then replayed).
     pub snapshot_refused: Option<String>,
+    /// Loading the policy module (from the precompiled cache), deciding and recording the event, and
+    /// leaving the record for the next process.
+    pub load_us: u128,
+    pub decide_us: u128,
+    pub save_us: u128,
 }
 
 fn now_ms() -> u64 {
@@ -388,8 +393,12 @@ pub fn handle(policy: &Policy, cfg: &Config, ev: &HookEvent, timing: &mut Timing
     }
     let _lock = lock(&cfg.runs, session, false)?;
     let mut run = restore(policy, &cfg.runs, session, cfg.restore, timing)?;
+    let t = Instant::now();
     let answer = decide(policy, cfg, ev, &mut run)?;
+    timing.decide_us = t.elapsed().as_micros();
+    let t = Instant::now();
     run.save(&cfg.runs, session, cfg.restore)?;
+    timing.save_us = t.elapsed().as_micros();
     Ok(answer)
 }
 
