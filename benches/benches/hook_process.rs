@@ -2,8 +2,9 @@
 //! spawn, load the precompiled component, take the session's lock, restore the run from its bundle
 //! (from the module's session snapshot the previous process left, or by replaying the recorded events
 //! through the module: `--restore snapshot|replay`), decide, record, answer, exit. Measured on runs of
-//! about 50, 500 and 5,000 recorded events; each iteration starts from a fresh copy of the same run
-//! (copied untimed), so the run does not grow while it is measured.
+//! 50, 500 and 5,000 recorded events of read-only-investigation (see below how they are grown); each
+//! iteration starts from a fresh copy of the same run (copied untimed), so the run does not grow while it
+//! is measured.
 //!
 //! The binary is the release build at `target/release/runbook-host` (or `$RUNBOOK_HOST_BIN`); without it
 //! the bench says so and measures nothing.
@@ -25,15 +26,27 @@ fn payload(event: &str, extra: &str) -> String {
     format!(r#"{{"session_id":"bench","transcript_path":"t.jsonl","cwd":".","hook_event_name":"{event}"{extra}}}"#)
 }
 
-fn pre_tool_use(n: usize) -> String {
-    // An undeclared shell command: denied and recorded, whatever the step.
-    payload("PreToolUse", &format!(r#","tool_name":"Bash","tool_input":{{"command":"rm -rf build/x{n}"}},"tool_use_id":"toolu_{n}""#))
+fn pre_tool_use(n: usize, command: &str) -> String {
+    payload("PreToolUse", &format!(r#","tool_name":"Bash","tool_input":{{"command":"{command}"}},"tool_use_id":"toolu_{n}""#))
 }
+
+fn post_tool_use(n: usize, command: &str) -> String {
+    payload(
+        "PostToolUse",
+        &format!(
+            r#","tool_name":"Bash","tool_input":{{"command":"{command}"}},"tool_response":{{"stdout":"/dev/sda1 50G 45G 5G 90% /var","stderr":"","interrupted":false,"isImage":false}},"tool_use_id":"toolu_{n}""#
+        ),
+    )
+}
+
+/// An allowed read of the runbook's first step, and a command no capability allows.
+const ALLOWED: &str = "df -h /var";
+const DENIED: &str = "rm -rf /var/log/old";
 
 /// Runs the hook once in `dir` and returns its exit code and stdout.
 fn hook(bin: &Path, dir: &Path, input: &str, restore: &str) -> (i32, String) {
     let mut child = Command::new(bin)
-        .args(["hook", "--runbook", "runbook.yaml", "--restore", restore])
+        .args(["hook", "--runbook", "runbook.yaml", "--profile", "R1", "--restore", restore])
         .current_dir(dir)
         .env("RUNBOOK_HOST_CACHE", dir.parent().unwrap().join("cache"))
         .stdin(Stdio::piped())
@@ -72,23 +85,35 @@ fn hook_process(c: &mut Criterion) {
     // fill) is left to `cargo bench`.
     let sizes: &[usize] = if std::env::args().any(|a| a == "--bench") { &[50, 500, 5000] } else { &[50, 500] };
     for &events in sizes {
-        // A session with `events` recorded events: the start claim, then denied calls.
+        // A session grown to `events` recorded events the way one grows: read-only-investigation at R1 (the
+        // client routes, so a step's calls can repeat), each call followed by its result, one call in ten
+        // one that no capability allows (denied and recorded).
         let template = base.join(format!("template-{events}"));
         let _ = std::fs::remove_dir_all(&template);
         std::fs::create_dir_all(&template).unwrap();
-        std::fs::copy(root.join("examples/rotate-credentials/runbook.yaml"), template.join("runbook.yaml")).unwrap();
+        std::fs::copy(root.join("examples/read-only-investigation/runbook.yaml"), template.join("runbook.yaml")).unwrap();
         assert_eq!(hook(&bin, &template, &payload("SessionStart", r#","source":"startup""#), "snapshot").0, 0, "SessionStart");
-        for n in 1..events {
-            let (code, out) = hook(&bin, &template, &pre_tool_use(n), "snapshot");
-            assert_eq!(code, 0, "PreToolUse {n}");
-            assert!(out.contains("deny"), "an undeclared command is denied: {out}");
+        let mut recorded = 1;
+        let mut n = 0;
+        while recorded < events {
+            n += 1;
+            if n % 10 == 0 {
+                let (code, out) = hook(&bin, &template, &pre_tool_use(n, DENIED), "snapshot");
+                assert!(code == 0 && out.contains("deny"), "an undeclared command is denied: {out}");
+                recorded += 1;
+            } else {
+                let (code, out) = hook(&bin, &template, &pre_tool_use(n, ALLOWED), "snapshot");
+                assert!(code == 0 && !out.contains("deny"), "an allowed read: {out}");
+                assert_eq!(hook(&bin, &template, &post_tool_use(n, ALLOWED), "snapshot").0, 0);
+                recorded += 2;
+            }
         }
         for restore in ["snapshot", "replay"] {
             // The template's record holds a session snapshot; a replay-only record is made by one process.
             let tpl = base.join(format!("template-{events}-{restore}"));
             let _ = std::fs::remove_dir_all(&tpl);
             copy_dir(&template, &tpl);
-            assert_eq!(hook(&bin, &tpl, &pre_tool_use(events), restore).0, 0);
+            assert_eq!(hook(&bin, &tpl, &pre_tool_use(0, DENIED), restore).0, 0);
             let mut k = 0usize;
             group.bench_function(format!("pre-tool-use/{restore}/{events}-events"), |b| {
                 b.iter_batched(
@@ -100,9 +125,9 @@ fn hook_process(c: &mut Criterion) {
                         dir
                     },
                     |dir| {
-                        let (code, out) = hook(&bin, &dir, &pre_tool_use(events + 1), restore);
+                        let (code, out) = hook(&bin, &dir, &pre_tool_use(events + 1, ALLOWED), restore);
                         assert_eq!(code, 0);
-                        assert!(out.contains("deny"));
+                        assert!(!out.contains("deny"), "{out}");
                         let _ = std::fs::remove_dir_all(&dir);
                     },
                     BatchSize::PerIteration,

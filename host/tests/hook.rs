@@ -546,20 +546,43 @@ fn pct(v: &mut [u128], p: f64) -> u128 {
     v[((v.len() - 1) as f64 * p).round() as usize]
 }
 
-/// The hook latency of one strategy: `samples` PreToolUse processes on a run of about `target` events.
+/// A work directory running read-only-investigation at R1 (the client routes, so a step's calls can
+/// repeat for as long as a session lasts), for the latency figures.
+fn latency_work(name: &str, s: &str) -> Work {
+    let w = work(name);
+    std::fs::copy(root().join("examples/read-only-investigation/runbook.yaml"), w.0.join("runbook.yaml")).unwrap();
+    let o = w.hook_with(&["--profile", "R1"], start(s).to_string().as_bytes());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    w
+}
+
+/// The hook latency of one strategy: `samples` PreToolUse processes (each followed by its PostToolUse) on a
+/// run grown to `target` events (so measured from `target` to `target + 2 * samples`) the way a session grows: each call followed by its result, and one
+/// call in ten one that no capability allows (denied and recorded).
 fn measure(w: &Work, s: &str, target: usize, samples: usize, how: &str) -> String {
+    let df = bash("df -h /var");
+    let mut n = w.events(s).len();
     let mut i = 0;
-    while w.events(s).len() < target - samples {
-        assert_eq!(w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), &format!("f{i}"))).code, 0);
+    while n < target {
+        if i % 10 == 9 {
+            assert!(w.hook(pre(s, "Bash", bash("rm -rf /var/log/old"), &format!("f{i}"))).denied().is_some());
+            n += 1;
+        } else {
+            allowed(w.hook(pre(s, "Bash", df.clone(), &format!("f{i}"))));
+            allowed(w.hook(post(s, "Bash", df.clone(), out("/dev/sda1 50G 45G 5G 90% /var"), &format!("f{i}"))));
+            n += 2;
+        }
         i += 1;
     }
     let (mut total, mut wall, mut restore) = (Vec::new(), Vec::new(), Vec::new());
     for k in 0..samples {
-        let payload = pre(s, "Bash", bash("kubectl -n payments get pods"), &format!("m{how}{target}-{k}")).to_string();
+        let id = format!("m{how}{target}-{k}");
+        let payload = pre(s, "Bash", df.clone(), &id).to_string();
         let t = Instant::now();
         let o = w.hook_with(&["--restore", how], payload.as_bytes());
         wall.push(t.elapsed().as_micros());
         assert_eq!(o.code, 0, "{}", o.stderr);
+        assert!(o.denied().is_none(), "{}", o.stdout);
         // The first process after a switch of strategy has no record of the other kind to start from.
         if k > 0 {
             assert_eq!(o.restored_from(), how, "{}", o.stderr);
@@ -567,6 +590,8 @@ fn measure(w: &Work, s: &str, target: usize, samples: usize, how: &str) -> Strin
         let (tt, r, _) = o.timing();
         total.push(tt);
         restore.push(r);
+        let o = w.hook_with(&["--restore", how], post(s, "Bash", df.clone(), out("/dev/sda1 50G 45G 5G 90% /var"), &id).to_string().as_bytes());
+        assert_eq!(o.code, 0, "{}", o.stderr);
     }
     format!(
         "hook latency ({how}) at ~{target} events: process wall median {:.2} ms p95 {:.2} ms; in-process median {:.2} ms; restore median {:.3} ms p95 {:.3} ms",
@@ -584,9 +609,8 @@ fn measure(w: &Work, s: &str, target: usize, samples: usize, how: &str) -> Strin
 /// the one used.
 #[test]
 fn hook_latency() {
-    let w = work("latency");
     let s = "sess-latency";
-    assert_eq!(w.hook(start(s)).code, 0);
+    let w = latency_work("latency", s);
     for target in [50, 500] {
         for how in ["snapshot", "replay"] {
             eprintln!("{}", measure(&w, s, target, 20, how));
@@ -604,16 +628,15 @@ fn hook_latency() {
 #[test]
 #[ignore]
 fn hook_latency_at_5000_events() {
-    let w = work("latency5000");
     let s = "sess-latency-5000";
-    assert_eq!(w.hook(start(s)).code, 0);
+    let w = latency_work("latency5000", s);
     for how in ["snapshot", "replay"] {
         eprintln!("{}", measure(&w, s, 5000, 20, how));
     }
     let mut full = Vec::new();
     for k in 0..5 {
         let _ = std::fs::remove_file(w.runs().join(format!(".hook/{s}.snapshot")));
-        let o = w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), &format!("c{k}")));
+        let o = w.hook(pre(s, "Bash", bash("df -h /var"), &format!("c{k}")));
         assert_eq!(o.restored_from(), "replay");
         full.push(o.timing().1);
     }
