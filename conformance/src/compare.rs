@@ -67,6 +67,7 @@ pub fn check_expected(op: &str, expected: &Value, res: &Value) -> Vec<String> {
     if let Some(t) = res.get("trap").filter(|t| !t.is_null()) {
         out.push(format!("the module trapped: {t}"));
     }
+    out.extend(refused_snapshot(res));
     let Some(e) = expected.as_object() else { return out };
     for (k, want) in e {
         match (op, k.as_str()) {
@@ -99,6 +100,14 @@ pub fn check_expected(op: &str, expected: &Value, res: &Value) -> Vec<String> {
             ("replay", "report_fields") => out.extend(fields("report", &res["report"], want)),
             ("replay", "decisions") => out.extend(lines_eq("decisions", &res["decisions"], want)),
             ("replay", "report") => out.extend(str_eq("report", &res["report"], want)),
+            ("replay", "snapshot_fields") => out.extend(fields("snapshot", &res["snapshot"], want)),
+            ("replay", "snapshot") => out.extend(str_eq("snapshot", &res["snapshot"], want)),
+            ("replay", "snapshot_sha256") => {
+                let got = res["snapshot"].as_str().map(sha256);
+                if got.as_deref() != want.as_str() {
+                    out.push(format!("snapshot_sha256: got {got:?}, expected {want}"));
+                }
+            }
             ("replay", "report_sha256") => {
                 let got = res["report"].as_str().map(sha256);
                 if got.as_deref() != want.as_str() {
@@ -159,6 +168,9 @@ pub fn differences(op: &str, a: &Value, b: &Value) -> Vec<String> {
         "replay" => {
             out.extend(lines_eq("decisions", &a["decisions"], &b["decisions"]));
             out.extend(str_eq("report", &a["report"], &b["report"]));
+            // Present only with `snapshot_after`; absent on both sides compares equal (null = null).
+            out.extend(str_eq("snapshot", &a["snapshot"], &b["snapshot"]));
+            out.extend(str_eq("restore_error", &a["restore_error"], &b["restore_error"]));
         }
         "envelope" => {
             out.extend(str_eq("envelope", &a["envelope"], &b["envelope"]));
@@ -173,6 +185,39 @@ pub fn differences(op: &str, a: &Value, b: &Value) -> Vec<String> {
                 }
             }
         }
+    }
+    out
+}
+
+/// A module that refuses the snapshot it has just written: always a failure.
+fn refused_snapshot(res: &Value) -> Option<String> {
+    res.get("restore_error").filter(|e| !e.is_null()).map(|e| format!("the module refused its own snapshot: {e}"))
+}
+
+/// The property of a replay with `snapshot_after` k: a snapshot of the session after k events (of the
+/// schema, counting k events) was written and restored, and the run went on exactly as without it
+/// (`whole`, the same replay without `snapshot_after`): the same decision lines and report, byte for byte.
+pub fn continues_identically(k: u64, whole: &Value, split: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    let what = format!("with snapshot_after {k}");
+    match split["snapshot"].as_str() {
+        None => out.push(format!("{what}: no `snapshot` in the response")),
+        Some(text) => {
+            let v: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+            if v["schema"] != "runbook-session-snapshot/v1" || v["events"] != k {
+                out.push(format!(
+                    "{what}: the snapshot is not one of `runbook-session-snapshot/v1` after {k} events: schema {}, events {}",
+                    v["schema"], v["events"]
+                ));
+            }
+        }
+    }
+    out.extend(refused_snapshot(split).map(|e| format!("{what}: {e}")));
+    if let Some(t) = split.get("trap").filter(|t| !t.is_null()) {
+        out.push(format!("{what}: the module trapped: {t}"));
+    }
+    for d in lines_eq("decisions", &split["decisions"], &whole["decisions"]).into_iter().chain(str_eq("report", &split["report"], &whole["report"])) {
+        out.push(format!("{what} vs without: {d}"));
     }
     out
 }

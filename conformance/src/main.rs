@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 mod compare;
-use compare::{check_expected, differences};
+use compare::{check_expected, continues_identically, differences};
 
 /// One implementation: a process speaking the protocol.
 struct Imp {
@@ -42,12 +42,17 @@ impl Imp {
         Ok(Imp { name, child, stdin, stdout, next_id: 0 })
     }
 
-    fn call(&mut self, mut req: Value) -> Result<Value> {
+    /// Writes one request; its answer is read by `receive` with the id returned.
+    fn send(&mut self, mut req: Value) -> Result<String> {
         self.next_id += 1;
         let id = format!("{}", self.next_id);
         req["id"] = json!(id);
         writeln!(self.stdin, "{req}").with_context(|| format!("{}: writing a request", self.name))?;
         self.stdin.flush()?;
+        Ok(id)
+    }
+
+    fn receive(&mut self, id: &str) -> Result<Value> {
         let mut line = String::new();
         if self.stdout.read_line(&mut line)? == 0 {
             bail!("{}: the adapter closed its output", self.name);
@@ -61,6 +66,51 @@ impl Imp {
         }
         Ok(resp["result"].clone())
     }
+
+    fn call(&mut self, req: Value) -> Result<Value> {
+        let id = self.send(req)?;
+        self.receive(&id)
+    }
+}
+
+/// One request to every implementation: written to all of them before any answer is read, so that they
+/// work at the same time (the run takes as long as the slowest, not the sum). Each has at most this one
+/// request outstanding, so no pipe can fill up in both directions.
+fn call_all(imps: &mut [Imp], req: &Value) -> Vec<Result<Value>> {
+    let sent: Vec<Result<String>> = imps.iter_mut().map(|i| i.send(req.clone())).collect();
+    imps.iter_mut().zip(sent).map(|(i, id)| id.and_then(|id| i.receive(&id))).collect()
+}
+
+/// Implementation `k`'s failure to answer, or every difference between its answer and each other one's.
+fn disagreements(imps: &[Imp], op: &str, results: &[Result<Value>], k: usize) -> Vec<String> {
+    let res = match &results[k] {
+        Err(e) => return vec![format!("{e:#}")],
+        Ok(res) => res,
+    };
+    let mut out = Vec::new();
+    for (j, other) in results.iter().enumerate() {
+        if let (true, Ok(other)) = (j != k, other) {
+            out.extend(differences(op, res, other).into_iter().map(|d| format!("differs from {}: {d}", imps[j].name)));
+        }
+    }
+    out
+}
+
+/// Where a replay case is split by a snapshot: its `snapshot_after`, else half way through its events
+/// (every replay vector is also a snapshot vector).
+fn split_point(req: &Value) -> u64 {
+    req["snapshot_after"].as_u64().unwrap_or(req["events"].as_array().map_or(0, |e| e.len() as u64 / 2))
+}
+
+/// The request without `snapshot_after` and with it at `k`.
+fn whole_and_split(req: &Value, k: u64) -> (Value, Value) {
+    let mut whole = req.clone();
+    if let Some(m) = whole.as_object_mut() {
+        m.remove("snapshot_after");
+    }
+    let mut split = whole.clone();
+    split["snapshot_after"] = json!(k);
+    (whole, split)
 }
 
 impl Drop for Imp {
@@ -101,6 +151,9 @@ fn request(case: &Value, root: &Path) -> Result<Value> {
     };
     if let Some(ev) = input.get("events") {
         req["events"] = ev.clone();
+    }
+    if let Some(k) = input.get("snapshot_after") {
+        req["snapshot_after"] = k.clone();
     }
     Ok(req)
 }
@@ -282,19 +335,28 @@ fn run_vectors(o: &Options, root: &Path, imps: &mut [Imp], tally: &mut Tally) ->
             let name = format!("{}/{}", area, case["id"].as_str().unwrap_or("?"));
             let req = request(case, root)?;
             let op = req["op"].as_str().unwrap_or("").to_string();
-            let results: Vec<Result<Value>> = imps.iter_mut().map(|i| i.call(req.clone())).collect();
-            for (k, r) in results.iter().enumerate() {
-                let mut problems = Vec::new();
-                match r {
-                    Err(e) => problems.push(format!("{e:#}")),
-                    Ok(res) => {
-                        problems.extend(check_expected(&op, &case["expected"], res));
-                        for (j, other) in results.iter().enumerate() {
-                            if let (true, Ok(other)) = (j != k, other) {
-                                problems.extend(differences(&op, res, other).into_iter().map(|d| format!("differs from {}: {d}", imps[j].name)));
-                            }
-                        }
+            // A replay runs whole and split by a snapshot; the expectation is of the case's own request.
+            let (results, split) = if op == "replay" {
+                let k = split_point(&req);
+                let (whole, split) = whole_and_split(&req, k);
+                (call_all(imps, &whole), Some((k, call_all(imps, &split))))
+            } else {
+                (call_all(imps, &req), None)
+            };
+            let own = match &split {
+                Some((_, s)) if req.get("snapshot_after").is_some() => s,
+                _ => &results,
+            };
+            for k in 0..imps.len() {
+                let mut problems = disagreements(imps, &op, &results, k);
+                if let Some((at, s)) = &split {
+                    problems.extend(disagreements(imps, &op, s, k).into_iter().map(|p| format!("with snapshot_after {at}: {p}")));
+                    if let (Ok(whole), Ok(split)) = (&results[k], &s[k]) {
+                        problems.extend(continues_identically(*at, whole, split));
                     }
+                }
+                if let Ok(res) = &own[k] {
+                    problems.extend(check_expected(&op, &case["expected"], res));
                 }
                 if !problems.is_empty() {
                     eprintln!("FAIL {name} [{}]", imps[k].name);
@@ -316,33 +378,43 @@ fn run_generated(o: &Options, imps: &mut [Imp], tally: &mut Tally) -> Result<()>
         let mut rng = Rng::new(seed);
         let (doc, shape) = testgen::document(&mut rng, 15);
         let events = testgen::events(&mut rng, &shape);
+        // Drawn after the case, so that a seed gives the same document and events as before snapshots.
+        let at = rng.below(events.len() as u64 + 1);
+        let mut whole = Vec::new();
         for op in ["lint", "envelope", "replay"] {
             let req = json!({"op": op, "document": {"text": doc}, "events": events});
-            let results: Vec<Result<Value>> = imps.iter_mut().map(|imp| imp.call(req.clone())).collect();
-            for (k, r) in results.iter().enumerate() {
-                let mut problems = Vec::new();
-                match r {
-                    Err(e) => problems.push(format!("{e:#}")),
-                    Ok(res) => {
-                        for (j, other) in results.iter().enumerate() {
-                            if let (true, Ok(other)) = (j != k, other) {
-                                problems.extend(differences(op, res, other).into_iter().map(|d| format!("differs from {}: {d}", imps[j].name)));
-                            }
-                        }
-                    }
-                }
-                if !problems.is_empty() {
-                    eprintln!("FAIL generated seed {seed} {op} [{}]", imps[k].name);
-                    for p in problems.iter().take(3) {
-                        eprintln!("    {p}");
-                    }
-                }
-                tally.add(&imps[k].name, "generated", problems.is_empty());
+            let results = call_all(imps, &req);
+            for k in 0..imps.len() {
+                report_generated(seed, op, &imps[k].name, tally, "generated", disagreements(imps, op, &results, k));
             }
+            whole = results;
+        }
+        // The same replay again, split by a snapshot after `at` events.
+        let req = json!({"op": "replay", "document": {"text": doc}, "events": events, "snapshot_after": at});
+        let results = call_all(imps, &req);
+        for k in 0..imps.len() {
+            let mut problems = disagreements(imps, "replay", &results, k);
+            if let (Ok(w), Ok(s)) = (&whole[k], &results[k]) {
+                problems.extend(continues_identically(at, w, s));
+            }
+            report_generated(seed, &format!("replay with snapshot_after {at}"), &imps[k].name, tally, "generated-snapshot", problems);
         }
     }
     Ok(())
 }
+
+fn report_generated(seed: u64, what: &str, imp: &str, tally: &mut Tally, area: &str, problems: Vec<String>) {
+    if !problems.is_empty() {
+        eprintln!("FAIL generated seed {seed} {what} [{imp}]");
+        for p in problems.iter().take(3) {
+            eprintln!("    {p}");
+        }
+    }
+    tally.add(imp, area, problems.is_empty());
+}
+
+/// The `expected` fields bless writes; every other one is hand-written.
+const BLESSED: &[&str] = &["decisions", "report", "report_sha256", "snapshot", "snapshot_sha256", "envelope", "envelope_sha256", "findings"];
 
 /// Fills the exact bytes of each case from one implementation, but only where the hand-written
 /// expectations (summary, outcome, codes, fields) already hold: vectors are never self-blessed.
@@ -355,14 +427,20 @@ fn bless(o: &Options, root: &Path, imp: &mut Imp) -> Result<()> {
         for case in v["cases"].as_array_mut().into_iter().flatten() {
             let req = request(case, root)?;
             let op = req["op"].as_str().unwrap_or("").to_string();
-            let res = imp.call(req)?;
+            let at = req["snapshot_after"].as_u64();
+            let res = imp.call(req.clone())?;
             let mut hand = case["expected"].clone();
             if let Some(m) = hand.as_object_mut() {
-                for k in ["decisions", "report", "report_sha256", "envelope", "envelope_sha256", "findings"] {
-                    m.remove(k);
+                for k in BLESSED {
+                    m.remove(*k);
                 }
             }
-            let problems = check_expected(&op, &hand, &res);
+            let mut problems = check_expected(&op, &hand, &res);
+            // A split run is blessed only when it goes on exactly as the whole run.
+            if let Some(at) = at {
+                let whole = imp.call(whole_and_split(&req, at).0)?;
+                problems.extend(continues_identically(at, &whole, &res));
+            }
             if !problems.is_empty() {
                 refused += 1;
                 eprintln!("NOT BLESSED {area}/{}: the hand-written expectation does not hold:", case["id"].as_str().unwrap_or("?"));
@@ -378,6 +456,10 @@ fn bless(o: &Options, root: &Path, imp: &mut Imp) -> Result<()> {
                     let report = res["report"].as_str().unwrap_or("");
                     e.insert("report".into(), json!(report));
                     e.insert("report_sha256".into(), json!(sha256(report)));
+                    if let Some(snapshot) = res["snapshot"].as_str() {
+                        e.insert("snapshot".into(), json!(snapshot));
+                        e.insert("snapshot_sha256".into(), json!(sha256(snapshot)));
+                    }
                 }
                 "envelope" => {
                     e.insert("envelope".into(), res["envelope"].clone());

@@ -13,12 +13,18 @@ fn requests_and_responses_match_the_protocol_schema() {
     let schema: Value = serde_json::from_str(&std::fs::read_to_string(root.join("protocol.schema.json")).unwrap()).unwrap();
     let validator = jsonschema::validator_for(&schema).expect("the protocol schema compiles");
     let doc = "runbook_id: p\nversion: 1.0.0\ncapabilities: [q]\nsteps:\n  - {id: a, tool: q, next: done}\nterminals: [done]\n";
+    let events = json!(["{\"type\":\"tick\",\"at\":0}", "not json"]);
+    // (request, valid by the schema, answered `ok: true`)
     let requests = [
-        json!({"id": "1", "op": "hello"}),
-        json!({"id": "2", "op": "lint", "document": {"text": doc}}),
-        json!({"id": "3", "op": "envelope", "document": {"base64": "cnVuYm9va19pZDogeAo="}}),
-        json!({"id": "4", "op": "replay", "document": {"text": doc}, "events": ["{\"type\":\"tick\",\"at\":0}", "not json"]}),
-        json!({"id": "5", "op": "frobnicate"}),
+        (json!({"id": "1", "op": "hello"}), true, true),
+        (json!({"id": "2", "op": "lint", "document": {"text": doc}}), true, true),
+        (json!({"id": "3", "op": "envelope", "document": {"base64": "cnVuYm9va19pZDogeAo="}}), true, true),
+        (json!({"id": "4", "op": "replay", "document": {"text": doc}, "events": events}), true, true),
+        (json!({"id": "5", "op": "frobnicate"}), false, false),
+        (json!({"id": "6", "op": "replay", "document": {"text": doc}, "events": events, "snapshot_after": 1}), true, true),
+        // The schema cannot compare with the number of events; the adapter refuses a split past them.
+        (json!({"id": "7", "op": "replay", "document": {"text": doc}, "events": events, "snapshot_after": 3}), true, false),
+        (json!({"id": "8", "op": "replay", "document": {"text": doc}, "events": events, "snapshot_after": -1}), false, false),
     ];
     for imp in ["wasmtime", "native"] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_runbook-conformance-adapter"))
@@ -30,9 +36,8 @@ fn requests_and_responses_match_the_protocol_schema() {
             .unwrap();
         let mut stdin = child.stdin.take().unwrap();
         let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        for req in &requests {
-            let valid_request = validator.is_valid(req);
-            assert_eq!(valid_request, req["op"] != "frobnicate", "request {req}");
+        for (req, valid, ok) in &requests {
+            assert_eq!(validator.is_valid(req), *valid, "request {req}");
             writeln!(stdin, "{req}").unwrap();
             let mut line = String::new();
             stdout.read_line(&mut line).unwrap();
@@ -40,7 +45,13 @@ fn requests_and_responses_match_the_protocol_schema() {
             let errors: Vec<String> = validator.iter_errors(&resp).map(|e| e.to_string()).collect();
             assert!(errors.is_empty(), "{imp}: response {resp} does not match the protocol: {errors:?}");
             assert_eq!(resp["id"], req["id"]);
-            assert_eq!(resp["ok"], json!(req["op"] != "frobnicate"), "{resp}");
+            assert_eq!(resp["ok"], json!(ok), "{resp}");
+            // A split replay answers with the snapshot it restored from, and every decision.
+            if req.get("snapshot_after").is_some() && *ok {
+                assert!(resp["result"]["snapshot"].as_str().is_some_and(|s| s.contains("runbook-session-snapshot/v1")), "{resp}");
+                assert_eq!(resp["result"]["decisions"].as_array().map(Vec::len), Some(2), "{resp}");
+                assert!(resp["result"].get("restore_error").is_none(), "{resp}");
+            }
         }
         drop(stdin);
         assert!(child.wait().unwrap().success());

@@ -1,5 +1,6 @@
 //! The runner itself: honest implementations pass, and an adapter that only reorders JSON keys (same
-//! data, other bytes) makes the suite fail with the first differing byte named.
+//! data, other bytes: decision lines, reports, snapshots) makes the suite fail with the first differing
+//! byte named.
 
 use std::path::Path;
 use std::process::Command;
@@ -12,6 +13,15 @@ const CASE: &str = r#"{"area": "self-test", "description": "runner self-test", "
                 "{\"type\":\"invoke\",\"at\":1,\"tool\":\"x\",\"arguments\":{}}",
                 "{\"type\":\"end\",\"at\":2}"]},
    "expected": {"summary": [["allow", null, null], ["deny", "undeclared-tool", null], ["halt", null, "run-ended"]], "outcome": "incomplete"}},
+  {"id": "split-run", "description": "the same run split by a snapshot after the undeclared call", "clause": "DESIGN 9.16; wit/policy.wit snapshot",
+   "input": {"op": "replay",
+     "document": {"text": "runbook_id: t\nversion: 1.0.0\ncapabilities: [q]\nsteps:\n  - {id: a, tool: q, next: done}\nterminals: [done]\n"},
+     "events": ["{\"type\":\"start\",\"at\":0,\"run_id\":\"r\",\"profile\":\"R1\",\"allowlist\":[\"*\"],\"risk_ceiling\":\"irreversible\",\"coverage\":\"complete\",\"agent\":\"agent\"}",
+                "{\"type\":\"invoke\",\"at\":1,\"tool\":\"x\",\"arguments\":{}}",
+                "{\"type\":\"end\",\"at\":2}"],
+     "snapshot_after": 2},
+   "expected": {"summary": [["allow", null, null], ["deny", "undeclared-tool", null], ["halt", null, "run-ended"]], "outcome": "incomplete",
+                "snapshot_fields": {"/phase": "running", "/deviations/0/tool": "x"}}},
   {"id": "an-envelope", "description": "an envelope", "clause": "DESIGN 3",
    "input": {"op": "envelope", "document": {"text": "runbook_id: t\nversion: 1.0.0\ncapabilities: [q]\n"}},
    "expected": {"has_envelope": true, "fields": {"/allowlist": ["q"]}}}
@@ -50,11 +60,12 @@ fn honest_implementations_pass_and_a_key_reordering_adapter_fails() {
     let out = runner(&dir, &["--bless"]);
     assert!(out.status.success(), "bless: {}", String::from_utf8_lossy(&out.stderr));
     let blessed = std::fs::read_to_string(dir.join("vectors/self-test/case.json")).unwrap();
-    assert!(blessed.contains("report_sha256") && blessed.contains("envelope_sha256"));
+    assert!(blessed.contains("report_sha256") && blessed.contains("envelope_sha256") && blessed.contains("snapshot_sha256"));
     let out = runner(&dir, &["--generated", "20"]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.lines().last().unwrap() == "124 passed, 0 failed", "{stdout}");
+    // 3 vectors and 20 generated cases (lint, envelope, replay, and the replay split by a snapshot), on 2.
+    assert!(stdout.lines().last().unwrap() == "166 passed, 0 failed", "{stdout}");
 
     setup(&dir, &[("native", &["--impl", "native"]), ("broken", &["--impl", "native", "--break-reorder-keys"])]);
     std::fs::write(dir.join("vectors/self-test/case.json"), &blessed).unwrap();
@@ -65,6 +76,9 @@ fn honest_implementations_pass_and_a_key_reordering_adapter_fails() {
     assert!(stdout.lines().last().unwrap().ends_with(" failed") && !stdout.ends_with(" 0 failed\n"), "{stdout}");
     assert!(stderr.contains("FAIL self-test/one-run [broken]"), "{stderr}");
     assert!(stderr.contains("first differing byte at offset"), "{stderr}");
+    // The snapshot is compared byte for byte as well (every replay vector also runs split half way).
+    assert!(stderr.contains("FAIL self-test/split-run [broken]"), "{stderr}");
+    assert!(stderr.contains("snapshot: first differing byte at offset"), "{stderr}");
     // The honest implementation is also reported as differing from the broken one: any difference fails.
     assert!(stderr.contains("FAIL self-test/one-run [native]"), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
@@ -82,5 +96,13 @@ fn a_hand_written_expectation_that_does_not_hold_is_never_blessed() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("NOT BLESSED self-test/one-run"));
     let after = std::fs::read_to_string(dir.join("vectors/self-test/case.json")).unwrap();
     assert!(!after.contains("\"decisions\""), "a refused case must stay without bytes");
+    // Likewise a hand-written snapshot field that does not hold.
+    let wrong = CASE.replace(r#""/phase": "running""#, r#""/phase": "over""#);
+    std::fs::write(dir.join("vectors/self-test/case.json"), &wrong).unwrap();
+    let out = runner(&dir, &["--bless"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NOT BLESSED self-test/split-run"));
+    let after: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("vectors/self-test/case.json")).unwrap()).unwrap();
+    assert!(after["cases"][1]["expected"].get("snapshot").is_none(), "a refused case must stay without bytes");
     let _ = std::fs::remove_dir_all(&dir);
 }

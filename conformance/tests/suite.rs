@@ -1,6 +1,7 @@
 //! The whole conformance suite, in `cargo test`: every vector and 5,000 generated cases through the four
 //! implementations (the component through wasmtime, the native core, the component transpiled by jco in
-//! Node, the component in Python's wasmtime), byte for byte. Needs `conformance/setup --deps` once.
+//! Node, the component in Python's wasmtime), byte for byte; every replay also split by a session snapshot
+//! and restored. Needs `conformance/setup --deps` once.
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,8 @@
 //! case cites its clause and carries both its hand-written expectation and its blessed bytes (consistent
 //! with each other), ids are unique, and the suite covers what VECTORS.md promises: every decision, reason,
 //! deviation class, outcome, refusal code, lint code and predicate operator (with pass, fail and
-//! unevaluable). Running the vectors through the implementations is the runner's job (tests/suite.rs).
+//! unevaluable), and runs split by a snapshot in each state the snapshot area names. Running the vectors
+//! through the implementations is the runner's job (tests/suite.rs).
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -85,6 +86,7 @@ const AREAS: &[&str] = &[
     "profiles",
     "retry",
     "schema-validation",
+    "snapshot",
     "verdicts",
     "when",
     "yaml",
@@ -306,6 +308,7 @@ fn every_case_is_hand_written_then_blessed() {
                     if e["report_sha256"].as_str() != Some(sha256(report).as_str()) {
                         problems.push(format!("{at}: report_sha256 is not the sha256 of report"));
                     }
+                    check_snapshot(&at, case, &mut problems);
                     let r: Value = serde_json::from_str(report).unwrap_or(Value::Null);
                     if r["outcome"] != e["outcome"] {
                         problems.push(format!("{at}: the report's outcome {} is not the hand-written {}", r["outcome"], e["outcome"]));
@@ -355,6 +358,67 @@ fn every_case_is_hand_written_then_blessed() {
     assert!(total >= MIN_CASES, "{total} cases; the suite promises at least {MIN_CASES}");
 }
 
+/// A replay split by a snapshot carries the blessed snapshot (of the schema, after `snapshot_after` events,
+/// with its digest) and the hand-written snapshot fields hold of it; a case without a split carries none.
+fn check_snapshot(at: &str, case: &Value, problems: &mut Vec<String>) {
+    let e = &case["expected"];
+    let Some(k) = case["input"].get("snapshot_after") else {
+        for key in ["snapshot_fields", "snapshot", "snapshot_sha256"] {
+            if e.get(key).is_some() {
+                problems.push(format!("{at}: `{key}` without `snapshot_after`"));
+            }
+        }
+        return;
+    };
+    let events = case["input"]["events"].as_array().map_or(0, Vec::len) as u64;
+    if k.as_u64().is_none_or(|k| k > events) {
+        problems.push(format!("{at}: snapshot_after {k} is not from 0 to the {events} events"));
+    }
+    let Some(text) = e["snapshot"].as_str() else {
+        problems.push(format!("{at}: a case with `snapshot_after` without its blessed `snapshot`"));
+        return;
+    };
+    if e["snapshot_sha256"].as_str() != Some(sha256(text).as_str()) {
+        problems.push(format!("{at}: snapshot_sha256 is not the sha256 of snapshot"));
+    }
+    let snap: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+    if snap["schema"] != "runbook-session-snapshot/v1" || snap["events"] != *k {
+        problems.push(format!("{at}: the blessed snapshot is not one of runbook-session-snapshot/v1 after {k} events"));
+    }
+    for (ptr, want) in e["snapshot_fields"].as_object().into_iter().flatten() {
+        if snap.pointer(ptr) != Some(want) {
+            problems.push(format!("{at}: snapshot{ptr} is {:?}, the hand-written value {want}", snap.pointer(ptr)));
+        }
+    }
+}
+
+/// The states the snapshot area promises to split a run in (VECTORS.md), seen in one blessed snapshot.
+fn snapshot_states(case: &Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let Some(k) = case["input"]["snapshot_after"].as_u64() else { return out };
+    let snap: Value = serde_json::from_str(case["expected"]["snapshot"].as_str().unwrap_or("")).unwrap_or(Value::Null);
+    let events = case["input"]["events"].as_array().map_or(0, Vec::len) as u64;
+    let nonempty = |p: &str| snap[p].as_array().is_some_and(|a| !a.is_empty());
+    let checks = [
+        ("phase new", snap["phase"] == "new"),
+        ("phase running", snap["phase"] == "running"),
+        ("phase over", snap["phase"] == "over"),
+        ("k = 0", k == 0),
+        ("k = all the events", k == events),
+        ("a pending call", nonempty("pending")),
+        ("an open gate", snap["gate_open"] == true),
+        ("an unused call-bound approval", nonempty("call_approvals")),
+        ("an awaited verdict", snap["awaiting_verdict"] == true),
+        ("a retry budget used", snap["steps"].as_array().into_iter().flatten().any(|s| s["budget_used"].as_u64().unwrap_or(0) > 0)),
+        ("a satisfied checkpoint", snap["checkpoints"].as_array().into_iter().flatten().any(|c| c["status"] == "satisfied")),
+        ("a refused start", nonempty("refusals")),
+        ("a recorded deviation", nonempty("deviations")),
+        ("an `at` past 2^53", snap["last_at"].as_str().is_some_and(|t| t.parse::<u64>().is_ok_and(|t| t > 1 << 53))),
+    ];
+    out.extend(checks.iter().filter(|(_, on)| *on).map(|(what, _)| what.to_string()));
+    out
+}
+
 /// The hand-written `[code, line, column]` list agrees with the blessed findings, in the module's order.
 fn check_codes(at: &str, e: &Value, problems: &mut Vec<String>) {
     let findings = e["findings"].as_array().cloned().unwrap_or_default();
@@ -386,10 +450,12 @@ fn the_suite_covers_what_it_promises() {
     let mut combinator_judged: BTreeSet<(String, String)> = BTreeSet::new();
     let mut areas = BTreeSet::new();
     let mut seed_manifest = BTreeSet::new();
+    let mut snapshots = BTreeSet::new();
     for f in &files {
         areas.insert(f.value["area"].as_str().unwrap_or("").to_string());
         for case in f.value["cases"].as_array().into_iter().flatten() {
             let e = &case["expected"];
+            snapshots.extend(snapshot_states(case));
             if case["input"]["document"]["file"] == "examples/executive-snapshot/runbook.json" {
                 seed_manifest.insert(case["input"]["op"].as_str().unwrap_or("").to_string());
             }
@@ -465,6 +531,26 @@ fn the_suite_covers_what_it_promises() {
     need("lint code", &lint_codes, LINT_CODES);
     need("predicate operator", &ops, OPS);
     need("use of the seed 001 manifest by op", &seed_manifest, &["lint", "envelope", "replay"]);
+    need(
+        "a run split by a snapshot at",
+        &snapshots,
+        &[
+            "phase new",
+            "phase running",
+            "phase over",
+            "k = 0",
+            "k = all the events",
+            "a pending call",
+            "an open gate",
+            "an unused call-bound approval",
+            "an awaited verdict",
+            "a retry budget used",
+            "a satisfied checkpoint",
+            "a refused start",
+            "a recorded deviation",
+            "an `at` past 2^53",
+        ],
+    );
     for op in OPS {
         for j in ["pass", "fail", "unevaluable"] {
             if j == "unevaluable" && NEVER_UNEVALUABLE.contains(op) {

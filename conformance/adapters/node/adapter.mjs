@@ -18,7 +18,8 @@
 //   RUNBOOK_POLICY_JCO_DIR  the transpiled output (default: build/ beside this file)
 //
 // Every request runs in a fresh instance of the component (as the Rust host gives every document call its
-// own store), so a trap cannot leak into the next request. Node has no fuel: a runaway call is bounded only
+// own store), so a trap cannot leak into the next request; a replay split by a snapshot restores in a
+// second one. Node has no fuel: a runaway call is bounded only
 // by the runner's time-out.
 
 import { createHash } from 'node:crypto';
@@ -242,26 +243,58 @@ async function opEnvelope(req) {
 
 const dispose = Symbol.dispose ?? Symbol.for('dispose');
 
+function snapshotAfter(req, count) {
+  if (!Object.hasOwn(req, 'snapshot_after')) return undefined;
+  const k = req.snapshot_after;
+  if (!Number.isSafeInteger(k) || k < 0 || k > count) {
+    throw new AdapterError(`\`snapshot_after\` must be an integer from 0 to ${count} (the number of events), not ${JSON.stringify(k)}`);
+  }
+  return k;
+}
+
+/** Frees a session resource (runs the guest's destructor). */
+function drop(session) {
+  try {
+    session[dispose]();
+  } catch (e) {
+    log(`dropping the session failed: ${describe(e)}`);
+  }
+}
+
+// With `snapshot_after` k: the first k events go to a new session, which is snapshotted and dropped; a
+// session restored from the snapshot, in a fresh instance (as another process would have: only the
+// document and the snapshot carry over), answers the rest and gives the report.
 async function opReplay(req) {
   const document = documentBytes(req);
   const events = eventLines(req);
+  const k = snapshotAfter(req, events.length);
+  const split = k ?? events.length;
   const decisions = [];
-  let session;
+  const extra = {};
   try {
-    const api = await freshInstance();
-    session = call(() => new api.Session(document));
-    for (const line of events) decisions.push(call(() => session.handleLine(line)));
-    const report = call(() => session.report());
-    // Frees the resource (runs the guest's destructor).
-    try {
-      session[dispose]();
-    } catch (e) {
-      log(`dropping the session failed: ${describe(e)}`);
+    let api = await freshInstance();
+    let session = call(() => new api.Session(document));
+    for (const line of events.slice(0, split)) decisions.push(call(() => session.handleLine(line)));
+    if (k !== undefined) {
+      const snapshot = call(() => session.snapshot());
+      extra.snapshot = snapshot;
+      drop(session);
+      api = await freshInstance();
+      try {
+        session = api.Session.restore(document, snapshot);
+      } catch (e) {
+        // result<session, string>: jco throws the `err` case (the module's refusal) as a ComponentError.
+        if (isResultErr(e)) return { decisions, report: null, snapshot, restore_error: String(e.payload) };
+        throw new Trapped(describe(e));
+      }
     }
-    return { decisions, report };
+    for (const line of events.slice(split)) decisions.push(call(() => session.handleLine(line)));
+    const report = call(() => session.report());
+    drop(session);
+    return { decisions, report, ...extra };
   } catch (e) {
     // The instance, and the session in it, are dropped with this request: a trapped instance is not reentered.
-    if (e instanceof Trapped) return { decisions, trap: e.message };
+    if (e instanceof Trapped) return { decisions, trap: e.message, ...extra };
     throw e;
   }
 }

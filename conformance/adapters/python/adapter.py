@@ -17,9 +17,9 @@ Environment:
 
 wasmtime-py's component API has no bindgen: exports are reached by name, inside the exported
 interface instance, and the `session` resource by its component names (`[constructor]session`,
-`[method]session.handle-line`, ...). Every request gets a fresh store and instance (as the Rust host
-gives every document call), with fuel and a memory cap as a backstop, so a trap cannot leak into the
-next request.
+`[method]session.handle-line`, `[static]session.restore`, ...). Every request gets a fresh store and
+instance (as the Rust host gives every document call; a replay split by a snapshot restores in a second
+one), with fuel and a memory cap as a backstop, so a trap cannot leak into the next request.
 """
 
 import base64
@@ -215,28 +215,59 @@ def op_envelope(policy, req):
     return {"envelope": None, "findings": [finding(f) for f in r]}
 
 
-def op_replay(policy, req):
-    document = document_bytes(req)
-    events = event_lines(req)
-    decisions = []
-    store, call = None, None
-    session = None
-    try:
-        store, call = policy.instance()
-        session = call("[constructor]session", document)
-        for line in events:
-            decisions.append(call("[method]session.handle-line", session, line))
-        report = call("[method]session.report", session)
-    except Trapped as t:
-        # The store, and the session in it, are dropped with this request: a trapped instance is not reentered.
-        return {"decisions": decisions, "trap": str(t)}
-    # Frees the resource (runs the guest's destructor).
+def snapshot_after(req, count):
+    if "snapshot_after" not in req:
+        return None
+    k = req["snapshot_after"]
+    if not isinstance(k, int) or isinstance(k, bool) or not 0 <= k <= count:
+        raise AdapterError(f"`snapshot_after` must be an integer from 0 to {count} (the number of events), not {json.dumps(k)}")
+    return k
+
+
+def drop(policy, store, session):
+    """Frees the resource (runs the guest's destructor)."""
     try:
         store.set_fuel(policy.fuel)
         session.drop(store)
     except (wasmtime.WasmtimeError, wasmtime.Trap) as e:
         log(f"dropping the session failed: {e}")
-    return {"decisions": decisions, "report": report}
+
+
+def op_replay(policy, req):
+    """With `snapshot_after` k: the first k events go to a new session, which is snapshotted and dropped; a
+    session restored from the snapshot, in a fresh store and instance (as another process would have: only
+    the document and the snapshot carry over), answers the rest and gives the report."""
+    document = document_bytes(req)
+    events = event_lines(req)
+    k = snapshot_after(req, len(events))
+    split = len(events) if k is None else k
+    decisions = []
+    extra = {}
+    try:
+        store, call = policy.instance()
+        session = call("[constructor]session", document)
+        for line in events[:split]:
+            decisions.append(call("[method]session.handle-line", session, line))
+        if k is not None:
+            snapshot = call("[method]session.snapshot", session)
+            extra["snapshot"] = snapshot
+            drop(policy, store, session)
+            store, call = policy.instance()
+            r = call("[static]session.restore", document, snapshot)
+            # result<session, string>: the cases lift to different Python types (a resource / str).
+            if isinstance(r, wc.Variant):
+                r = r.payload if r.tag == "ok" else str(r.payload)
+            if isinstance(r, str):
+                return {"decisions": decisions, "report": None, "snapshot": snapshot, "restore_error": r}
+            session = r
+        for line in events[split:]:
+            decisions.append(call("[method]session.handle-line", session, line))
+        report = call("[method]session.report", session)
+    except Trapped as t:
+        # The store, and the session in it, are dropped with this request: a trapped instance is not reentered.
+        return {"decisions": decisions, "trap": str(t), **extra}
+    drop(policy, store, session)
+    return {"decisions": decisions, "report": report, **extra}
 
 
 def main():

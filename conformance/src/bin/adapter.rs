@@ -77,24 +77,77 @@ fn serve(imp: &Imp, req: &Value) -> Result<Value> {
                 .iter()
                 .map(|e| e.as_str().ok_or_else(|| anyhow!("each event is a string")))
                 .collect::<Result<_>>()?;
+            let split = snapshot_after(req, events.len())?;
             match imp {
-                Imp::Wasmtime(p) => {
-                    let mut s = p.session(&doc)?;
-                    let decisions: Vec<String> = events.iter().map(|e| s.handle_line(e)).collect();
-                    Ok(match s.report() {
-                        Ok(report) => json!({"decisions": decisions, "report": report}),
-                        Err(e) => json!({"decisions": decisions, "report": null, "trap": e.to_string()}),
-                    })
-                }
-                Imp::Native => {
-                    let mut s = runbook_policy::Session::new(&doc);
-                    let decisions: Vec<String> = events.iter().map(|e| s.handle_line(e)).collect();
-                    Ok(json!({"decisions": decisions, "report": s.report()}))
-                }
+                Imp::Wasmtime(p) => Ok(replay_wasmtime(p, &doc, &events, split)?),
+                Imp::Native => Ok(replay_native(&doc, &events, split)),
             }
         }
         (other, _) => bail!("unknown op `{other}`"),
     }
+}
+
+/// `snapshot_after` of a replay request: absent, or a count of events from 0 to all of them.
+fn snapshot_after(req: &Value, events: usize) -> Result<Option<usize>> {
+    let Some(v) = req.get("snapshot_after") else { return Ok(None) };
+    match v.as_u64() {
+        Some(k) if k <= events as u64 => Ok(Some(k as usize)),
+        _ => bail!("`snapshot_after` must be an integer from 0 to {events} (the number of events), not {v}"),
+    }
+}
+
+/// A replay through the component; with `split`, the session is snapshotted after that many events,
+/// dropped, and a session restored (in a new instance, as `Policy::restore` makes) answers the rest.
+fn replay_wasmtime(p: &runbook_host::Policy, doc: &[u8], events: &[&str], split: Option<usize>) -> Result<Value> {
+    let mut s = p.session(doc)?;
+    let k = split.unwrap_or(events.len());
+    let mut decisions: Vec<String> = events[..k].iter().map(|e| s.handle_line(e)).collect();
+    let mut snapshot = None;
+    if split.is_some() {
+        let text = match s.snapshot() {
+            Ok(t) => t,
+            Err(e) => return Ok(json!({"decisions": decisions, "report": null, "trap": e.to_string()})),
+        };
+        drop(s);
+        s = match p.restore(doc, &text) {
+            Ok(Ok(restored)) => restored,
+            Ok(Err(refusal)) => return Ok(json!({"decisions": decisions, "report": null, "snapshot": text, "restore_error": refusal})),
+            Err(e) => return Ok(json!({"decisions": decisions, "report": null, "snapshot": text, "trap": e.to_string()})),
+        };
+        snapshot = Some(text);
+    }
+    decisions.extend(events[k..].iter().map(|e| s.handle_line(e)));
+    let mut out = match s.report() {
+        Ok(report) => json!({"decisions": decisions, "report": report}),
+        Err(e) => json!({"decisions": decisions, "report": null, "trap": e.to_string()}),
+    };
+    if let Some(t) = snapshot {
+        out["snapshot"] = json!(t);
+    }
+    Ok(out)
+}
+
+/// The same through the native core.
+fn replay_native(doc: &[u8], events: &[&str], split: Option<usize>) -> Value {
+    let mut s = runbook_policy::Session::new(doc);
+    let k = split.unwrap_or(events.len());
+    let mut decisions: Vec<String> = events[..k].iter().map(|e| s.handle_line(e)).collect();
+    let mut snapshot = None;
+    if split.is_some() {
+        let text = s.snapshot();
+        drop(s);
+        s = match runbook_policy::Session::restore(doc, &text) {
+            Ok(restored) => restored,
+            Err(refusal) => return json!({"decisions": decisions, "report": null, "snapshot": text, "restore_error": refusal}),
+        };
+        snapshot = Some(text);
+    }
+    decisions.extend(events[k..].iter().map(|e| s.handle_line(e)));
+    let mut out = json!({"decisions": decisions, "report": s.report()});
+    if let Some(t) = snapshot {
+        out["snapshot"] = json!(t);
+    }
+    out
 }
 
 /// Reverses the key order of every JSON object inside the artifacts of a response.
@@ -133,7 +186,7 @@ fn reorder_keys(mut resp: Value) -> Value {
     }
     let fix = |t: &Value| t.as_str().and_then(|s| serde_json::from_str::<Value>(s).ok()).map(|v| Value::String(reverse(&v))).unwrap_or(t.clone());
     if let Some(r) = resp.get_mut("result") {
-        for k in ["envelope", "report"] {
+        for k in ["envelope", "report", "snapshot"] {
             if let Some(v) = r.get(k).cloned() {
                 r[k] = fix(&v);
             }
