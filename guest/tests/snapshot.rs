@@ -657,3 +657,32 @@ fn mutated_snapshots_never_panic() {
     }
     assert!(accepted > 100 && refused > 1_000, "{accepted} mutations accepted, {refused} refused");
 }
+
+/// One state has exactly one snapshot: the same JSON written another way (keys reordered, whitespace, a
+/// number spelled differently, an escaped character) is refused, even though it parses to the same values.
+#[test]
+fn a_snapshot_not_in_the_modules_own_bytes_is_refused() {
+    for (doc, snap) in rich_snapshots() {
+        assert!(Session::restore(&doc, &snap).is_ok());
+        let spaced = snap.replacen("\"schema\":", "\"schema\": ", 1);
+        let reordered = {
+            // The last two top-level members swapped: the same object, keys out of order.
+            let n = parse(&snap);
+            let Value::Obj(mut ms) = n.value else { panic!("an object") };
+            let k = ms.len();
+            ms.swap(k - 1, k - 2);
+            let text: Vec<String> = ms.iter().map(|m| format!("{}:{}", jcs::to_string(&string(&m.key)), jcs::to_string(&m.value))).collect();
+            format!("{{{}}}", text.join(","))
+        };
+        let escaped = snap.replacen("\"schema\":\"runbook", "\"schema\":\"\\u0072unbook", 1);
+        let number = snap.replacen("\"events\":", "\"events\":0", 1).replacen("\"events\":00", "\"events\":0", 1);
+        for (what, bad) in [("spaced", spaced), ("reordered", reordered), ("escaped", escaped)] {
+            assert_ne!(bad, snap, "{what}");
+            refused(&doc, &bad, "not in the module's canonical form", what);
+        }
+        // A leading zero is not JSON at all.
+        if number != snap {
+            assert!(Session::restore(&doc, &number).is_err());
+        }
+    }
+}

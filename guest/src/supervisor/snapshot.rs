@@ -4,7 +4,8 @@
 //! anything the module would not have written (naming the JSON Pointer of the first bad field), and gives a
 //! session that answers every later event, and reports, byte for byte as the one the snapshot was taken of.
 //!
-//! Every key is always present (null or empty when there is nothing); lists of steps and checkpoints have
+//! Every key is always present (null, empty, false or `"0"` when there is nothing; a snapshot before `start`
+//! is exactly a new session's); lists of steps and checkpoints have
 //! one entry per step or checkpoint of the document, in document order, each naming its id:
 //!
 //! ```text
@@ -394,6 +395,13 @@ impl Session {
                     }
                 }
             }
+        }
+        // The snapshot must be byte for byte the one the module writes for this state: a re-serialized
+        // text (keys in another order, spaces, escapes) is refused, so one state has exactly one snapshot.
+        let again = me.snapshot();
+        if again != snapshot {
+            let at = again.bytes().zip(snapshot.bytes()).position(|(x, y)| x != y).unwrap_or(again.len().min(snapshot.len()));
+            return Err(format!("snapshot: not in the module's canonical form (it differs from what the module writes for this state at byte {at})"));
         }
         Ok(me)
     }
