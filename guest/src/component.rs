@@ -184,6 +184,10 @@ impl Guest for Component {
         to_event(event).map(|e| crate::jcs::to_string(&e.to_node()))
     }
 
+    fn prose(document: Vec<u8>) -> Option<String> {
+        crate::prose(&document)
+    }
+
     fn version() -> String {
         crate::VERSION.to_string()
     }

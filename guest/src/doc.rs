@@ -147,6 +147,9 @@ pub struct Step {
     pub next: Option<String>,
     pub on_fail: Option<String>,
     pub retry: Option<Retry>,
+    /// The step's prose (`body`, `expect`), kept only to be shown: it never decides anything.
+    pub body: Option<String>,
+    pub expect: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -176,6 +179,9 @@ pub enum CompletionCondition {
 pub struct Doc {
     pub runbook_id: Option<String>,
     pub version: Option<String>,
+    /// The runbook's prose, kept only to be shown.
+    pub title: Option<String>,
+    pub description: Option<String>,
     pub advisory: bool,
     pub report_only: bool,
     pub execution: Option<Execution>,
@@ -570,8 +576,8 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             d.version = Some(v);
         }
     }
-    get_str(ctx, root, "title", "");
-    get_str(ctx, root, "description", "");
+    d.title = get_str(ctx, root, "title", "");
+    d.description = get_str(ctx, root, "description", "");
     d.advisory = get_enum(ctx, root, "mode", "", &[("required", false), ("advisory", true)]).unwrap_or(false);
     d.report_only = get_enum(ctx, root, "failure_policy", "", &[("fail_closed", false), ("report_only", true)]).unwrap_or(false);
     if d.report_only && !d.advisory {
@@ -807,8 +813,8 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             }
             let risk = get_enum(ctx, item, "risk", &p, &Risk::ALL);
             let requires_approval = get_bool(ctx, item, "requires_approval", &p).unwrap_or(false);
-            get_str(ctx, item, "body", &p);
-            get_str(ctx, item, "expect", &p);
+            let body = get_str(ctx, item, "body", &p);
+            let expect = get_str(ctx, item, "expect", &p);
             let assert = item.get("assert").and_then(|n| {
                 let ap = ptr(&p, "assert");
                 match &n.value {
@@ -856,7 +862,7 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                 };
                 Some(Retry { to, max: max.unwrap_or(0) })
             });
-            d.steps.push(Step { id, pos: id_node.pos, pointer: p, tools, risk, requires_approval, assert, observe, next, on_fail, retry });
+            d.steps.push(Step { id, pos: id_node.pos, pointer: p, tools, risk, requires_approval, assert, observe, next, on_fail, retry, body, expect });
         }
     }
 }

@@ -60,6 +60,27 @@ pub fn envelope(document: &[u8]) -> Result<String, Vec<Finding>> {
     }
 }
 
+/// The document's prose as canonical JSON, for hosts that show it (an MCP client's `runbook_status`): the
+/// runbook's `title` and `description`, and each step's `body` and `expect`, only the keys present:
+/// `{"runbook":{..},"steps":{"<id>":{..}}}`. None when the document does not parse. Prose is data to show,
+/// never a decision input.
+pub fn prose(document: &[u8]) -> Option<String> {
+    use jcs::{obj_owned, s};
+    let a = doc::analyze(document);
+    if !a.parsed {
+        return None;
+    }
+    let d = &a.doc;
+    let pick = |pairs: &[(&str, &Option<String>)]| obj_owned(pairs.iter().filter_map(|(k, v)| v.as_deref().map(|t| (k.to_string(), s(t)))).collect());
+    let runbook = pick(&[("title", &d.title), ("description", &d.description)]);
+    // A duplicated id (a lint error) keeps its first step, so the object has unique keys.
+    let mut seen = std::collections::BTreeSet::new();
+    let steps = obj_owned(
+        d.steps.iter().filter(|st| seen.insert(st.id.as_str())).map(|st| (st.id.clone(), pick(&[("body", &st.body), ("expect", &st.expect)]))).collect(),
+    );
+    Some(jcs::to_string(&obj_owned(vec![("runbook".to_string(), runbook), ("steps".to_string(), steps)])))
+}
+
 /// The hash an approval bound to one call names (DESIGN 9.19).
 pub fn call_sha256(tool: &str, arguments_json: &str) -> Result<String, String> {
     let p = json::parse(arguments_json);

@@ -507,3 +507,18 @@ fn r0_never_runs_a_gated_capability_outside_its_step() {
     assert_eq!(d[4], t("needs-approval", "purge", "-", "awaiting-approval"));
     assert_eq!(d[5], t("allow", "purge", "out-of-scope-tool", "-"));
 }
+
+/// `prose` gives the runbook's title and description and each step's body and expect, only the keys
+/// present, as canonical JSON, the same for the YAML and the JSON spelling of a document.
+#[test]
+fn prose_is_the_documents_text_and_nothing_else() {
+    let yaml = b"runbook_id: p\nversion: 1.0.0\ntitle: T\ncapabilities:\n  - {name: c, tool: t, risk: read-only}\nsteps:\n  - {id: a, tool: c, body: Do a., expect: A done., next: b}\n  - {id: b, tool: c, next: end}\nterminals: [end]\n";
+    let json = br#"{"runbook_id":"p","version":"1.0.0","title":"T","capabilities":[{"name":"c","tool":"t","risk":"read-only"}],"steps":[{"id":"a","tool":"c","body":"Do a.","expect":"A done.","next":"b"},{"id":"b","tool":"c","next":"end"}],"terminals":["end"]}"#;
+    let want = r#"{"runbook":{"title":"T"},"steps":{"a":{"body":"Do a.","expect":"A done."},"b":{}}}"#;
+    assert_eq!(runbook_policy::prose(yaml).as_deref(), Some(want));
+    assert_eq!(runbook_policy::prose(json).as_deref(), Some(want));
+    assert_eq!(runbook_policy::prose(b"steps: [").as_deref(), None, "a document that does not parse has none");
+    // A duplicated step id keeps its first step's prose, so the object's keys stay unique.
+    let dup = b"title: T\nsteps:\n  - {id: a, body: first}\n  - {id: a, body: second}\n";
+    assert_eq!(runbook_policy::prose(dup).as_deref(), Some(r#"{"runbook":{"title":"T"},"steps":{"a":{"body":"first"}}}"#));
+}

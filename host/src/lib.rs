@@ -184,6 +184,11 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_encode_event(store, event))
     }
 
+    /// The document's prose (see the WIT), or None when it does not parse.
+    pub fn prose(&self, document: &[u8]) -> Result<Option<String>, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_prose(store, document))
+    }
+
     pub fn version(&self) -> Result<String, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_version(store))
     }

@@ -40,6 +40,7 @@ fn compare(p: &Policy, name: &str, doc: &[u8], events: &[String]) -> usize {
     let native_env = runbook_policy::envelope(doc).ok();
     let comp_env = p.envelope(doc).unwrap().ok();
     assert_eq!(native_env, comp_env, "{name}: envelope differs");
+    assert_eq!(runbook_policy::prose(doc), p.prose(doc).unwrap(), "{name}: prose differs");
     let mut native = runbook_policy::Session::new(doc);
     let mut comp = p.session(doc).unwrap();
     for (i, line) in events.iter().enumerate() {

@@ -342,6 +342,10 @@ fn filtered_list_allowed_call_and_blocked_calls_recorded() {
     assert_eq!(st["step"], "add");
     assert_eq!(st["tools_in_scope"], json!(["get-sum"]));
     assert_eq!(st["runbook"]["trust"], "T1");
+    // A YAML document's prose reaches the agent too (quoted: a local file is T1), the current step's.
+    assert_eq!(st["prose"]["untrusted"], true);
+    assert_eq!(st["prose"]["quoted"]["runbook"]["title"], "A tour of the reference MCP server");
+    assert_eq!(st["prose"]["quoted"]["step"]["body"], "Add two numbers; a human approves the exact call first.");
     assert_eq!(c.close(), Some(1), "a run that ends away from its terminal did not complete");
 
     let run = w.latest();

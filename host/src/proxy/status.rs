@@ -1,28 +1,18 @@
 //! `runbook_status`: the run as the agent may see it. The step, scope, gate and outcome come from the
-//! module's `status`; what awaits a human comes from the approval channel. The document's prose is passed
-//! on only as data: below trust T2 it is quoted and marked untrusted (DESIGN 7.12), never as instructions.
+//! module's `status`; what awaits a human comes from the approval channel. The document's prose (from the
+//! module's `prose`, so YAML documents have it too) is passed on only as data: below trust T2 it is quoted
+//! and marked untrusted (DESIGN 7.12), never as instructions.
 
 use super::Shared;
 use runbook_host::approvals;
 use runbook_host::registry::Trust;
 use serde_json::{json, Value};
 
-/// The current step's prose from a JSON document. A YAML document's prose is not extracted here (the host
-/// has no YAML parser of its own; the module's is not exported): the agent gets ids, tools and state only.
-fn step_prose(bytes: &[u8], step: Option<&str>) -> Option<Value> {
-    let doc: Value = serde_json::from_slice(bytes).ok()?;
-    let pick = |o: &Value| -> Value {
-        let mut m = serde_json::Map::new();
-        for k in ["title", "body", "expect", "description"] {
-            if let Some(s) = o.get(k).and_then(|v| v.as_str()) {
-                m.insert(k.to_string(), json!(s));
-            }
-        }
-        Value::Object(m)
-    };
-    let runbook = pick(&doc);
-    let step = step.and_then(|id| doc["steps"].as_array()?.iter().find(|s| s["id"].as_str() == Some(id)).map(pick));
-    Some(json!({"runbook": runbook, "step": step}))
+/// The runbook's prose and the current step's, from the module's `prose` (JSON and YAML documents alike).
+fn step_prose(s: &Shared, step: Option<&str>) -> Option<Value> {
+    let all: Value = serde_json::from_str(&s.policy.prose(&s.doc.bytes).ok()??).ok()?;
+    let step = step.and_then(|id| all["steps"].get(id)).cloned();
+    Some(json!({"runbook": all["runbook"], "step": step}))
 }
 
 pub fn render(s: &Shared) -> String {
@@ -44,7 +34,7 @@ pub fn render(s: &Shared) -> String {
             .collect(),
         None => Vec::new(),
     };
-    let prose = step_prose(&s.doc.bytes, step.as_deref()).map(|p| {
+    let prose = step_prose(s, step.as_deref()).map(|p| {
         if s.doc.trust == Trust::T1 {
             json!({
                 "untrusted": true,
