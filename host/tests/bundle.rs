@@ -4,7 +4,7 @@
 //! chain; `approve` refuses without a terminal and, on a pseudo-terminal, writes a grant bound to the call.
 
 mod common;
-use common::{repo, Tmp};
+use common::{all_streams, document_of, event_lines, repo, Tmp};
 use runbook_host::approvals;
 use runbook_host::bundle::{self, Bundle};
 use runbook_host::registry;
@@ -17,15 +17,6 @@ const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
 
 fn policy() -> &'static runbook_host::Policy {
     bundle::shared_policy().expect("load the policy module")
-}
-
-fn document_of(example: &str) -> PathBuf {
-    let d = repo().join("examples").join(example);
-    ["runbook.yaml", "runbook.json"].iter().map(|f| d.join(f)).find(|p| p.is_file()).unwrap()
-}
-
-fn event_lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path).unwrap().lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect()
 }
 
 /// Writes a bundle for a replay of `lines` against `doc`, the way an adapter does; returns its directory.
@@ -53,21 +44,6 @@ fn verify(dir: &Path) -> (Option<i32>, Value, String) {
     let v = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("verify printed no JSON ({e}): {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)));
     (o.status.code(), v, String::from_utf8_lossy(&o.stderr).into_owned())
-}
-
-fn all_streams() -> Vec<(PathBuf, PathBuf)> {
-    let mut out = Vec::new();
-    let mut dirs: Vec<_> = std::fs::read_dir(repo().join("examples")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
-    dirs.sort();
-    for d in dirs {
-        let mut streams: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "ndjson")).collect();
-        streams.sort();
-        for s in streams {
-            out.push((document_of(d.file_name().unwrap().to_str().unwrap()), s));
-        }
-    }
-    assert!(out.len() >= 9, "the bundled examples are there");
-    out
 }
 
 #[test]

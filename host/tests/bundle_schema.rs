@@ -20,7 +20,7 @@
 //! `schema/` as a resource of the validator (jsonschema 0.30 `with_resource`), never by fetching.
 
 mod common;
-use common::{repo, Tmp};
+use common::{all_streams, document_of, event_lines, repo, Tmp};
 use jsonschema::{Draft, Validator};
 use runbook_host::approvals;
 use runbook_host::bundle::{self, Bundle};
@@ -101,31 +101,6 @@ fn assert_invalid(v: &Validator, instance: &Value, what: &str) {
 
 fn policy() -> &'static runbook_host::Policy {
     bundle::shared_policy().expect("load the policy module")
-}
-
-fn document_of(example: &str) -> PathBuf {
-    let d = repo().join("examples").join(example);
-    ["runbook.yaml", "runbook.json"].iter().map(|f| d.join(f)).find(|p| p.is_file()).unwrap()
-}
-
-fn event_lines(path: &Path) -> Vec<String> {
-    std::fs::read_to_string(path).unwrap().lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect()
-}
-
-/// Every (document, stream) of examples/.
-fn all_streams() -> Vec<(PathBuf, PathBuf)> {
-    let mut out = Vec::new();
-    let mut dirs: Vec<_> = std::fs::read_dir(repo().join("examples")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
-    dirs.sort();
-    for d in dirs {
-        let mut streams: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "ndjson")).collect();
-        streams.sort();
-        for s in streams {
-            out.push((document_of(d.file_name().unwrap().to_str().unwrap()), s));
-        }
-    }
-    assert!(out.len() >= 9, "the bundled examples are there");
-    out
 }
 
 /// Writes a finished bundle for `lines` against a resolved document, the way an adapter does.

@@ -27,3 +27,30 @@ impl Drop for Tmp {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// The document of an example: its `runbook.yaml` or `runbook.json`.
+pub fn document_of(example: &str) -> PathBuf {
+    let d = repo().join("examples").join(example);
+    ["runbook.yaml", "runbook.json"].iter().map(|f| d.join(f)).find(|p| p.is_file()).unwrap()
+}
+
+/// The non-blank lines of an events file.
+pub fn event_lines(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path).unwrap().lines().filter(|l| !l.trim().is_empty()).map(str::to_string).collect()
+}
+
+/// Every (document, stream) of examples/.
+pub fn all_streams() -> Vec<(PathBuf, PathBuf)> {
+    let mut out = Vec::new();
+    let mut dirs: Vec<_> = std::fs::read_dir(repo().join("examples")).unwrap().map(|e| e.unwrap().path()).filter(|p| p.is_dir()).collect();
+    dirs.sort();
+    for d in dirs {
+        let mut streams: Vec<_> = std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "ndjson")).collect();
+        streams.sort();
+        for s in streams {
+            out.push((document_of(d.file_name().unwrap().to_str().unwrap()), s));
+        }
+    }
+    assert!(out.len() >= 9, "the bundled examples are there");
+    out
+}
