@@ -212,8 +212,17 @@ pub fn restore(policy: &Policy, runs: &Path, session: &str, how: Restore, timing
     let events_hash = Sha256::new().chain_update(&bytes);
     let events_sha = hex::encode(events_hash.clone().finalize());
     // The record the previous process left, when it describes exactly these bytes.
+    // The record the previous process left, when it describes exactly these bytes: their length and
+    // sha256, their line count and the last line's `h` (the chain continues from the file's own last line).
+    let (lines, last_h) = tail_of(&bytes);
+    let head_now = last_h.unwrap_or(b.chain_head()).to_string();
     let snap = std::fs::read(snapshot_path(runs, session)).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).filter(|s| {
-        s["schema"] == SNAPSHOT_SCHEMA && s["run_id"] == run_id.as_str() && s["events_len"] == bytes.len() && s["events_sha256"] == events_sha.as_str()
+        s["schema"] == SNAPSHOT_SCHEMA
+            && s["run_id"] == run_id.as_str()
+            && s["events_len"] == bytes.len()
+            && s["events_sha256"] == events_sha.as_str()
+            && s["lines"] == lines
+            && s["head"] == head_now.as_str()
     });
     let from_snapshot = match (&snap, how) {
         (Some(s), Restore::Snapshot) => match s["session"].as_str() {
@@ -228,18 +237,15 @@ pub fn restore(policy: &Policy, runs: &Path, session: &str, how: Restore, timing
         },
         _ => None,
     };
-    // The chain continues from the events file's own last line, whatever a record says.
-    let (lines, last_h) = tail_of(&bytes);
-    let from_snapshot = from_snapshot.filter(|_| snap.as_ref().is_some_and(|s| s["lines"] == lines && s["head"] == last_h.unwrap_or(b.chain_head())));
     let (session_, head, lines, last_at) = match (from_snapshot, &snap) {
         (Some(sess), Some(s)) => {
             timing.restored_from = "snapshot";
-            (sess, last_h.unwrap_or(b.chain_head()).to_string(), lines, s["last_at"].as_u64().unwrap_or(0))
+            (sess, head_now, lines, s["last_at"].as_u64().unwrap_or(0))
         }
         _ => {
             let records = bundle::read_events(&bytes).map_err(|(n, m)| anyhow!("run {run_id}: events.ndjson:{n}: {m}"))?;
-            // The chain was checked up to the recorded bytes when the record describes them; else in full.
-            let checked = snap.as_ref().and_then(|s| s["lines"].as_u64()).filter(|n| *n as usize == records.len()).unwrap_or(0) as usize;
+            // A record that describes these bytes means the previous process checked their chain; else in full.
+            let checked = if snap.is_some() { records.len() } else { 0 };
             let mut head = b.chain_head().to_string();
             let mut sess = policy.session(&doc)?;
             let mut last_at = 0;
