@@ -364,15 +364,7 @@ pub fn guarded(input: &Value, cfg: &Config) -> bool {
             needles.push(c.to_string_lossy().into_owned());
         }
     }
-    fn walk(v: &Value, f: &dyn Fn(&str) -> bool) -> bool {
-        match v {
-            Value::String(s) => f(s),
-            Value::Array(a) => a.iter().any(|x| walk(x, f)),
-            Value::Object(o) => o.iter().any(|(k, x)| f(k) || walk(x, f)),
-            _ => false,
-        }
-    }
-    walk(input, &|s: &str| needles.iter().any(|n| s.contains(n.as_str())))
+    bundle::names_any(input, &needles)
 }
 
 fn explain(d: &Value) -> String {

@@ -301,16 +301,7 @@ impl Shared {
 
     /// Whether a call names the run directory, the registry or the `runbook-host` binary (9.20).
     pub fn guarded(&self, arguments: &Value) -> bool {
-        let g = lock(&self.guards);
-        fn walk(v: &Value, f: &mut dyn FnMut(&str) -> bool) -> bool {
-            match v {
-                Value::String(s) => f(s),
-                Value::Array(a) => a.iter().any(|x| walk(x, f)),
-                Value::Object(o) => o.iter().any(|(k, x)| f(k) || walk(x, f)),
-                _ => false,
-            }
-        }
-        walk(arguments, &mut |s: &str| g.iter().any(|n| s.contains(n.as_str())))
+        runbook_host::bundle::names_any(arguments, &lock(&self.guards))
     }
 
     /// A `tick` at each checkpoint deadline, so a checkpoint that times out fails the run then, not at the
