@@ -151,6 +151,44 @@ fn from_decision(d: event::Decision) -> t::Decision {
     }
 }
 
+fn recorded(r: supervisor::Recorded) -> t::Recorded {
+    t::Recorded {
+        event_line: r.event_line,
+        decision: from_decision(r.decision),
+        decision_line: r.decision_line,
+        link: r.link,
+        explanation: r.explanation,
+        state: run_state(r.state),
+    }
+}
+
+fn run_state(st: supervisor::RunState) -> t::RunState {
+    t::RunState {
+        phase: match st.phase {
+            supervisor::RunPhase::New => t::Phase::New,
+            supervisor::RunPhase::Running => t::Phase::Running,
+            supervisor::RunPhase::Over => t::Phase::Over,
+        },
+        step: st.step,
+        at_terminal: st.at_terminal,
+        scope: st.scope,
+        scope_tools: st.scope_tools,
+        gated: st.gated,
+        approved: st.approved,
+        call_approvals: st.call_approvals,
+        awaiting_verdict: st.awaiting_verdict,
+        outcome: st.outcome.map(|o| match o {
+            supervisor::Outcome::Completed => t::Outcome::Completed,
+            supervisor::Outcome::Incomplete => t::Outcome::Incomplete,
+            supervisor::Outcome::Refused => t::Outcome::Refused,
+            supervisor::Outcome::Failed => t::Outcome::Failed,
+            supervisor::Outcome::Aborted => t::Outcome::Aborted,
+        }),
+        events: st.events,
+        next_deadline: st.next_deadline,
+    }
+}
+
 impl Guest for Component {
     type Session = Session;
 
@@ -184,6 +222,14 @@ impl Guest for Component {
         to_event(event).map(|e| crate::jcs::to_string(&e.to_node()))
     }
 
+    fn chain_link(prev: String, event_line: String, decision_line: String, digested: bool) -> String {
+        crate::chain::link(&prev, &event_line, &decision_line, digested)
+    }
+
+    fn explain(kind: String, code: String) -> Option<String> {
+        crate::codes::explain(&kind, &code).map(str::to_string)
+    }
+
     fn prose(document: Vec<u8>) -> Option<String> {
         crate::prose(&document)
     }
@@ -207,6 +253,18 @@ impl GuestSession for Session {
             Err(_) => s.malformed(false),
         };
         from_decision(d)
+    }
+
+    fn feed(&self, event: t::Event, prev: String) -> t::Recorded {
+        recorded(self.0.borrow_mut().feed(to_event(event), &prev))
+    }
+
+    fn feed_line(&self, line: String, prev: String) -> t::Recorded {
+        recorded(self.0.borrow_mut().feed_line(&line, &prev))
+    }
+
+    fn state(&self) -> t::RunState {
+        run_state(self.0.borrow().state())
     }
 
     fn handle_line(&self, line: String) -> String {

@@ -134,6 +134,27 @@ pub enum Reason {
 }
 
 impl Reason {
+    pub const ALL: [Reason; 18] = [
+        Reason::Refused,
+        Reason::AwaitingApproval,
+        Reason::Guarded,
+        Reason::Limit,
+        Reason::Halted,
+        Reason::AssertFailed,
+        Reason::BudgetExhausted,
+        Reason::OrphanResult,
+        Reason::SelfApproval,
+        Reason::NotCurrent,
+        Reason::UnknownStep,
+        Reason::NoPending,
+        Reason::OutOfOrderStep,
+        Reason::NotR1,
+        Reason::CheckpointTimeout,
+        Reason::RunEnded,
+        Reason::MalformedEvent,
+        Reason::HostTrap,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::Refused => "refused",

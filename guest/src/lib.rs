@@ -11,6 +11,8 @@
 //!   (the `start` claim first) and return its decision, [`Session::report`] gives the run report;
 //! - [`Session::snapshot`] and [`Session::restore`] carry a session's state across processes.
 
+pub mod chain;
+pub mod codes;
 pub mod doc;
 pub mod envelope;
 pub mod event;
@@ -28,7 +30,7 @@ mod component;
 
 pub use doc::{Finding, Severity, Structure};
 pub use event::{Decision, Event};
-pub use supervisor::{Outcome, Session};
+pub use supervisor::{Outcome, Recorded, RunPhase, RunState, Session};
 
 /// What `lint` reports for a document.
 #[derive(Clone, Debug)]

@@ -14,6 +14,8 @@ use crate::value::Node;
 
 // A child module, so that it reads and writes the private state without making it public.
 mod snapshot;
+mod state;
+pub use state::{Recorded, RunPhase, RunState};
 pub use snapshot::SCHEMA as SNAPSHOT_SCHEMA;
 
 /// The most events one run may have (DESIGN 9.25).
@@ -565,17 +567,7 @@ impl Session {
                 self.go(&r.to);
                 return self.decide(seq, DecisionKind::Allow, None, Some(Reason::AssertFailed));
             }
-            self.record(seq, Deviation::BudgetExhausted, tool);
-            return match &step.on_fail {
-                Some(f) => {
-                    self.go(f);
-                    self.decide(seq, DecisionKind::Allow, Some(Deviation::BudgetExhausted), Some(Reason::BudgetExhausted))
-                }
-                None => {
-                    self.stop(Outcome::Aborted);
-                    self.decide(seq, DecisionKind::Halt, Some(Deviation::BudgetExhausted), Some(Reason::BudgetExhausted))
-                }
-            };
+            return self.budget_exhausted(seq, i, tool, DecisionKind::Allow);
         }
         match &step.on_fail {
             Some(f) => {
@@ -585,6 +577,24 @@ impl Session {
             None => {
                 self.stop(Outcome::Failed);
                 self.decide(seq, DecisionKind::Halt, None, Some(Reason::AssertFailed))
+            }
+        }
+    }
+
+    /// Step `i`'s retry budget is spent and the run needed it (R2: a failed judgement; R1: the client's
+    /// `advance` along the retry edge): records `budget-exhausted` where the run is, then moves to the step's
+    /// `on_fail` when it has one, answering `moved` (`allow` for a result the module routes, `deny` for an
+    /// advance whose requested route was not taken), else halts the run `aborted` (7.5, 7.8).
+    fn budget_exhausted(&mut self, seq: u64, i: usize, tool: Option<&str>, moved: DecisionKind) -> Decision {
+        self.record(seq, Deviation::BudgetExhausted, tool);
+        match self.a.doc.steps[i].on_fail.clone() {
+            Some(f) => {
+                self.go(&f);
+                self.decide(seq, moved, Some(Deviation::BudgetExhausted), Some(Reason::BudgetExhausted))
+            }
+            None => {
+                self.stop(Outcome::Aborted);
+                self.decide(seq, DecisionKind::Halt, Some(Deviation::BudgetExhausted), Some(Reason::BudgetExhausted))
             }
         }
     }
@@ -680,12 +690,14 @@ impl Session {
                 self.go(&to);
                 return self.decide(seq, DecisionKind::Allow, None, None);
             }
-            self.record(seq, Deviation::BudgetExhausted, None);
             if r0 {
+                // R0 records and lets the client go where it asked (7.1).
+                self.record(seq, Deviation::BudgetExhausted, None);
                 self.go(&to);
                 return self.decide(seq, DecisionKind::Allow, Some(Deviation::BudgetExhausted), None);
             }
-            return self.decide(seq, DecisionKind::Deny, Some(Deviation::BudgetExhausted), Some(Reason::BudgetExhausted));
+            // R1: the requested route is not taken; the run follows on_fail, else aborts (7.5).
+            return self.budget_exhausted(seq, i, None, DecisionKind::Deny);
         }
         self.record(seq, Deviation::OutOfOrderStep, None);
         if r0 {

@@ -236,10 +236,117 @@ fn gates_close_when_control_leaves_the_step() {
     assert_eq!(d[4], t("allow", "rotate", "-", "-"));
     assert_eq!(d[5], t("needs-approval", "rotate", "-", "awaiting-approval"));
     assert_eq!(d[6], t("allow", "rotate", "-", "-"));
-    assert_eq!(d[7], t("deny", "rotate", "budget-exhausted", "budget-exhausted"));
+    // The budget is spent: the retry is not taken, and the run follows rotate's on_fail (7.5).
+    assert_eq!(d[7], t("deny", "rolled-back", "budget-exhausted", "budget-exhausted"));
     assert_eq!(text(&report, "/budgets"), r#"{"rotate->rotate":{"max":2,"used":2}}"#);
     assert_eq!(text(&report, "/steps/rotate/visits"), "3");
+    assert_eq!(text(&report, "/terminal"), "\"rolled-back\"");
     assert_eq!(text(&report, "/outcome"), "null", "the run has not ended");
+}
+
+/// Two steps: `check` may retry itself once and falls back to a gated `rollback` step (DESIGN 7.5).
+const ADVANCE_BUDGET: &str = r#"{"runbook_id":"x","version":"1.0.0","capabilities":[
+    {"name":"health","tool":"http.get","risk":"read-only"},{"name":"restore","tool":"deploy.restore","risk":"mutating"}],
+  "steps":[{"id":"check","tool":"health","retry":{"max":1},"on_fail":"rollback","next":"healthy"},
+    {"id":"rollback","tool":"restore","requires_approval":true,"next":"rolled-back"}],
+  "terminals":["healthy","rolled-back"]}"#;
+
+/// Restored from the snapshot after every prefix, the session answers the rest and reports exactly as
+/// the uninterrupted one (a run halted `aborted` by an advance included).
+fn restores_at_every_split(doc: &str, lines: &[String]) {
+    let mut whole = Session::new(doc.as_bytes());
+    let mut snaps = vec![whole.snapshot()];
+    let mut decisions = Vec::new();
+    for l in lines {
+        decisions.push(whole.handle_line(l));
+        snaps.push(whole.snapshot());
+    }
+    for (k, snap) in snaps.iter().enumerate() {
+        let mut r = Session::restore(doc.as_bytes(), snap).unwrap_or_else(|e| panic!("restore after {k} events: {e}"));
+        for (i, l) in lines.iter().enumerate().skip(k) {
+            assert_eq!(r.handle_line(l), decisions[i], "restored after {k} events, event {i}");
+        }
+        assert_eq!(r.report(), whole.report(), "restored after {k} events");
+    }
+}
+
+#[test]
+fn r1_advance_past_a_spent_budget_follows_on_fail_to_a_step() {
+    let lines = vec![
+        start("R1"),
+        ev(r#"{"type":"advance","at":1,"to":"check"}"#),
+        ev(r#"{"type":"invoke","at":2,"tool":"http.get","arguments":{}}"#),
+        ev(r#"{"type":"advance","at":3,"to":"check"}"#),
+        ev(r#"{"type":"invoke","at":4,"tool":"deploy.restore","arguments":{}}"#),
+        ev(r#"{"type":"approval","at":5,"step":"rollback","approver":"alice","granted":true}"#),
+        ev(r#"{"type":"invoke","at":6,"tool":"deploy.restore","arguments":{}}"#),
+        ev(r#"{"type":"invoke","at":7,"tool":"http.get","arguments":{}}"#),
+        ev(r#"{"type":"advance","at":8,"to":"check"}"#),
+        ev(r#"{"type":"advance","at":9,"to":"rolled-back"}"#),
+        ev(r#"{"type":"end","at":10}"#),
+    ];
+    let (d, report) = run(ADVANCE_BUDGET, &lines);
+    assert_eq!(d[1], t("allow", "check", "-", "-"), "the one retry");
+    assert_eq!(d[3], t("deny", "rollback", "budget-exhausted", "budget-exhausted"), "not retried: on_fail instead");
+    assert_eq!(d[4], t("needs-approval", "rollback", "-", "awaiting-approval"), "rollback's tools are in scope, behind its gate");
+    assert_eq!(d[6], t("allow", "rollback", "-", "-"));
+    assert_eq!(d[7], t("deny", "rollback", "out-of-scope-tool", "-"), "check's tools are not");
+    assert_eq!(d[8], t("deny", "rollback", "out-of-order-step", "out-of-order-step"));
+    assert_eq!(d[9], t("allow", "rolled-back", "-", "-"));
+    assert_eq!(text(&report, "/outcome"), "\"completed\"");
+    assert_eq!(text(&report, "/terminal"), "\"rolled-back\"");
+    assert_eq!(text(&report, "/steps"), r#"{"check":{"assert":null,"visits":2},"rollback":{"assert":null,"visits":1}}"#);
+    assert_eq!(text(&report, "/budgets"), r#"{"check->check":{"max":1,"used":1}}"#);
+    assert_eq!(text(&report, "/deviations/0"), r#"{"class":"budget-exhausted","seq":3,"step":"check","tool":null}"#);
+    restores_at_every_split(ADVANCE_BUDGET, &lines);
+}
+
+#[test]
+fn r1_advance_past_a_spent_budget_without_on_fail_aborts() {
+    let doc = ADVANCE_BUDGET.replace(r#","on_fail":"rollback""#, "");
+    let lines = vec![
+        start("R1"),
+        ev(r#"{"type":"advance","at":1,"to":"check"}"#),
+        ev(r#"{"type":"advance","at":2,"to":"check"}"#),
+        ev(r#"{"type":"advance","at":3,"to":"healthy"}"#),
+        ev(r#"{"type":"invoke","at":4,"tool":"http.get","arguments":{}}"#),
+        ev(r#"{"type":"end","at":5}"#),
+    ];
+    let (d, report) = run(&doc, &lines);
+    assert_eq!(d[1], t("allow", "check", "-", "-"));
+    assert_eq!(d[2], t("halt", "check", "budget-exhausted", "budget-exhausted"));
+    assert_eq!(d[3], t("halt", "check", "-", "halted"), "no advance after the halt");
+    assert_eq!(d[4], t("halt", "check", "-", "halted"));
+    assert_eq!(d[5], t("halt", "check", "-", "halted"));
+    assert_eq!(text(&report, "/outcome"), "\"aborted\"");
+    assert_eq!(text(&report, "/terminal"), "null");
+    assert_eq!(text(&report, "/deviations"), r#"[{"class":"budget-exhausted","seq":2,"step":"check","tool":null}]"#);
+    assert_eq!(text(&report, "/steps/check/visits"), "2");
+    restores_at_every_split(&doc, &lines);
+}
+
+#[test]
+fn r0_advance_past_a_spent_budget_is_recorded_and_taken_r2_advance_is_not_r1() {
+    let lines = vec![
+        start("R0"),
+        ev(r#"{"type":"advance","at":1,"to":"check"}"#),
+        ev(r#"{"type":"advance","at":2,"to":"check"}"#),
+        ev(r#"{"type":"advance","at":3,"to":"healthy"}"#),
+        ev(r#"{"type":"end","at":4}"#),
+    ];
+    let (d, report) = run(ADVANCE_BUDGET, &lines);
+    assert_eq!(d[2], t("allow", "check", "budget-exhausted", "-"), "R0 records, allows, and goes where asked (7.1)");
+    assert_eq!(d[3], t("allow", "healthy", "-", "-"));
+    assert_eq!(text(&report, "/outcome"), "\"completed\"");
+    assert_eq!(text(&report, "/steps/check/visits"), "3");
+    assert_eq!(text(&report, "/steps/rollback/visits"), "0");
+    let mut r2 = lines.clone();
+    r2[0] = start("R2");
+    let (d, report) = run(ADVANCE_BUDGET, &r2);
+    assert_eq!(d[1], t("deny", "check", "-", "not-r1"));
+    assert_eq!(d[2], t("deny", "check", "-", "not-r1"));
+    assert_eq!(text(&report, "/budgets/check->check/used"), "0");
+    assert_eq!(text(&report, "/outcome"), "\"incomplete\"");
 }
 
 #[test]

@@ -72,14 +72,14 @@ fn write_new(dir: &Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Asks for a human's answer on a gated call: writes `pending/<id>.json` and returns the new id
-/// (`a-<millis>-<6 hex>`). `arguments_json` is kept verbatim (the text `call_sha256` was computed from).
+/// (`a-<millis>-<12 random hex>`). `arguments_json` is kept verbatim (the text `call_sha256` was computed from).
 pub fn request(run_dir: &Path, step: Option<&str>, tool: &str, arguments_json: &str, call_sha256: &str) -> io::Result<String> {
     let _ = open_or_create_dir(run_dir)?;
     let dir = sub(run_dir, "pending")?;
     let arguments: Value = serde_json::from_str(arguments_json).unwrap_or_else(|_| Value::String(arguments_json.to_string()));
     let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
     loop {
-        let id = format!("a-{millis}-{}", unique_hex(6));
+        let id = format!("a-{millis}-{}", unique_hex(12)?);
         let body = json!({
             "schema": REQUEST_SCHEMA, "id": id, "step": step, "tool": tool, "arguments": arguments,
             "arguments_json": arguments_json, "call_sha256": call_sha256, "requested_at": now_rfc3339(),
@@ -167,6 +167,12 @@ fn to_pending(v: &Value) -> Pending {
         arguments: v["arguments_json"].as_str().and_then(|t| serde_json::from_str(t).ok()).unwrap_or_else(|| v["arguments"].clone()),
         call_sha256: v["call_sha256"].as_str().unwrap_or_default().to_string(),
     }
+}
+
+/// Whether any request is waiting in `pending/` (answered or not): without one, no call needs its hash
+/// looked up, which saves a call into the module on every ordinary tool call.
+pub fn any_requests(run_dir: &Path) -> bool {
+    std::fs::read_dir(run_dir.join("pending")).is_ok_and(|mut d| d.next().is_some())
 }
 
 /// Requests with no answer yet, oldest first.

@@ -70,7 +70,7 @@ use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 /// The schema names this module writes.
 pub const RUN_SCHEMA: &str = "runbook-run-bundle/v1";
@@ -91,9 +91,9 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// The process-wide policy module used for JCS (the chain) and for lint in `registry add`. Loaded once,
 /// from the precompiled cache when there is one.
-pub fn shared_policy() -> Result<&'static Policy, HostError> {
-    static POLICY: OnceLock<Result<Policy, String>> = OnceLock::new();
-    match POLICY.get_or_init(|| Policy::load().map_err(|e| e.to_string())) {
+pub fn shared_policy() -> Result<&'static Arc<Policy>, HostError> {
+    static POLICY: OnceLock<Result<Arc<Policy>, String>> = OnceLock::new();
+    match POLICY.get_or_init(|| Policy::load().map(Arc::new).map_err(|e| e.to_string())) {
         Ok(p) => Ok(p),
         Err(e) => Err(HostError::Load(e.clone())),
     }
@@ -117,50 +117,27 @@ fn io_other(e: impl std::fmt::Display) -> io::Error {
 
 /// Now, as UTC RFC 3339 with milliseconds (`2026-11-30T12:34:56.789Z`).
 pub fn now_rfc3339() -> String {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let (y, mo, da, h, mi, s) = civil(d.as_secs());
-    format!("{y:04}-{mo:02}-{da:02}T{h:02}:{mi:02}:{s:02}.{:03}Z", d.subsec_millis())
+    let now = time::OffsetDateTime::now_utc();
+    let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+    now.format(&f).unwrap_or_default()
 }
 
-/// (year, month, day, hour, minute, second) of a Unix time, UTC (Howard Hinnant's civil_from_days).
-fn civil(secs: u64) -> (i64, u32, u32, u32, u32, u32) {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    (y, m, d, (rem / 3600) as u32, ((rem % 3600) / 60) as u32, (rem % 60) as u32)
-}
-
-/// A few bytes that differ between calls and processes (no randomness crate: time, pid, a counter and the
-/// address of a stack value, hashed).
-pub(crate) fn unique_hex(n: usize) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let local = 0u8;
-    let mut h = Sha256::new();
-    h.update(d.as_nanos().to_le_bytes());
-    h.update(std::process::id().to_le_bytes());
-    h.update(COUNTER.fetch_add(1, Ordering::SeqCst).to_le_bytes());
-    h.update((&local as *const u8 as usize).to_le_bytes());
-    let mut s = hex::encode(h.finalize());
+/// `n` hex digits from the operating system's random source (run ids, approval ids, tokens): never
+/// guessable from the time, the pid or an address. Fails closed: no randomness, no id.
+pub(crate) fn unique_hex(n: usize) -> io::Result<String> {
+    let mut bytes = vec![0u8; n.div_ceil(2)];
+    getrandom::fill(&mut bytes).map_err(|e| io::Error::other(format!("the operating system's random source failed: {e}")))?;
+    let mut s = hex::encode(bytes);
     s.truncate(n);
-    s
+    Ok(s)
 }
 
-/// A new run id: `r-<UTC time, basic format>-<6 hex>`, e.g. `r-20261130T123456Z-3fa9c1`. Only ever used
-/// as a string (the bundle's directory name and, by the adapters, the `start` claim's `run_id`).
-pub fn new_run_id() -> String {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    let (y, mo, da, h, mi, s) = civil(d.as_secs());
-    format!("r-{y:04}{mo:02}{da:02}T{h:02}{mi:02}{s:02}Z-{}", unique_hex(6))
+/// A new run id: `r-<UTC time, basic format>-<12 random hex>`, e.g. `r-20261130T123456Z-3fa9c1d20e7b`.
+/// Only ever used as a string (the bundle's directory name and the `start` claim's `run_id`).
+pub fn new_run_id() -> io::Result<String> {
+    let f = time::macros::format_description!("[year][month][day]T[hour][minute][second]Z");
+    let t = time::OffsetDateTime::now_utc().format(&f).map_err(io::Error::other)?;
+    Ok(format!("r-{t}-{}", unique_hex(12)?))
 }
 
 /// Whether `name` is a safe single path component for an id (run id, approval id): ASCII letters, digits,
@@ -171,7 +148,7 @@ pub fn is_safe_name(name: &str) -> bool {
 
 /// Writes `bytes` to `name` in `dir` atomically (a temporary file, fsync, rename).
 pub(crate) fn write_atomic(dir: &Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let tmp = format!(".{name}.{}.tmp", unique_hex(8));
+    let tmp = format!(".{name}.{}.tmp", unique_hex(8)?);
     {
         let mut f = dir.open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
         f.write_all(bytes)?;
@@ -305,28 +282,20 @@ pub fn chain_event_form(policy: &Policy, event_line: &str) -> String {
     out
 }
 
-/// `hN` from `hN-1` (hex), the raw event line and the decision line (DESIGN 9.22, as documented above).
-pub fn chain_next_with(policy: &Policy, prev: &str, event_line: &str, decision_line: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(prev.as_bytes());
-    h.update(chain_event_form(policy, event_line).as_bytes());
-    h.update(jcs(policy, decision_line).as_bytes());
-    hex::encode(h.finalize())
+/// `hN` from `hN-1` (hex), the raw event line and the decision line (DESIGN 9.22), computed by the module.
+pub fn chain_next_with(policy: &Policy, prev: &str, event_line: &str, decision_line: &str) -> Result<String, HostError> {
+    policy.chain_link(prev, event_line, decision_line, false)
 }
 
 /// `hN` for a line of a redacted derivative, whose event is already in its chain form `E`.
-pub fn chain_next_redacted(policy: &Policy, prev: &str, event_form: &str, decision_line: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(prev.as_bytes());
-    h.update(jcs(policy, event_form).as_bytes());
-    h.update(jcs(policy, decision_line).as_bytes());
-    hex::encode(h.finalize())
+pub fn chain_next_redacted(policy: &Policy, prev: &str, event_form: &str, decision_line: &str) -> Result<String, HostError> {
+    policy.chain_link(prev, event_form, decision_line, true)
 }
 
-/// [`chain_next_with`] on the shared policy.
+/// [`chain_next_with`] on the process's shared policy.
 pub fn chain_next(prev: &str, event_line: &str, decision_line: &str) -> io::Result<String> {
     let policy = shared_policy().map_err(io_other)?;
-    Ok(chain_next_with(policy, prev, event_line, decision_line))
+    chain_next_with(&policy, prev, event_line, decision_line).map_err(io_other)
 }
 
 /// `h0`: the envelope's sha256, or the document's when there is no envelope.
@@ -676,11 +645,18 @@ impl Bundle {
     /// it before returning: a crash loses at most the event in flight. The `start` claim's `coverage` is
     /// copied into `run.json`'s adapter (written at the next lifecycle change).
     pub fn record(&mut self, event_line: &str, decision_line: &str) -> io::Result<()> {
+        let policy = shared_policy().map_err(io_other)?;
+        let h = chain_next_with(&policy, &self.head, event_line, decision_line).map_err(io_other)?;
+        self.record_linked(event_line, decision_line, &h)
+    }
+
+    /// [`Bundle::record`] with the link the module already computed (what [`crate::run::Run`] does: the
+    /// module returns the link with the decision, in the same call).
+    pub fn record_linked(&mut self, event_line: &str, decision_line: &str, h: &str) -> io::Result<()> {
         if self.finished {
             return Err(io::Error::other("the bundle is finished"));
         }
-        let policy = shared_policy().map_err(io_other)?;
-        let h = chain_next_with(policy, &self.head, event_line, decision_line);
+        let h = h.to_string();
         let line = event_record_line(&h, event_line, decision_line);
         self.events.write_all(line.as_bytes())?;
         self.events.sync_data()?;
@@ -711,6 +687,7 @@ impl Bundle {
             return Err(io::Error::other("the bundle is already finished"));
         }
         let policy = shared_policy().map_err(io_other)?;
+        let policy = &*policy;
         let report_v: Value = serde_json::from_str(report).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("the report is not JSON: {e}")))?;
         let ended = now_rfc3339();
         write_atomic(&self.dir, "report.json", report.as_bytes())?;
@@ -820,6 +797,24 @@ pub fn public_reference(reference: &str) -> String {
     }
 }
 
+/// The run a command was given, in any of the forms a person writes it: a bundle directory
+/// (`.runbook/runs/r-...`), `latest` or a run id (under `runs_root`), or a path ending in `latest` or
+/// `latest.json` (`.runbook/runs/latest`: the newest run of that runs directory).
+pub fn resolve_run(arg: &str, runs_root: &Path) -> io::Result<PathBuf> {
+    let p = Path::new(arg);
+    if p.join("run.json").is_file() {
+        return Ok(p.to_path_buf());
+    }
+    match p.file_name().and_then(|f| f.to_str()) {
+        Some("latest" | "latest.json") => {
+            let parent = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(runs_root);
+            find_run(parent, "latest")
+        }
+        _ if !arg.contains('/') => find_run(runs_root, arg),
+        _ => Err(io::Error::new(io::ErrorKind::NotFound, format!("`{arg}` is not a run bundle (no run.json there), a run id or `latest`"))),
+    }
+}
+
 /// The run directory named by `run` under `runs_root`: a run id, or `latest` (read from `latest.json`).
 pub fn find_run(runs_root: &Path, run: &str) -> io::Result<PathBuf> {
     let id = if run == "latest" {
@@ -867,6 +862,7 @@ pub fn export_redacted(run_dir: &Path, out_root: &Path) -> io::Result<PathBuf> {
         _ => return Err(bad("run.json names no document")),
     };
     let policy = shared_policy().map_err(io_other)?;
+    let policy = &*policy;
     let root = open_or_create_dir(out_root)?;
     root.create_dir(&run_id)?;
     let out = root.open_dir(&run_id)?;

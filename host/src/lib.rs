@@ -6,9 +6,12 @@
 //! module enforces its own limits first, so a backstop never changes an answer, only turns a fault into a
 //! fail-closed halt with reason `host-trap`).
 
+pub mod adapters;
 pub mod approvals;
 pub mod bundle;
 pub mod registry;
+pub mod run;
+pub mod wire;
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -20,8 +23,8 @@ mod bindings {
 }
 
 pub use bindings::exports::runbook::policy::policy::{
-    Approval, Coverage, Decision, DecisionKind, Deviation, EndReason, Event, EventKind, Finding, Invoke, LintReport, Profile, Reason, Refusal, Risk, Severity,
-    StartClaim, Structure, ToolResult, Verdict,
+    Approval, Coverage, Decision, DecisionKind, Deviation, EndReason, Event, EventKind, Finding, Invoke, LintReport, Outcome, Phase, Profile, Reason, Recorded,
+    Refusal, Risk, RunState, Severity, StartClaim, Structure, ToolResult, Verdict,
 };
 use bindings::RunbookPolicyPre;
 
@@ -36,6 +39,19 @@ pub const FUEL_PER_CALL: u64 = 20_000_000_000;
 
 /// The most linear memory one instance may grow to.
 pub const MEMORY_CAP: usize = 1 << 30;
+
+/// Calls into the component made by this process (every export, constructors included): what the
+/// tests hold the one-call-per-event design to.
+static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many calls into the component this process has made so far.
+pub fn component_calls() -> u64 {
+    CALLS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+fn count_call() {
+    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
 
 /// Hex SHA-256 of [`COMPONENT`], computed by the build script (a unit test checks it against the bytes).
 pub fn module_sha256() -> &'static str {
@@ -140,6 +156,8 @@ impl Policy {
     }
 
     fn instance(&self) -> Result<(Store<HostState>, bindings::RunbookPolicy), HostError> {
+        // Making an instance and calling its constructor (or restore) is one call.
+        count_call();
         let mut store = Store::new(&self.engine, HostState { limits: StoreLimitsBuilder::new().memory_size(self.limits.memory_cap).build() });
         store.limiter(|s| &mut s.limits);
         store.set_fuel(self.limits.fuel_per_call).map_err(trap)?;
@@ -154,6 +172,7 @@ impl Policy {
             *util = Some(self.instance()?);
         }
         let (store, inst) = util.as_mut().expect("made above");
+        count_call();
         store.set_fuel(self.limits.fuel_per_call).map_err(trap)?;
         let r = f(store, inst);
         if r.is_err() {
@@ -184,6 +203,16 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_encode_event(store, event))
     }
 
+    /// The hash-chain link of DESIGN 9.22 (see the WIT's `chain-link`).
+    pub fn chain_link(&self, prev: &str, event_line: &str, decision_line: &str, digested: bool) -> Result<String, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_chain_link(store, prev, event_line, decision_line, digested))
+    }
+
+    /// The module's sentence for a wire code of a kind (`reason`, `refusal`, `lint`, ...).
+    pub fn explain(&self, kind: &str, code: &str) -> Result<Option<String>, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_explain(store, kind, code))
+    }
+
     /// The document's prose (see the WIT), or None when it does not parse.
     pub fn prose(&self, document: &[u8]) -> Result<Option<String>, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_prose(store, document))
@@ -211,9 +240,7 @@ impl Policy {
         };
         let mut session = Session { store, inst, handle, events: 0, trapped: None, fuel: self.limits.fuel_per_call };
         // The host numbers the lines it writes itself after a trap, so it needs the count the run is at.
-        let status = session.status()?;
-        let events = serde_json::from_str::<serde_json::Value>(&status).ok().and_then(|v| v["events"].as_u64());
-        session.events = events.ok_or_else(|| HostError::Trap(format!("the restored session's status has no event count: {status}")))?;
+        session.events = session.state()?.events;
         Ok(Ok(session))
     }
 }
@@ -245,6 +272,24 @@ fn load_component(engine: &Engine, cache: Option<&Path>) -> Result<Component, Ho
     Ok(component)
 }
 
+/// The module trapped (now or before): the decision the host records in its place, and the trap.
+#[derive(Clone, Debug)]
+pub struct Trapped {
+    pub decision: Decision,
+    pub message: String,
+}
+
+impl Trapped {
+    /// The canonical decision line for [`Trapped::decision`] (9.16's keys, in RFC 8785 order).
+    pub fn decision_line(&self) -> String {
+        let reason = match self.decision.reason {
+            Some(Reason::HostTrap) => "host-trap",
+            _ => "halted",
+        };
+        format!(r#"{{"decision":"halt","deviation":null,"reason":"{reason}","refusals":[],"seq":{},"step":null}}"#, self.decision.seq)
+    }
+}
+
 /// One supervised run. Decisions come from the component; after a trap every event answers `halt`.
 pub struct Session {
     store: Store<HostState>,
@@ -257,6 +302,7 @@ pub struct Session {
 
 impl Session {
     fn refuel(&mut self) -> Result<(), HostError> {
+        count_call();
         self.store.set_fuel(self.fuel).map_err(trap)
     }
 
@@ -286,6 +332,51 @@ impl Session {
                 self.trap_line(seq, true)
             }
         }
+    }
+
+    /// What the host records when the module cannot answer: the decision of 9.16 (`host-trap`, then
+    /// `halted`), its line, and the link the module would have computed is computed by the caller.
+    fn trap_decision(&self, seq: u64, first: bool) -> Decision {
+        Decision { seq, kind: DecisionKind::Halt, step: None, deviation: None, reason: Some(if first { Reason::HostTrap } else { Reason::Halted }), refusals: Vec::new() }
+    }
+
+    /// One event in, everything the host records and answers out, in one call into the module: the
+    /// canonical event line, the decision and its line, the chain link from `prev`, and the sentence.
+    /// After a trap, `Err` carries the `host-trap` (then `halted`) decision line the host records itself;
+    /// with no module to compute the link, such a line ends the chain's trust and the run halts.
+    pub fn feed(&mut self, event: &Event, prev: &str) -> Result<Recorded, Trapped> {
+        self.call_feed(prev, |s, prev| s.inst.runbook_policy_policy().session().call_feed(&mut s.store, s.handle, event, prev))
+    }
+
+    /// [`Session::feed`] for an event line read from a file (replay, verify).
+    pub fn feed_line(&mut self, line: &str, prev: &str) -> Result<Recorded, Trapped> {
+        self.call_feed(prev, |s, prev| s.inst.runbook_policy_policy().session().call_feed_line(&mut s.store, s.handle, line, prev))
+    }
+
+    fn call_feed(&mut self, prev: &str, f: impl FnOnce(&mut Session, &str) -> wasmtime::Result<Recorded>) -> Result<Recorded, Trapped> {
+        let seq = self.events;
+        self.events += 1;
+        if let Some(t) = &self.trapped {
+            return Err(Trapped { decision: self.trap_decision(seq, false), message: t.clone() });
+        }
+        let r = self.refuel().map_err(|e| wasmtime::Error::msg(e.to_string())).and_then(|_| f(self, prev));
+        match r {
+            Ok(rec) => Ok(rec),
+            Err(e) => {
+                let message = format!("{e:#}");
+                self.trapped = Some(message.clone());
+                Err(Trapped { decision: self.trap_decision(seq, true), message })
+            }
+        }
+    }
+
+    /// The typed state (step, scope, outcome, next deadline, ...).
+    pub fn state(&mut self) -> Result<RunState, HostError> {
+        if let Some(t) = &self.trapped {
+            return Err(HostError::Trap(t.clone()));
+        }
+        self.refuel()?;
+        self.inst.runbook_policy_policy().session().call_state(&mut self.store, self.handle).map_err(trap)
     }
 
     /// The typed path.

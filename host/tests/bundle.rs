@@ -24,7 +24,7 @@ fn write_bundle(runs: &Path, doc: &Path, lines: &[String]) -> PathBuf {
     let p = policy();
     let resolved = registry::resolve(doc.to_str().unwrap(), "unused").unwrap();
     let envelope = p.envelope(&resolved.bytes).unwrap().ok();
-    let run_id = bundle::new_run_id();
+    let run_id = bundle::new_run_id().unwrap();
     let mut b = Bundle::create(runs, &run_id, &resolved, envelope.as_deref(), runbook_host::module_sha256(), "replay").unwrap();
     assert_eq!(b.dir(), runs.join(&run_id));
     let mut session = p.session(&resolved.bytes).unwrap();
@@ -254,7 +254,7 @@ fn latest_and_history() {
     assert!(history.iter().all(|h| h["schema"] == "runbook-run-history-entry/v1" && !h["path"].as_str().unwrap().contains('/')));
     assert_eq!(history[1]["outcome"], "completed");
     // A run id is fresh each time, and a taken one is refused.
-    assert_ne!(bundle::new_run_id(), bundle::new_run_id());
+    assert_ne!(bundle::new_run_id().unwrap(), bundle::new_run_id().unwrap());
     let r = registry::resolve(document_of("read-only-investigation").to_str().unwrap(), "unused").unwrap();
     assert!(Bundle::create(&runs, b_id, &r, None, runbook_host::module_sha256(), "replay").is_err());
     assert!(Bundle::create(&runs, "../escape", &r, None, runbook_host::module_sha256(), "replay").is_err());
@@ -265,7 +265,7 @@ fn gated_run(runs: &Path) -> (PathBuf, runbook_host::Session, Bundle, String, St
     let p = policy();
     let resolved = registry::resolve(document_of("rotate-credentials").to_str().unwrap(), "unused").unwrap();
     let envelope = p.envelope(&resolved.bytes).unwrap().ok();
-    let run_id = bundle::new_run_id();
+    let run_id = bundle::new_run_id().unwrap();
     let mut b = Bundle::create(runs, &run_id, &resolved, envelope.as_deref(), runbook_host::module_sha256(), "hook").unwrap();
     let mut s = p.session(&resolved.bytes).unwrap();
     let lines = event_lines(&repo().join("examples/rotate-credentials/events.ndjson"));

@@ -107,7 +107,7 @@ fn policy() -> &'static runbook_host::Policy {
 fn write_bundle(runs: &Path, resolved: &registry::Resolved, lines: &[String], adapter: &str) -> PathBuf {
     let p = policy();
     let envelope = p.envelope(&resolved.bytes).unwrap().ok();
-    let mut b = Bundle::create(runs, &bundle::new_run_id(), resolved, envelope.as_deref(), runbook_host::module_sha256(), adapter).unwrap();
+    let mut b = Bundle::create(runs, &bundle::new_run_id().unwrap(), resolved, envelope.as_deref(), runbook_host::module_sha256(), adapter).unwrap();
     let mut session = p.session(&resolved.bytes).unwrap();
     for (i, line) in lines.iter().enumerate() {
         let d = session.handle_line(line);
@@ -223,7 +223,7 @@ fn gated_bundle(runs: &Path) -> PathBuf {
     let p = policy();
     let resolved = local(&document_of("rotate-credentials"));
     let envelope = p.envelope(&resolved.bytes).unwrap().ok();
-    let mut b = Bundle::create(runs, &bundle::new_run_id(), &resolved, envelope.as_deref(), runbook_host::module_sha256(), "hook").unwrap();
+    let mut b = Bundle::create(runs, &bundle::new_run_id().unwrap(), &resolved, envelope.as_deref(), runbook_host::module_sha256(), "hook").unwrap();
     let dir = b.dir().to_path_buf();
     let mut s = p.session(&resolved.bytes).unwrap();
     let lines = event_lines(&repo().join("examples/rotate-credentials/events.ndjson"));
@@ -300,7 +300,7 @@ fn produce(root: &Path) -> Produced {
     {
         let resolved = local(&document_of("read-only-investigation"));
         let envelope = policy().envelope(&resolved.bytes).unwrap().ok();
-        let mut b = Bundle::create(&runs, &bundle::new_run_id(), &resolved, envelope.as_deref(), runbook_host::module_sha256(), "someday-adapter").unwrap();
+        let mut b = Bundle::create(&runs, &bundle::new_run_id().unwrap(), &resolved, envelope.as_deref(), runbook_host::module_sha256(), "someday-adapter").unwrap();
         let mut s = policy().session(&resolved.bytes).unwrap();
         let first = &event_lines(&repo().join("examples/read-only-investigation/events.ndjson"))[0];
         let d = s.handle_line(first);
@@ -688,7 +688,7 @@ fn safe_names_agree_with_the_host() {
         assert_eq!(schema_ok, bundle::is_safe_name(name), "run id {name:?}: schema {schema_ok}");
     }
     // A fresh run id always fits.
-    assert!(v.is_valid(&with(&base, "/run_id", json!(bundle::new_run_id()))));
+    assert!(v.is_valid(&with(&base, "/run_id", json!(bundle::new_run_id().unwrap()))));
     // A reference as the host writes it: a file is named by its name only.
     let v = validator("run-history-entry");
     let created = json!({"schema": "runbook-run-history-entry/v1", "event": "created", "run_id": "r-1", "at": "2026-11-30T12:34:56.789Z", "path": "r-1",

@@ -692,7 +692,7 @@ fn module_wit_exports_the_policy_and_imports_nothing() {
     let wit = run.out();
     let world_at = wit.find("world root {").unwrap_or_else(|| panic!("no `world root`:\n{wit}"));
     let world = &wit[world_at..world_at + wit[world_at..].find('}').expect("the world closes")];
-    assert!(world.lines().any(|l| l.trim() == "export runbook:policy/policy@1.0.0;"), "{world}");
+    assert!(world.lines().any(|l| l.trim() == "export runbook:policy/policy@1.1.0;"), "{world}");
     assert!(!wit.lines().any(|l| l.trim_start().starts_with("import")), "the component imports nothing:\n{wit}");
 }
 

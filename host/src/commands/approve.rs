@@ -106,7 +106,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let mut out = tty.try_clone().context("the terminal")?;
     let mut input = BufReader::new(tty);
 
-    let run_dir = runbook_host::bundle::find_run(&args.runs, &args.run).with_context(|| format!("run `{}`", args.run))?;
+    let run_dir = runbook_host::bundle::resolve_run(&args.run, &args.runs).with_context(|| format!("run `{}`", args.run))?;
     let run_id = run_dir.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     let want: Option<&str> = if args.step == "-" { None } else { Some(args.step.as_str()) };
     let calls: Vec<_> = approvals::pending(&run_dir)?.into_iter().filter(|p| p.step.as_deref() == want).collect();

@@ -1,10 +1,10 @@
 //! `runbook-host hook`: the tool-call hook for agent CLIs (Claude Code), run by the client as a new
 //! process per hook event, one JSON payload on stdin. It fails closed: any error answers exit 2 with the
 //! reason on stderr, which the client treats as a block. `hook install` / `hook uninstall` write or
-//! remove the client's hook configuration. The adapter lives in `host/src/hook/`.
+//! remove the client's hook configuration. The adapter lives in the library (`runbook_host::adapters::claude`).
 
-#[path = "../hook/mod.rs"]
-mod hook;
+use runbook_host::adapters::claude as hook;
+use runbook_host::run::Restore;
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -31,6 +31,10 @@ pub struct Args {
     /// At Stop, block the agent from stopping while the run has not reached a terminal
     #[arg(long, global = true)]
     pub keep_working: bool,
+    /// The tools the client allows at all, comma-separated; by default the runbook's tools less those
+    /// that Claude Code's own `permissions.deny` rules remove (a runbook that needs a denied tool is refused)
+    #[arg(long, global = true, value_delimiter = ',')]
+    pub allowlist: Option<Vec<String>>,
     /// How each process restores the run: from the module's session snapshot the previous process left
     /// (checked against the events file's sha256; a full replay when it does not match), or always by
     /// replaying the recorded events
@@ -82,6 +86,9 @@ fn hook_command(a: &Args) -> String {
     }
     if a.keep_working {
         c.push("--keep-working".into());
+    }
+    if let Some(list) = &a.allowlist {
+        c.push(format!("--allowlist {}", quote(&list.join(","))));
     }
     if a.restore != "snapshot" {
         c.push(format!("--restore {}", a.restore));
@@ -137,21 +144,29 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let t_load = std::time::Instant::now();
         let policy = super::policy()?;
         timing.load_us = t_load.elapsed().as_micros();
+        let project = std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+        let home = std::env::var_os("HOME").map(PathBuf::from);
         let cfg = hook::Config {
             runbook: a.runbook.clone().or_else(|| std::env::var("RUNBOOK_HOOK_RUNBOOK").ok().filter(|s| !s.is_empty())),
             registry: a.registry.clone(),
             runs: a.runs.clone(),
-            profile: a.profile.clone(),
+            profile: match a.profile.as_str() {
+                "R0" => runbook_host::Profile::R0,
+                "R1" => runbook_host::Profile::R1,
+                _ => runbook_host::Profile::R2,
+            },
             keep_working: a.keep_working,
-            restore: if a.restore == "replay" { hook::Restore::Replay } else { hook::Restore::Snapshot },
+            restore: if a.restore == "replay" { Restore::Replay } else { Restore::Snapshot },
+            allowlist: a.allowlist.clone(),
+            settings: hook::permissions::settings_files(&project, home.as_deref()),
         };
-        let answer = hook::handle(&policy, &cfg, &ev, &mut timing)?;
+        let answer = hook::handle(policy, &cfg, &ev, &mut timing)?;
         Ok((ev.name().to_string(), answer))
     }))
     .unwrap_or_else(|_| Err(anyhow::anyhow!("the hook panicked")));
     if std::env::var_os("RUNBOOK_HOOK_TIMING").is_some() {
         eprintln!(
-            "runbook-host hook: timing total_us={} load_us={} restore_us={} decide_us={} save_us={} events={} restored_from={} chain_checked={}{}",
+            "runbook-host hook: timing total_us={} load_us={} restore_us={} decide_us={} save_us={} events={} restored_from={} chain_checked={} decide_calls={} save_calls={}{}",
             t.elapsed().as_micros(),
             timing.load_us,
             timing.restore_us,
@@ -160,6 +175,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
             timing.events_replayed,
             timing.restored_from,
             timing.chain_checked,
+            timing.decide_calls,
+            timing.save_calls,
             timing.snapshot_refused.as_deref().map(|e| format!(" snapshot_refused={e:?}")).unwrap_or_default()
         );
     }

@@ -33,8 +33,8 @@ pub fn read_input(path: &str) -> Result<Vec<u8>> {
 
 /// The process's one policy module (the bundle's chain hashing uses the same one, so a command loads
 /// the component once).
-pub fn policy() -> Result<&'static runbook_host::Policy> {
-    runbook_host::bundle::shared_policy().map_err(anyhow::Error::from)
+pub fn policy() -> Result<std::sync::Arc<runbook_host::Policy>> {
+    runbook_host::bundle::shared_policy().map(std::sync::Arc::clone).map_err(anyhow::Error::from)
 }
 
 /// Writes exact bytes to stdout, adding a newline only for a person at a terminal.

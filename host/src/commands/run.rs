@@ -1,9 +1,8 @@
 //! `runbook-host run REF [options] -- SERVER CMD... [-- SERVER CMD...]`: the MCP stdio proxy (DESIGN 5,
 //! 9.23, 9.24). To the client it is one MCP server over stdio; it starts the servers as its children and
-//! feeds every tool call to the policy module, which alone decides. The proxy lives in `host/src/proxy/`.
+//! feeds every tool call to the policy module, which alone decides. The proxy lives in the library (`runbook_host::adapters::mcp`).
 
-#[path = "../proxy/mod.rs"]
-mod proxy;
+use runbook_host::adapters::mcp as proxy;
 
 use anyhow::{bail, Context, Result};
 use runbook_host::{Profile, Risk};

@@ -29,7 +29,7 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The run bundle's directory (e.g. .runbook/runs/<run-id>)
+    /// The run: its bundle directory (.runbook/runs/<run-id>), its id, `latest`, or .runbook/runs/latest
     pub run_dir: PathBuf,
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
@@ -317,21 +317,22 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
     let mut session = policy.session(&doc).or_else(|e| fail("(module)", e.to_string()))?;
     for (n, r) in records.iter().enumerate() {
         let place = format!("events.ndjson:{}", n + 1);
-        let next = if cx.redacted {
-            bundle::chain_next_redacted(policy, &h, &r.event_line, &r.decision_line)
-        } else {
-            bundle::chain_next_with(policy, &h, &r.event_line, &r.decision_line)
-        };
-        if next != r.h {
-            return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {next}", r.h));
-        }
-        h = next;
         if cx.redacted {
+            let next = bundle::chain_next_redacted(&policy, &h, &r.event_line, &r.decision_line).or_else(|e| fail("(module)", e.to_string()))?;
+            if next != r.h {
+                return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {next}", r.h));
+            }
+            h = next;
             continue;
         }
-        let d = session.handle_line(&r.event_line);
-        if d != r.decision_line {
-            return fail(place, format!("the replay decides {d}, the bundle records {}", r.decision_line));
+        // One call into the module: the link and the decision together.
+        let got = session.feed_line(&r.event_line, &h).or_else(|t| fail("(module)", format!("the policy module trapped: {}", t.message)))?;
+        if got.link != r.h {
+            return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {}", r.h, got.link));
+        }
+        h = got.link;
+        if got.decision_line != r.decision_line {
+            return fail(place, format!("the replay decides {}, the bundle records {}", got.decision_line, r.decision_line));
         }
     }
     cx.pass("hash-chain");
@@ -452,12 +453,8 @@ fn share_safety(dir: &Dir, cx: &mut Ctx) {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     // A run id (or `latest`) names a run under .runbook/runs when no such directory exists here.
-    let mut run_dir = args.run_dir.clone();
-    if !run_dir.is_dir() {
-        if let Some(found) = run_dir.to_str().and_then(|r| bundle::find_run(std::path::Path::new(".runbook/runs"), r).ok()) {
-            run_dir = found;
-        }
-    }
+    let run_dir = bundle::resolve_run(&args.run_dir.to_string_lossy(), std::path::Path::new(".runbook/runs"))
+        .map_err(|e| anyhow::anyhow!("cannot find the run `{}`: {e}", args.run_dir.display()))?;
     let dir = match Dir::open_ambient_dir(&run_dir, cap_std::ambient_authority()) {
         Ok(d) => d,
         Err(e) => anyhow::bail!("cannot open the run directory `{}`: {e}", args.run_dir.display()),
@@ -520,7 +517,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
 /// [`export`].
 #[derive(clap::Args)]
 pub struct ExportArgs {
-    /// The run bundle's directory
+    /// The run: its bundle directory, its id, `latest`, or .runbook/runs/latest
     pub run_dir: PathBuf,
     /// Write the redacted derivative (arguments and results replaced by their digests); required
     #[arg(long)]
@@ -538,7 +535,9 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
     if !args.redact {
         anyhow::bail!("export writes only redacted derivatives: pass --redact");
     }
-    let src = Dir::open_ambient_dir(&args.run_dir, cap_std::ambient_authority())
+    let run_dir = bundle::resolve_run(&args.run_dir.to_string_lossy(), std::path::Path::new(".runbook/runs"))
+        .map_err(|e| anyhow::anyhow!("cannot find the run `{}`: {e}", args.run_dir.display()))?;
+    let src = Dir::open_ambient_dir(&run_dir, cap_std::ambient_authority())
         .map_err(|e| anyhow::anyhow!("cannot open the run directory `{}`: {e}", args.run_dir.display()))?;
     if let Some(f) = verify_dir(&src).failure {
         if args.format == Format::Json {

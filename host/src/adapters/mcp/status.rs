@@ -4,8 +4,8 @@
 //! and marked untrusted (DESIGN 7.12), never as instructions.
 
 use super::Shared;
-use runbook_host::approvals;
-use runbook_host::registry::Trust;
+use crate::approvals;
+use crate::registry::Trust;
 use serde_json::{json, Value};
 
 /// The runbook's prose and the current step's, from the module's `prose` (JSON and YAML documents alike).
@@ -55,7 +55,7 @@ pub fn render(s: &Shared) -> String {
             "trust": s.doc.trust.as_str(),
             "pinned": s.doc.pinned_sha256.is_some(),
         },
-        "run_id": run.run_id,
+        "run_id": run.run.as_ref().map(|r| r.run_id().to_string()),
         "profile": super::profile_str(s.profile),
         "agent": run.agent,
         "phase": status["phase"],

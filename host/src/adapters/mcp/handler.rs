@@ -8,8 +8,8 @@ use rmcp::model::{
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceError};
-use runbook_host::approvals;
-use runbook_host::{Approval, EventKind, Invoke, Profile, ToolResult};
+use crate::approvals;
+use crate::Profile;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -136,7 +136,7 @@ impl Proxy {
             if let Some(t) = self.shared.failed_text(&mut run, None) {
                 return tool_error(t);
             }
-            self.shared.feed(&mut run, EventKind::Advance(to.to_string()))
+            self.shared.drive(&mut run, |r| r.advance(to))
         };
         self.shared.after_event().await;
         match fed {
@@ -148,11 +148,10 @@ impl Proxy {
             ))])),
             Ok(d) if d.decision == "halt" => tool_error(self.halt_text(&d)),
             Ok(d) => tool_error(format!(
-                "{}: the runbook does not allow moving from `{}` to `{to}` now (decision {}, seq {})",
+                "{}: the move to `{to}` was not taken. {} Now at `{}`.",
                 d.reason.as_deref().or(d.deviation.as_deref()).unwrap_or("refused"),
+                d.explanation,
                 d.step.as_deref().unwrap_or("?"),
-                d.decision,
-                d.seq
             )),
         }
     }
@@ -164,25 +163,13 @@ impl Proxy {
 
     fn deny_text(&self, tool: &str, d: &Dec) -> String {
         let class = d.deviation.as_deref().unwrap_or("denied");
-        let step = d.step.as_deref();
-        let why = match (class, d.reason.as_deref()) {
-            (_, Some("guarded")) => "the call names the run's evidence, the registry or runbook-host itself, which no agent may touch".to_string(),
-            ("undeclared-tool", _) => format!("the runbook {} declares no capability that this call is", self.shared.doc.reference),
-            ("out-of-scope-tool", _) => match step {
-                Some(s) => format!("the runbook declares it, but not for the current step `{s}`"),
-                None => "the runbook declares it, but not here".into(),
-            },
-            ("out-of-order-step", _) => "the call names a step that is not the current one".into(),
-            ("budget-exhausted", _) => "the step's retry budget is spent".into(),
-            _ => "the runbook does not allow it".into(),
-        };
         let in_scope = {
             let mut run = self.shared.lock_run();
             self.shared.visible_tool_names(&mut run)
         };
         format!(
-            "{class}: `{tool}` was blocked: {why}. The call was recorded (seq {}), not forwarded. In scope now: {}. See `{STATUS_TOOL}`.",
-            d.seq,
+            "{class}: `{tool}` was blocked and not forwarded. {} In scope now: {}. See `{STATUS_TOOL}`.",
+            d.explanation,
             if in_scope.is_empty() { "nothing".to_string() } else { in_scope.join(", ") }
         )
     }
@@ -205,13 +192,16 @@ impl Proxy {
         if let Ok(Some((id, grant))) = approvals::answered_for(&run_dir, &sha) {
             return self.apply(&run_dir, &id, grant, step).await;
         }
-        let existing = approvals::pending(&run_dir).ok().and_then(|p| p.into_iter().find(|p| p.call_sha256 == sha && p.step == step).map(|p| p.id));
-        let id = match existing {
-            Some(id) => id,
-            None => match approvals::request(&run_dir, step.as_deref(), tool, arguments_json, &sha) {
-                Ok(id) => id,
-                Err(e) => return Held::Answer(format!("runbook_failed:host-error: the approval request could not be written: {e}")),
-            },
+        let requested = {
+            let mut st = s.lock_run();
+            match st.run.as_mut() {
+                Some(r) => r.request_approval(step.as_deref(), tool, arguments_json, &sha),
+                None => return Held::Answer("runbook_failed:host-error".into()),
+            }
+        };
+        let id = match requested {
+            Ok(id) => id,
+            Err(e) => return Held::Answer(format!("runbook_failed:host-error: the approval request could not be written: {e}")),
         };
         let timeout = s.approval_timeout;
         eprintln!(
@@ -249,15 +239,11 @@ impl Proxy {
             return Held::Answer(format!("needs-approval: the answer to request {id} was already used by another call; this call needs its own approval"));
         }
         // The step the human was asked about (the module refuses it if that is no longer the current one).
-        let step = approvals::request_record(run_dir, id).ok().map(|r| r["step"].as_str().map(str::to_string)).unwrap_or(current);
+        let _ = (run_dir, current);
         let fed = {
             let mut run = s.lock_run();
-            s.feed(
-                &mut run,
-                EventKind::Approval(Approval { step, call_sha256: Some(grant.call_sha256.clone()), approver: grant.approver.clone(), granted: grant.granted }),
-            )
+            s.drive(&mut run, |r| r.apply_grant(id, &grant))
         };
-        let _ = approvals::consume(run_dir, id);
         s.after_event().await;
         match fed {
             Err(f) => Held::Answer(f.text()),
@@ -265,17 +251,7 @@ impl Proxy {
             Ok(d) if d.decision == "allow" => {
                 Held::Answer(format!("needs-approval: `{}` refused this call (approval recorded, seq {}); it will not run", grant.approver, d.seq))
             }
-            Ok(d) => Held::Answer(format!(
-                "needs-approval: the approval by `{}` was refused by the runbook ({}, seq {}): {}",
-                grant.approver,
-                d.reason.as_deref().unwrap_or("refused"),
-                d.seq,
-                match d.reason.as_deref() {
-                    Some("self-approval") => "an approval must come from a human who is not the agent",
-                    Some("not-current") => "the approval names a step that is not the current one",
-                    _ => "the gate stays closed",
-                }
-            )),
+            Ok(d) => Held::Answer(format!("needs-approval: the approval by `{}` was not accepted, so the gate stays closed. {}", grant.approver, d.explanation)),
         }
     }
 
@@ -288,7 +264,6 @@ impl Proxy {
             rmcp::model::NumberOrString::Number(n) => n.to_string(),
             rmcp::model::NumberOrString::String(t) => t.to_string(),
         };
-        let guard = s.guarded(&arguments);
         s.last_call_timed_out.store(false, Ordering::SeqCst);
         // Decide; after an accepted approval, decide again (a bounded number of rounds).
         let mut rounds = 0;
@@ -299,10 +274,7 @@ impl Proxy {
                 if let Some(t) = s.failed_text(&mut run, None) {
                     return Ok(tool_error(t));
                 }
-                s.feed(
-                    &mut run,
-                    EventKind::Invoke(Invoke { tool: tool.clone(), arguments: arguments_json.clone(), call_id: Some(call_id.clone()), step: None, guard }),
-                )
+                s.drive(&mut run, |r| r.invoke(&tool, &arguments, Some(&call_id), None))
             };
             let d = match fed {
                 Ok(d) => d,
@@ -376,8 +348,7 @@ impl Proxy {
     fn feed_result(&self, tool: &str, result: Value, is_error: bool, call_id: &str) -> Result<Dec, Failure> {
         let s = &self.shared;
         let mut run = s.lock_run();
-        let text = serde_json::to_string(&result).unwrap_or_else(|_| "null".into());
-        s.feed(&mut run, EventKind::Result(ToolResult { tool: tool.to_string(), result: text, is_error, call_id: Some(call_id.to_string()) }))
+        s.drive(&mut run, |r| r.result(tool, &result, is_error, Some(call_id)))
     }
 }
 

@@ -1,0 +1,139 @@
+//! What a host acts on between events (the typed state, the next deadline), and one call per event that
+//! returns everything a host records: the canonical event line, the decision, its line, the chain link
+//! and the sentence that explains it.
+
+use super::{CheckpointStatus, Outcome, Phase, Position, Session};
+use crate::event::{self, Decision, Event, MAX_EVENT_BYTES};
+use crate::{chain, codes, jcs};
+
+impl Outcome {
+    pub const ALL: [Outcome; 5] = [Outcome::Completed, Outcome::Incomplete, Outcome::Refused, Outcome::Failed, Outcome::Aborted];
+}
+
+/// Where the run is, typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunPhase {
+    New,
+    Running,
+    Over,
+}
+
+/// The typed state of a run (the WIT `run-state`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunState {
+    pub phase: RunPhase,
+    pub step: Option<String>,
+    pub at_terminal: bool,
+    pub scope: Vec<String>,
+    pub scope_tools: Vec<String>,
+    pub gated: bool,
+    pub approved: bool,
+    pub call_approvals: u32,
+    pub awaiting_verdict: bool,
+    pub outcome: Option<Outcome>,
+    pub events: u64,
+    pub next_deadline: Option<u64>,
+}
+
+/// One event as a host records it (the WIT `recorded`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recorded {
+    /// The canonical event line; for a line that is not an event, the line itself.
+    pub event_line: String,
+    pub decision: Decision,
+    pub decision_line: String,
+    pub link: String,
+    pub explanation: String,
+    /// The state after the event.
+    pub state: RunState,
+}
+
+impl Session {
+    /// The typed state.
+    pub fn state(&self) -> RunState {
+        let caps = &self.a.doc.capabilities;
+        let (idx, gated): (Vec<usize>, bool) = match &self.pos {
+            Position::Open => ((0..caps.len()).collect(), false),
+            Position::Step(i) => (self.a.step_caps[*i].clone(), self.a.step_gated[*i]),
+            Position::Terminal(_) => (Vec::new(), false),
+        };
+        let mut scope: Vec<String> = idx.iter().map(|c| caps[*c].name.clone()).collect();
+        scope.sort_unstable_by(|x, y| jcs::utf16_order(x, y));
+        let mut tools: Vec<String> = idx.iter().map(|c| caps[*c].tool.clone()).collect();
+        tools.sort_unstable_by(|x, y| jcs::utf16_order(x, y));
+        tools.dedup();
+        RunState {
+            phase: match self.phase {
+                Phase::New => RunPhase::New,
+                Phase::Running => RunPhase::Running,
+                Phase::Over => RunPhase::Over,
+            },
+            step: self.current_name(),
+            at_terminal: matches!(self.pos, Position::Terminal(_)),
+            scope,
+            scope_tools: tools,
+            gated,
+            approved: self.gate_open,
+            call_approvals: self.call_approvals.len() as u32,
+            awaiting_verdict: self.awaiting_verdict,
+            outcome: self.outcome,
+            events: self.events,
+            next_deadline: self.next_deadline(),
+        }
+    }
+
+    /// The earliest `at` at which a pending checkpoint times out: an event at that `at` fails it (9.21:
+    /// an `at` past the deadline). None unless the run is running with a pending deadline.
+    pub fn next_deadline(&self) -> Option<u64> {
+        if self.phase != Phase::Running {
+            return None;
+        }
+        self.a
+            .doc
+            .checkpoints
+            .iter()
+            .zip(&self.checkpoints)
+            .filter(|(_, st)| st.0 == CheckpointStatus::Pending)
+            .filter_map(|(c, _)| c.timeout_ms.map(|t| self.start_at.saturating_add(t).saturating_add(1)))
+            .min()
+    }
+
+    fn recorded(&self, event_line: String, event_form: String, decision: Decision, prev: &str) -> Recorded {
+        let decision_line = decision.to_line();
+        let link = chain::link_of_forms(prev, &event_form, &decision_line);
+        let explanation = codes::explain_decision(&decision);
+        Recorded { event_line, decision, decision_line, link, explanation, state: self.state() }
+    }
+
+    /// The typed path with the record: `event` is the host's typed event, or why it could not be read
+    /// (then it is recorded as a line that is not an event, and the run halts as for any such line).
+    pub fn feed(&mut self, event: Result<Event, String>, prev: &str) -> Recorded {
+        match event {
+            Ok(ev) => {
+                let node = ev.to_node();
+                let line = jcs::to_string(&node);
+                let decision = if line.len() > MAX_EVENT_BYTES { self.malformed(true) } else { self.handle(ev) };
+                let form = chain::event_form_node(&node);
+                self.recorded(line, form, decision, prev)
+            }
+            Err(why) => {
+                let line = format!("malformed typed event: {why}");
+                let decision = self.malformed(false);
+                let form = chain::jcs_or_string(&line);
+                self.recorded(line, form, decision, prev)
+            }
+        }
+    }
+
+    /// The wire path with the record: one event line (as read from a file) in.
+    pub fn feed_line(&mut self, line: &str, prev: &str) -> Recorded {
+        let line = line.strip_suffix('\n').unwrap_or(line);
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let decision = match event::parse_line(line) {
+            Ok(ev) => self.handle(ev),
+            Err(m) => self.malformed(m.limit),
+        };
+        let form = chain::event_form(line, false);
+        self.recorded(line.to_string(), form, decision, prev)
+    }
+}

@@ -1,0 +1,337 @@
+//! The Claude Code hook adapter (DESIGN 5, 9.19-9.24): one process per hook event, each a thin
+//! translation between the client's hook payload and [`Run`]. Between processes the run lives in its
+//! bundle; a process resumes it (from the resume record when it describes the events on disk exactly,
+//! else by a full replay checked link by link) under the session's file lock, so the events of one session
+//! are decided one at a time, in the order they are recorded.
+//!
+//! ```text
+//! <runs>/.hook/<session>.json      runbook-hook-session/v1: {schema, session_id, run_id, t0_ms}
+//! <runs>/.hook/<session>.lock      the session's lock file (made at SessionStart; a missing one denies)
+//! <runs>/.hook/<session>.snapshot  runbook-resume/v1 (see crate::run::RESUME_SCHEMA): a cache
+//! ```
+
+pub mod claude;
+pub mod permissions;
+
+use crate::registry;
+use crate::run::{Answer as RunAnswer, Claim, Guard, Restore, Run};
+use crate::{bundle, Coverage, DecisionKind, EndReason, Policy, Profile, Risk};
+use anyhow::{anyhow, bail, Context, Result};
+use serde_json::{json, Value};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+pub const STATE_SCHEMA: &str = "runbook-hook-session/v1";
+pub const ADAPTER: &str = "hook";
+
+/// One hook event, client-neutral.
+#[derive(Debug)]
+pub enum HookEvent {
+    SessionStart {
+        session: String,
+    },
+    PreToolUse {
+        session: String,
+        tool: String,
+        input: Value,
+        call_id: Option<String>,
+    },
+    /// `failed`: the client reported the call as failed (its error is the result).
+    PostToolUse {
+        session: String,
+        tool: String,
+        response: Value,
+        call_id: Option<String>,
+        failed: bool,
+    },
+    /// `again`: the client is already continuing because of an earlier block of its stop.
+    Stop {
+        session: String,
+        again: bool,
+    },
+    SessionEnd {
+        session: String,
+    },
+}
+
+impl HookEvent {
+    pub fn session(&self) -> &str {
+        match self {
+            HookEvent::SessionStart { session }
+            | HookEvent::PreToolUse { session, .. }
+            | HookEvent::PostToolUse { session, .. }
+            | HookEvent::Stop { session, .. }
+            | HookEvent::SessionEnd { session } => session,
+        }
+    }
+    pub fn name(&self) -> &'static str {
+        match self {
+            HookEvent::SessionStart { .. } => "SessionStart",
+            HookEvent::PreToolUse { .. } => "PreToolUse",
+            HookEvent::PostToolUse { .. } => "PostToolUse",
+            HookEvent::Stop { .. } => "Stop",
+            HookEvent::SessionEnd { .. } => "SessionEnd",
+        }
+    }
+}
+
+/// What the hook answers the client.
+#[derive(Debug, PartialEq)]
+pub enum Answer {
+    /// No decision: the client's own rules apply.
+    Pass,
+    /// A tool call denied, with the reason the agent sees.
+    Deny(String),
+    /// A stop (or a tool's aftermath) blocked, with the reason.
+    Block(String),
+    /// A message for the user, nothing blocked.
+    Note(String),
+}
+
+pub struct Config {
+    pub runbook: Option<String>,
+    pub registry: String,
+    pub runs: PathBuf,
+    pub profile: Profile,
+    pub keep_working: bool,
+    pub restore: Restore,
+    /// The tools the client allows at all, when given on the command line; else from the client's
+    /// permission rules (see [`permissions`]).
+    pub allowlist: Option<Vec<String>>,
+    /// The client's settings files (deny rules remove tools from the claim's allowlist).
+    pub settings: Vec<PathBuf>,
+}
+
+/// Timings of one hook process's work (printed with RUNBOOK_HOOK_TIMING=1, read by the benchmark).
+#[derive(Default, Debug)]
+pub struct Timing {
+    pub events_replayed: u64,
+    pub restore_us: u128,
+    /// `snapshot` or `replay`.
+    pub restored_from: &'static str,
+    pub chain_checked: u64,
+    pub snapshot_refused: Option<String>,
+    pub load_us: u128,
+    pub decide_us: u128,
+    pub save_us: u128,
+    /// Calls into the component while deciding the event and while leaving the resume record.
+    pub decide_calls: u64,
+    pub save_calls: u64,
+}
+
+fn hook_dir(runs: &Path) -> PathBuf {
+    runs.join(".hook")
+}
+
+/// The session's lock, held until dropped. `create` only at SessionStart: a lock file that disappeared
+/// later means someone tampered with the session's state, and the hook fails closed.
+fn lock(runs: &Path, session: &str, create: bool) -> Result<File> {
+    let p = hook_dir(runs).join(format!("{session}.lock"));
+    let f = if create {
+        std::fs::create_dir_all(hook_dir(runs)).context("cannot create the hook state directory")?;
+        OpenOptions::new().write(true).create(true).truncate(false).open(&p)
+    } else {
+        OpenOptions::new().write(true).open(&p)
+    }
+    .with_context(|| format!("the session's lock file .hook/{session}.lock is missing or unusable (was SessionStart run?)"))?;
+    f.lock().context("cannot lock the session")?;
+    Ok(f)
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+fn load_state(runs: &Path, session: &str) -> Result<(String, u64)> {
+    let p = hook_dir(runs).join(format!("{session}.json"));
+    let bytes = std::fs::read(&p).with_context(|| format!("no hook state for session `{session}` (was SessionStart run?)"))?;
+    let v: Value = serde_json::from_slice(&bytes).context("the hook state file is not JSON")?;
+    if v["schema"] != STATE_SCHEMA || v["session_id"] != session {
+        bail!("the hook state file of session `{session}` is not a {STATE_SCHEMA} of this session");
+    }
+    let run_id = v["run_id"].as_str().filter(|r| bundle::is_safe_name(r)).ok_or_else(|| anyhow!("the hook state names no usable run"))?.to_string();
+    let t0_ms = v["t0_ms"].as_u64().ok_or_else(|| anyhow!("the hook state has no t0_ms"))?;
+    Ok((run_id, t0_ms))
+}
+
+fn record_path(runs: &Path, session: &str) -> PathBuf {
+    hook_dir(runs).join(format!("{session}.snapshot"))
+}
+
+fn guard(cfg: &Config) -> Guard {
+    Guard::new(&cfg.runs, Some(&cfg.registry))
+}
+
+/// Resumes the run of `session` (see [`Run::resume`]).
+pub fn resume(policy: Arc<Policy>, cfg: &Config, session: &str, timing: &mut Timing) -> Result<Run> {
+    let t = Instant::now();
+    let (run_id, t0_ms) = load_state(&cfg.runs, session)?;
+    let (run, r) = Run::resume(policy, &cfg.runs, &run_id, t0_ms, Some(&record_path(&cfg.runs, session)), cfg.restore, guard(cfg))?;
+    timing.events_replayed = r.events;
+    timing.restored_from = if r.from_snapshot { "snapshot" } else { "replay" };
+    timing.chain_checked = r.links_checked;
+    timing.snapshot_refused = r.snapshot_refused;
+    timing.restore_us = t.elapsed().as_micros();
+    Ok(run)
+}
+
+/// Handles one event. Errors are the caller's to turn into a fail-closed answer (exit 2).
+pub fn handle(policy: Arc<Policy>, cfg: &Config, ev: &HookEvent, timing: &mut Timing) -> Result<Answer> {
+    let session = ev.session();
+    if !bundle::is_safe_name(session) {
+        bail!("`{session}` is not a usable session id");
+    }
+    if let HookEvent::SessionStart { .. } = ev {
+        return start(policy, cfg, session);
+    }
+    let _lock = lock(&cfg.runs, session, false)?;
+    let mut run = resume(policy, cfg, session, timing)?;
+    let (t, calls) = (Instant::now(), crate::component_calls());
+    let answer = decide(cfg, ev, &mut run)?;
+    timing.decide_us = t.elapsed().as_micros();
+    timing.decide_calls = crate::component_calls() - calls;
+    let (t, calls) = (Instant::now(), crate::component_calls());
+    run.save_resume_record(&record_path(&cfg.runs, session), cfg.restore)?;
+    timing.save_us = t.elapsed().as_micros();
+    timing.save_calls = crate::component_calls() - calls;
+    Ok(answer)
+}
+
+fn agent_text(a: &RunAnswer) -> String {
+    format!("runbook: {}", a.explanation)
+}
+
+fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run) -> Result<Answer> {
+    let finished = |run: &Run| format!("runbook: run {} is over and its evidence is sealed; no further tool call is supervised in this session.", run.run_id());
+    match ev {
+        HookEvent::SessionStart { .. } => unreachable!("handled by start"),
+        HookEvent::PreToolUse { tool, input, call_id, .. } => {
+            if run.finished() {
+                return Ok(Answer::Deny(finished(run)));
+            }
+            run.apply_answered_approval_for(tool, input)?;
+            let a = run.invoke(tool, input, call_id.as_deref(), None)?;
+            match a.kind() {
+                DecisionKind::Allow => Ok(Answer::Pass),
+                DecisionKind::NeedsApproval => {
+                    let step = a.decision.step.clone();
+                    let sha = run.call_sha256(tool, input)?;
+                    run.request_approval(step.as_deref(), tool, &input.to_string(), &sha)?;
+                    Ok(Answer::Deny(format!(
+                        "runbook: {} `{tool}` with these exact arguments (call sha256 {sha}) awaits a human's approval: a person runs `{}` in another terminal, then this same call is retried. Do not try another way around the gate.",
+                        a.explanation,
+                        run.approve_command(step.as_deref())
+                    )))
+                }
+                _ => Ok(Answer::Deny(agent_text(&a))),
+            }
+        }
+        HookEvent::PostToolUse { tool, response, call_id, failed, .. } => {
+            if run.finished() {
+                return Ok(Answer::Block(finished(run)));
+            }
+            let a = run.result(tool, response, *failed || claude::is_error(response), call_id.as_deref())?;
+            if a.kind() == DecisionKind::Halt {
+                let outcome = run.state()?.outcome.map(|o| format!(" The outcome is {}.", crate::wire::code(o))).unwrap_or_default();
+                return Ok(Answer::Block(format!("{}{outcome} Stop and tell the user.", agent_text(&a))));
+            }
+            Ok(Answer::Pass)
+        }
+        HookEvent::Stop { again, .. } => {
+            if run.finished() {
+                return Ok(Answer::Pass);
+            }
+            run.tick_if_due()?;
+            // At Stop the model has given its answer (DESIGN 9.24): the completion condition and
+            // `final_output` checkpoints are judged from this event.
+            if run.state()?.phase != crate::Phase::Over {
+                run.final_output()?;
+            }
+            let st = run.state()?;
+            if st.at_terminal || st.phase == crate::Phase::Over {
+                let outcome = run.end(EndReason::Normal)?;
+                return Ok(Answer::Note(format!("runbook: run {} ended: {}.", run.run_id(), crate::wire::outcome_sentence(run.policy(), outcome))));
+            }
+            let Some(step) = st.step else {
+                return Ok(Answer::Note(format!(
+                    "runbook: the final answer is recorded for run {}; the run is judged when the session ends.",
+                    run.run_id()
+                )));
+            };
+            let msg = format!("runbook: run {} is at step `{step}`, not at a terminal of the runbook, so the procedure is incomplete", run.run_id());
+            if cfg.keep_working && !again {
+                Ok(Answer::Block(format!("{msg}. Keep working towards a terminal of the runbook.")))
+            } else {
+                Ok(Answer::Note(format!("{msg}.")))
+            }
+        }
+        HookEvent::SessionEnd { .. } => {
+            if !run.finished() {
+                run.end(EndReason::Normal)?;
+            }
+            Ok(Answer::Pass)
+        }
+    }
+}
+
+/// The tools the client allows at all: `--allowlist`, else the runbook's tools less those the client's
+/// permission rules deny outright.
+fn allowlist(cfg: &Config, envelope: &Value) -> Result<Vec<String>> {
+    if let Some(a) = &cfg.allowlist {
+        return Ok(a.clone());
+    }
+    let mut tools: Vec<String> =
+        envelope["capabilities"].as_object().map(|c| c.values().filter_map(|v| v["tool"].as_str().map(str::to_string)).collect()).unwrap_or_default();
+    tools.sort();
+    tools.dedup();
+    let deny = permissions::deny_rules(&cfg.settings).map_err(anyhow::Error::msg)?;
+    Ok(permissions::allowed(&tools, &deny))
+}
+
+fn start(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<Answer> {
+    let _lock = lock(&cfg.runs, session, true)?;
+    let state_path = hook_dir(&cfg.runs).join(format!("{session}.json"));
+    if state_path.exists() {
+        // A resumed session (`--resume`, `/clear`, compaction) keeps its run.
+        load_state(&cfg.runs, session)?;
+        return Ok(Answer::Pass);
+    }
+    let reference = cfg.runbook.as_deref().ok_or_else(|| anyhow!("no runbook is configured: pass --runbook REF (or set RUNBOOK_HOOK_RUNBOOK)"))?;
+    let doc = registry::resolve(reference, &cfg.registry).map_err(|e| anyhow!("{e}"))?;
+    let envelope = match policy.envelope(&doc.bytes)? {
+        Ok(e) => e,
+        Err(f) => bail!("the runbook {reference} does not lint clean ({} findings): run `runbook-host lint` on it", f.len()),
+    };
+    let env_v: Value = serde_json::from_str(&envelope)?;
+    let claim = Claim {
+        profile: cfg.profile,
+        allowlist: allowlist(cfg, &env_v)?,
+        risk_ceiling: Risk::Irreversible,
+        coverage: Coverage::Complete,
+        agent: format!("claude-code:{session}"),
+        available: None,
+    };
+    let (run, a) = Run::create(policy, &doc, claim, &cfg.runs, ADAPTER, guard(cfg))?;
+    if !a.allowed() {
+        bail!("{} (run {}, runbook {reference})", a.explanation, run.run_id());
+    }
+    let mut state = serde_json::to_string_pretty(&json!({"schema": STATE_SCHEMA, "session_id": session, "run_id": run.run_id(), "t0_ms": run.t0_ms()}))?;
+    state.push('\n');
+    write_atomic(&state_path, state.as_bytes())?;
+    Ok(Answer::Note(format!(
+        "runbook: this session is supervised by {} (run {}, profile {}); the policy module decides every tool call.",
+        doc.reference,
+        run.run_id(),
+        crate::wire::profile(cfg.profile)
+    )))
+}

@@ -1,0 +1,551 @@
+//! The MCP stdio proxy behind `runbook-host run` (DESIGN 5, 9.23, 9.24).
+//!
+//! To the client it is one MCP server over stdio (rmcp's server over standard input and output); it starts
+//! the MCP servers as children (rmcp's client over `TokioChildProcess`). Every decision comes from the policy
+//! module: the proxy turns what it sees into events (`start`, `invoke`, `result`, `approval`, `advance`,
+//! `tick`, `final_output`, `end`), feeds them to one session, records each event and its decision in the run
+//! bundle as it happens, and acts on the decision: forward, answer a tool error naming the deviation, hold the
+//! call for a human's approval, or answer `runbook_failed`.
+//!
+//! What it cannot see: anything that is not an MCP tool call through it (its coverage is `["shell"]`), so a
+//! runbook with destructive or irreversible work is refused by admission (seed 000).
+
+mod handler;
+mod status;
+mod upstream;
+
+use crate::registry::{self, Resolved};
+use crate::run::{Answer, Claim, Guard, Run, RunError};
+use crate::{wire, Coverage, EndReason, Phase, Policy, Profile, Risk};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::{mpsc, Notify};
+
+pub use upstream::Upstream;
+
+/// What `runbook-host run` was asked to do.
+pub struct Config {
+    pub reference: String,
+    pub registry: String,
+    pub runs: PathBuf,
+    pub agent: Option<String>,
+    pub approval_timeout: Duration,
+    pub profile: Profile,
+    pub risk_ceiling: Risk,
+    pub list_allowlist: bool,
+    pub servers: Vec<ServerSpec>,
+}
+
+pub struct ServerSpec {
+    pub name: Option<String>,
+    pub argv: Vec<String>,
+}
+
+/// The adapter's name in the bundle, and what it cannot see (published in the `start` claim).
+pub const ADAPTER: &str = "mcp-proxy";
+pub const BLIND_TO: &str = "shell";
+
+/// The module's answer in the proxy's terms: the codes as wire strings and the module's sentence.
+#[derive(Clone, Debug)]
+pub struct Dec {
+    pub seq: u64,
+    pub decision: String,
+    pub step: Option<String>,
+    pub deviation: Option<String>,
+    pub reason: Option<String>,
+    pub refusals: Vec<String>,
+    pub explanation: String,
+}
+
+impl From<Answer> for Dec {
+    fn from(a: Answer) -> Dec {
+        let d = a.decision;
+        Dec {
+            seq: d.seq,
+            decision: wire::code(d.kind),
+            step: d.step,
+            deviation: d.deviation.map(wire::code),
+            reason: d.reason.map(wire::code),
+            refusals: d.refusals.into_iter().map(wire::code).collect(),
+            explanation: a.explanation,
+        }
+    }
+}
+
+/// A refusal before anything ran: `runbook_failed:<code>` and a sentence for the person reading logs.
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub code: String,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn text(&self) -> String {
+        format!("runbook_failed:{}", self.code)
+    }
+}
+
+impl From<RunError> for Failure {
+    fn from(e: RunError) -> Failure {
+        let code = match e {
+            RunError::Finished(_) => "run-ended",
+            _ => "host-error",
+        };
+        Failure { code: code.into(), message: e.to_string() }
+    }
+}
+
+/// The proxy's run: the driver once the client is known, and what only the proxy tracks (what the
+/// client was last shown). Held under one lock, never across an await, so events reach the module and the
+/// bundle in one order with non-decreasing `at`.
+pub struct RunState {
+    pub run: Option<Run>,
+    pub agent: Option<String>,
+    /// Set once the `start` claim was fed: None while not started; Some(Err) when refused or broken.
+    pub started: Option<Result<(), Failure>>,
+    pub ended: Option<u8>,
+    /// The tool names last shown to the client (for `notifications/tools/list_changed`).
+    pub last_listed: Option<Vec<String>>,
+}
+
+/// Everything the handler shares.
+pub struct Shared {
+    pub policy: Arc<Policy>,
+    pub doc: Resolved,
+    pub envelope: Option<Value>,
+    pub upstream: Upstream,
+    pub profile: Profile,
+    pub risk_ceiling: Risk,
+    pub list_allowlist: bool,
+    pub agent_override: Option<String>,
+    pub approval_timeout: Duration,
+    pub runs: PathBuf,
+    pub registry: String,
+    pub run: Mutex<RunState>,
+    pub client: Mutex<Option<rmcp::Peer<rmcp::RoleServer>>>,
+    /// Requests that began and that got an answer: the difference is what is in flight.
+    pub requests_begun: AtomicU64,
+    pub requests_answered: AtomicU64,
+    /// The client used the `initialize` handshake (and so receives `notifications/tools/list_changed`);
+    /// a client on the handshake-less lifecycle is shown the allowlist instead.
+    pub initialized: AtomicBool,
+    /// The last supervised call was answered `needs-approval` after waiting in vain (end reason
+    /// `approval-timeout` if the client leaves next).
+    pub last_call_timed_out: AtomicBool,
+    /// Approval requests whose answer was fed to the module.
+    pub applied: Mutex<std::collections::HashSet<String>>,
+    /// Woken after every event, so the deadline timer looks at the run's next deadline again.
+    pub deadline_changed: Notify,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn profile_str(p: Profile) -> String {
+    wire::profile(p)
+}
+
+impl Shared {
+    pub fn lock_run(&self) -> MutexGuard<'_, RunState> {
+        lock(&self.run)
+    }
+
+    /// Feeds one event through the run driver. A run that cannot record, or a module that trapped, is
+    /// broken for good (fail closed): the call that caused it is not forwarded and every later one
+    /// answers `runbook_failed:host-error`.
+    pub fn drive(&self, st: &mut RunState, f: impl FnOnce(&mut Run) -> Result<Answer, RunError>) -> Result<Dec, Failure> {
+        let Some(run) = st.run.as_mut() else { return Err(Failure { code: "host-error".into(), message: "the run has not started".into() }) };
+        match f(run) {
+            Ok(a) => Ok(Dec::from(a)),
+            Err(e) => {
+                let f = Failure::from(e);
+                eprintln!("runbook-host run: {}", f.message);
+                Err(f)
+            }
+        }
+    }
+
+    /// The module's typed state, as the JSON `runbook_status` shows.
+    pub fn status(&self, st: &mut RunState) -> Option<Value> {
+        let s = st.run.as_mut()?.state().ok()?;
+        Some(json!({
+            "phase": wire::code(s.phase), "step": s.step, "scope": s.scope, "gated": s.gated, "approved": s.approved,
+            "awaiting_verdict": s.awaiting_verdict, "outcome": s.outcome.map(wire::code), "events": s.events,
+        }))
+    }
+
+    /// `runbook_failed:<outcome or reason>` once the run is over without completing, else None.
+    pub fn failed_text(&self, st: &mut RunState, reason: Option<&str>) -> Option<String> {
+        if let Some(Err(f)) = &st.started {
+            return Some(f.text());
+        }
+        let run = st.run.as_mut()?;
+        if let Some(b) = run.broken() {
+            return Some(Failure::from(b.clone()).text());
+        }
+        let state = run.state().ok()?;
+        if state.phase != Phase::Over {
+            return None;
+        }
+        match state.outcome.map(wire::code) {
+            Some(o) if o == "completed" => None,
+            Some(o) => Some(format!("runbook_failed:{o}")),
+            None => Some(format!("runbook_failed:{}", reason.unwrap_or("halted"))),
+        }
+    }
+
+    /// Starts the run once the agent is known (the client's `initialize`, or its first request): creates
+    /// the bundle and feeds the `start` claim. Answers the refusal when admission refuses.
+    pub fn ensure_started(self: &Arc<Self>, client_name: Option<&str>) -> Result<(), Failure> {
+        let mut st = self.lock_run();
+        if let Some(r) = &st.started {
+            return r.clone();
+        }
+        let agent = self.agent_override.clone().or_else(|| client_name.filter(|n| !n.is_empty()).map(str::to_string)).unwrap_or_else(|| "mcp-client".into());
+        let names = self.upstream.names();
+        let claim = Claim {
+            profile: self.profile,
+            allowlist: names.clone(),
+            risk_ceiling: self.risk_ceiling,
+            coverage: Coverage::Blind(vec![BLIND_TO.to_string()]),
+            agent: agent.clone(),
+            available: Some(names),
+        };
+        st.agent = Some(agent);
+        let guard = Guard::new(&self.runs, Some(&self.registry));
+        let result = match Run::create(Arc::clone(&self.policy), &self.doc, claim, &self.runs, ADAPTER, guard) {
+            Err(e @ RunError::Evidence(_)) => Err(Failure { code: "bundle-unwritable".into(), message: e.to_string() }),
+            Err(e) => Err(Failure::from(e)),
+            Ok((run, a)) => {
+                let admitted = a.allowed();
+                let dir = run.dir().display().to_string();
+                let run_id = run.run_id().to_string();
+                st.run = Some(run);
+                if admitted {
+                    eprintln!(
+                        "runbook-host run: run {run_id} of {} ({}, trust {}) admitted at {}; bundle {dir}",
+                        self.doc.reference,
+                        &self.doc.sha256[..12],
+                        self.doc.trust.as_str(),
+                        profile_str(self.profile),
+                    );
+                    Ok(())
+                } else {
+                    let d = Dec::from(a);
+                    let codes = if d.refusals.is_empty() { d.reason.clone().unwrap_or_else(|| "refused".into()) } else { d.refusals.join(",") };
+                    Err(Failure { code: format!("refused:{codes}"), message: format!("{} (run {run_id}; {})", d.explanation, self.refusal_hint(&d.refusals)) })
+                }
+            }
+        };
+        if let Err(f) = &result {
+            eprintln!("runbook-host run: {}: {}", f.text(), f.message);
+            st.ended = Some(1);
+        }
+        st.started = Some(result.clone());
+        // What the client is shown from now on, so that any change is announced.
+        let shown = self.visible_tool_names(&mut st);
+        st.last_listed = Some(shown);
+        drop(st);
+        if result.is_ok() {
+            self.spawn_deadline_timer();
+        }
+        result
+    }
+
+    /// What the proxy can say beyond the module's sentence: which of its own options changes a refusal.
+    fn refusal_hint(&self, codes: &[String]) -> String {
+        let hints: Vec<&str> = codes
+            .iter()
+            .filter_map(|c| match c.as_str() {
+                "coverage-incomplete" => Some("the MCP proxy cannot see the shell; destructive work needs the tool-call hook"),
+                "profile-too-low" => Some("try --profile R2"),
+                "risk-above-ceiling" => Some("see --risk-ceiling"),
+                "capability-not-allowed" => Some("no server behind the proxy provides a tool the runbook needs"),
+                "invalid-document" => Some("run `runbook-host lint` on the runbook"),
+                _ => None,
+            })
+            .collect();
+        if hints.is_empty() {
+            "nothing ran".into()
+        } else {
+            format!("{}; nothing ran", hints.join("; "))
+        }
+    }
+
+    /// One timer for the run's checkpoint deadlines: it sleeps until the module's next deadline and then
+    /// feeds a `tick`, so a checkpoint that times out fails the run then, not at the next call (9.21).
+    fn spawn_deadline_timer(self: &Arc<Self>) {
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            loop {
+                let next = {
+                    let mut st = me.lock_run();
+                    if st.ended.is_some() {
+                        return;
+                    }
+                    match st.run.as_mut() {
+                        Some(r) => r.next_deadline_ms().ok().flatten(),
+                        None => return,
+                    }
+                };
+                let Some(at) = next else {
+                    me.deadline_changed.notified().await;
+                    continue;
+                };
+                let wait = Duration::from_millis(at.saturating_sub(crate::run::now_ms()));
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {
+                        let ticked = {
+                            let mut st = me.lock_run();
+                            if st.ended.is_some() {
+                                return;
+                            }
+                            st.run.as_mut().map(|r| r.tick_if_due())
+                        };
+                        if let Some(Err(_)) = ticked {
+                            return;
+                        }
+                        me.after_event().await;
+                    }
+                    _ = me.deadline_changed.notified() => {}
+                }
+            }
+        });
+    }
+
+    /// After any event: when the tools the client should see changed, say so.
+    pub async fn after_event(&self) {
+        self.deadline_changed.notify_one();
+        let changed = {
+            let mut st = self.lock_run();
+            let now = self.visible_tool_names(&mut st);
+            let changed = st.last_listed.as_ref().is_some_and(|l| *l != now);
+            if changed {
+                st.last_listed = Some(now);
+            }
+            changed
+        };
+        if changed {
+            let peer = lock(&self.client).clone();
+            if let Some(p) = peer {
+                let _ = p.notify_tool_list_changed().await;
+            }
+        }
+    }
+
+    /// The server tools the client is shown: the current step's scope (or every declared tool with
+    /// `--list allowlist` and at R0), none once the run is over or refused.
+    pub fn visible_tool_names(&self, st: &mut RunState) -> Vec<String> {
+        if !matches!(st.started, Some(Ok(()))) {
+            return Vec::new();
+        }
+        let Some(run) = st.run.as_mut() else { return Vec::new() };
+        let Ok(state) = run.state() else { return Vec::new() };
+        if state.phase == Phase::Over {
+            return Vec::new();
+        }
+        let allowlist = self.list_allowlist || self.profile == Profile::R0 || !self.initialized.load(Ordering::SeqCst);
+        let wanted: Vec<String> = if allowlist {
+            let caps = self.envelope.as_ref().map(|e| e["capabilities"].clone()).unwrap_or(Value::Null);
+            caps.as_object().map(|o| o.values().filter_map(|c| c["tool"].as_str().map(str::to_string)).collect()).unwrap_or_default()
+        } else {
+            state.scope_tools
+        };
+        self.upstream.names().into_iter().filter(|n| wanted.contains(n)).collect()
+    }
+
+    /// Ends the run: `final_output` first on a clean client shutdown (9.24), then `end {reason}`, the
+    /// report, the bundle's end. Returns the exit code: 0 only when the outcome is `completed`.
+    pub fn end_run(&self, reason: EndReason, final_output: bool) -> u8 {
+        let mut st = self.lock_run();
+        if let Some(code) = st.ended {
+            return code;
+        }
+        let admitted = matches!(st.started, Some(Ok(())));
+        let code = match st.run.as_mut().filter(|_| admitted) {
+            Some(run) => {
+                if final_output && run.state().is_ok_and(|s| s.phase != Phase::Over) {
+                    let _ = run.final_output();
+                }
+                match run.end(reason) {
+                    Ok(outcome) => {
+                        eprintln!(
+                            "runbook-host run: run {} ended ({}): outcome {}; bundle {}",
+                            run.run_id(),
+                            wire::code(reason),
+                            wire::outcome_sentence(&self.policy, outcome),
+                            run.dir().display()
+                        );
+                        if outcome == crate::Outcome::Completed {
+                            0
+                        } else {
+                            1
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("runbook-host run: run {} could not end cleanly: {e}", run.run_id());
+                        1
+                    }
+                }
+            }
+            _ => 1,
+        };
+        st.ended = Some(code);
+        code
+    }
+
+    /// The approval command a human runs for this run.
+    pub fn approve_command(&self, st: &RunState, step: Option<&str>) -> String {
+        let cmd = st.run.as_ref().map(|r| r.approve_command(step)).unwrap_or_default();
+        let runs = if self.runs == Path::new(".runbook/runs") { String::new() } else { format!(" --runs {}", self.runs.display()) };
+        format!("{cmd}{runs}")
+    }
+
+    pub fn run_dir(&self, st: &RunState) -> Option<PathBuf> {
+        st.run.as_ref().map(|r| r.dir().to_path_buf())
+    }
+}
+
+/// Runs the proxy until the client leaves, a server exits or a signal arrives; returns the exit code.
+pub async fn main(config: Config) -> u8 {
+    // Resolve first: a document that does not resolve, or is tampered with, runs nothing (no server starts).
+    let doc = match tokio::task::spawn_blocking({
+        let (r, g) = (config.reference.clone(), config.registry.clone());
+        move || registry::resolve(&r, &g)
+    })
+    .await
+    {
+        Ok(Ok(d)) => d,
+        Ok(Err(e)) => return refuse(Failure { code: e.code.to_string(), message: e.message }).await,
+        Err(e) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
+    };
+    let policy = match tokio::task::spawn_blocking(|| crate::bundle::shared_policy().map(Arc::clone)).await {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
+        Err(e) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
+    };
+    let envelope = match policy.envelope(&doc.bytes) {
+        Ok(Ok(e)) => serde_json::from_str(&e).ok(),
+        Ok(Err(_)) => None,
+        Err(e) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
+    };
+    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
+    let upstream = match Upstream::start(&config.servers, exit_tx).await {
+        Ok(u) => u,
+        Err(m) => return refuse(Failure { code: "server-unavailable".into(), message: m }).await,
+    };
+    let shared = Arc::new(Shared {
+        envelope,
+        policy,
+        doc,
+        upstream,
+        profile: config.profile,
+        risk_ceiling: config.risk_ceiling,
+        list_allowlist: config.list_allowlist,
+        agent_override: config.agent.clone(),
+        approval_timeout: config.approval_timeout,
+        runs: config.runs.clone(),
+        registry: config.registry.clone(),
+        run: Mutex::new(RunState { run: None, agent: None, started: None, ended: None, last_listed: None }),
+        client: Mutex::new(None),
+        requests_begun: AtomicU64::new(0),
+        requests_answered: AtomicU64::new(0),
+        initialized: AtomicBool::new(false),
+        last_call_timed_out: AtomicBool::new(false),
+        applied: Mutex::new(Default::default()),
+        deadline_changed: Notify::new(),
+    });
+
+    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
+    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    let signalled = async {
+        match (&mut sigint, &mut sigterm) {
+            (Some(a), Some(b)) => tokio::select! { _ = a.recv() => {}, _ = b.recv() => {} },
+            (Some(a), None) => {
+                a.recv().await;
+            }
+            (None, Some(b)) => {
+                b.recv().await;
+            }
+            (None, None) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::pin!(signalled);
+
+    let handler = handler::Proxy { shared: Arc::clone(&shared) };
+    let serving = rmcp::serve_server(handler, rmcp::transport::stdio());
+    tokio::pin!(serving);
+    // Until the client has initialized: it may also leave, a server may die, or a signal arrive.
+    let running = tokio::select! {
+        r = &mut serving => r,
+        Some(i) = exit_rx.recv() => {
+            eprintln!("runbook-host run: server `{}` exited before the client initialized", shared.upstream.servers[i].name);
+            shared.upstream.shutdown(Duration::from_secs(5)).await;
+            return 1;
+        }
+        _ = &mut signalled => {
+            shared.upstream.shutdown(Duration::from_secs(5)).await;
+            return 1;
+        }
+    };
+    let running = match running {
+        Ok(r) => r,
+        Err(e) => {
+            // An `initialize` answered with `runbook_failed` (admission refused), or a client that left.
+            let code = {
+                let run = shared.lock_run();
+                match &run.started {
+                    Some(Err(_)) => None,
+                    _ => Some(()),
+                }
+            };
+            if code.is_some() {
+                eprintln!("runbook-host run: the client did not initialize: {e}");
+                shared.end_run(EndReason::ClientClosed, false);
+            }
+            shared.upstream.shutdown(Duration::from_secs(5)).await;
+            return 1;
+        }
+    };
+    let reason = tokio::select! {
+        _ = running.waiting() => {
+            // Standard input closed. A clean shutdown has nothing in flight; a client that vanished
+            // mid-call is `client-closed`.
+            let begun = shared.requests_begun.load(Ordering::SeqCst);
+            let answered = shared.requests_answered.load(Ordering::SeqCst);
+            if begun != answered {
+                (EndReason::ClientClosed, false)
+            } else if shared.last_call_timed_out.load(Ordering::SeqCst) {
+                // The agent left after a gated call waited in vain for a human.
+                (EndReason::ApprovalTimeout, true)
+            } else {
+                (EndReason::Normal, true)
+            }
+        }
+        Some(i) = exit_rx.recv() => {
+            eprintln!("runbook-host run: server `{}` exited", shared.upstream.servers[i].name);
+            (EndReason::ServerExited, false)
+        }
+        _ = &mut signalled => (EndReason::Interrupted, false),
+    };
+    let code = shared.end_run(reason.0, reason.1);
+    shared.upstream.shutdown(Duration::from_secs(5)).await;
+    code
+}
+
+/// Before any server started: answer the client's `initialize` (or first request) with
+/// `runbook_failed:<code>`, then exit 1.
+async fn refuse(failure: Failure) -> u8 {
+    eprintln!("runbook-host run: {}: {}", failure.text(), failure.message);
+    let handler = handler::Refusal { failure };
+    // `initialize` is answered with the failure (serve then returns an error); a client on the
+    // handshake-less lifecycle gets it on each request, for a while.
+    if let Ok(running) = rmcp::serve_server(handler, rmcp::transport::stdio()).await {
+        let _ = tokio::time::timeout(Duration::from_secs(10), running.waiting()).await;
+    }
+    1
+}
