@@ -40,6 +40,23 @@ fn lines_eq(what: &str, got: &Value, want: &Value) -> Vec<String> {
     out
 }
 
+/// The hash-chain links of a replay with `chain_h0` (DESIGN 9.22), one per event, byte for byte: the
+/// first differing event is named with both links.
+fn links_eq(what: &str, got: &Value, want: &Value) -> Vec<String> {
+    let (Some(g), Some(w)) = (got.as_array(), want.as_array()) else {
+        return if got == want { vec![] } else { vec![format!("{what}: got {got}, expected {want}")] };
+    };
+    let mut out = Vec::new();
+    if let Some(k) = (0..g.len().max(w.len())).find(|&k| g.get(k) != w.get(k)) {
+        let side = |v: Option<&Value>| v.map_or("no link".to_string(), |v| v.as_str().map_or(v.to_string(), str::to_string));
+        out.push(format!("{what}: event {k} (of {}) differs first: `{}` vs `{}`", w.len(), side(g.get(k)), side(w.get(k))));
+    }
+    if g.len() != w.len() {
+        out.push(format!("{what}: {} links, expected {}", g.len(), w.len()));
+    }
+    out
+}
+
 fn sha256(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
 }
@@ -99,6 +116,7 @@ pub fn check_expected(op: &str, expected: &Value, res: &Value) -> Vec<String> {
             }
             ("replay", "report_fields") => out.extend(fields("report", &res["report"], want)),
             ("replay", "decisions") => out.extend(lines_eq("decisions", &res["decisions"], want)),
+            ("replay", "links") => out.extend(links_eq("links", &res["links"], want)),
             ("replay", "report") => out.extend(str_eq("report", &res["report"], want)),
             ("replay", "snapshot_fields") => out.extend(fields("snapshot", &res["snapshot"], want)),
             ("replay", "snapshot") => out.extend(str_eq("snapshot", &res["snapshot"], want)),
@@ -171,6 +189,8 @@ pub fn differences(op: &str, a: &Value, b: &Value) -> Vec<String> {
             // Present only with `snapshot_after`; absent on both sides compares equal (null = null).
             out.extend(str_eq("snapshot", &a["snapshot"], &b["snapshot"]));
             out.extend(str_eq("restore_error", &a["restore_error"], &b["restore_error"]));
+            // Present only with `chain_h0`.
+            out.extend(links_eq("links", &a["links"], &b["links"]));
         }
         "envelope" => {
             out.extend(str_eq("envelope", &a["envelope"], &b["envelope"]));
@@ -196,7 +216,8 @@ fn refused_snapshot(res: &Value) -> Option<String> {
 
 /// The property of a replay with `snapshot_after` k: a snapshot of the session after k events (of the
 /// schema, counting k events) was written and restored, and the run went on exactly as without it
-/// (`whole`, the same replay without `snapshot_after`): the same decision lines and report, byte for byte.
+/// (`whole`, the same replay without `snapshot_after`): the same decision lines and report, byte for byte,
+/// and with `chain_h0` the same links (the chain goes on across the restore).
 pub fn continues_identically(k: u64, whole: &Value, split: &Value) -> Vec<String> {
     let mut out = Vec::new();
     let what = format!("with snapshot_after {k}");
@@ -216,7 +237,11 @@ pub fn continues_identically(k: u64, whole: &Value, split: &Value) -> Vec<String
     if let Some(t) = split.get("trap").filter(|t| !t.is_null()) {
         out.push(format!("{what}: the module trapped: {t}"));
     }
-    for d in lines_eq("decisions", &split["decisions"], &whole["decisions"]).into_iter().chain(str_eq("report", &split["report"], &whole["report"])) {
+    let same = lines_eq("decisions", &split["decisions"], &whole["decisions"])
+        .into_iter()
+        .chain(str_eq("report", &split["report"], &whole["report"]))
+        .chain(links_eq("links", &split["links"], &whole["links"]));
+    for d in same {
         out.push(format!("{what} vs without: {d}"));
     }
     out

@@ -155,6 +155,9 @@ fn request(case: &Value, root: &Path) -> Result<Value> {
     if let Some(k) = input.get("snapshot_after") {
         req["snapshot_after"] = k.clone();
     }
+    if let Some(h0) = input.get("chain_h0") {
+        req["chain_h0"] = h0.clone();
+    }
     Ok(req)
 }
 

@@ -75,6 +75,7 @@ const AREAS: &[&str] = &[
     "admission",
     "allow-list",
     "bad-input",
+    "chain",
     "checkpoints",
     "content-hashing",
     "deviations",

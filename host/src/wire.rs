@@ -7,7 +7,9 @@ use crate::{Outcome, Policy, Profile};
 
 /// The kebab-case wire code of a WIT enum value (`NeedsApproval` -> `needs-approval`).
 pub fn code<T: std::fmt::Debug>(v: T) -> String {
-    let name = format!("{v:?}");
+    let full = format!("{v:?}");
+    // wasmtime's bindings print `Type::Variant`.
+    let name = full.rsplit("::").next().unwrap_or(&full);
     let mut out = String::with_capacity(name.len() + 4);
     for (i, c) in name.chars().enumerate() {
         if c.is_ascii_uppercase() {

@@ -147,8 +147,9 @@ fn one_guard_for_every_adapter() {
     let exe = std::env::current_exe().unwrap().canonicalize().unwrap().display().to_string();
     // As the adapters build it: the runs directory as given on the command line (relative), the registry,
     // and the run's own directory (absolute) once the run exists.
-    let mut g = Guard::new(Path::new(".runbook/runs"), Some(registry.to_str().unwrap()));
+    let mut g = Guard::new(Path::new(".runbook/runs"), Some(".runbook/registry"));
     g.add_path(&runs);
+    g.add_path(&registry);
     let rel = |p: &Path| p.strip_prefix(&t.0).unwrap().display().to_string();
     let cases: Vec<(&str, Value, bool)> = vec![
         ("Bash", json!({"command": format!("cat {}/r-1/events.ndjson", rel(&runs))}), true),

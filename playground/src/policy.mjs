@@ -7,7 +7,7 @@
 // ranges), and hands them to jco's `instantiate` through its getCoreModule callback. The JavaScript glue is
 // jco's transpilation of the same component (jco/policy.js).
 
-const INTERFACE = 'runbook:policy/policy@1.0.0';
+const INTERFACE = 'runbook:policy/policy@1.1.0';
 const utf8 = new TextEncoder();
 
 export async function sha256Hex(bytes) {

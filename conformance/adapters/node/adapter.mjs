@@ -28,7 +28,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const IMPLEMENTATION = 'node-jco';
-const INTERFACE = 'runbook:policy/policy@1.0.0';
+const INTERFACE = 'runbook:policy/policy@1.1.0';
 const STRUCTURE = { p0: 'P0', p1: 'P1', p2: 'P2' };
 const here = dirname(fileURLToPath(import.meta.url));
 
@@ -252,6 +252,17 @@ function snapshotAfter(req, count) {
   return k;
 }
 
+const HEX64 = /^[0-9a-f]{64}$/;
+
+function chainH0(req) {
+  if (!Object.hasOwn(req, 'chain_h0')) return undefined;
+  const h0 = req.chain_h0;
+  if (typeof h0 !== 'string' || !HEX64.test(h0)) {
+    throw new AdapterError(`\`chain_h0\` must be 64 lowercase hex digits, not ${JSON.stringify(h0)}`);
+  }
+  return h0;
+}
+
 /** Frees a session resource (runs the guest's destructor). */
 function drop(session) {
   try {
@@ -264,17 +275,30 @@ function drop(session) {
 // With `snapshot_after` k: the first k events go to a new session, which is snapshotted and dropped; a
 // session restored from the snapshot, in a fresh instance (as another process would have: only the
 // document and the snapshot carry over), answers the rest and gives the report.
+//
+// With `chain_h0`: every event goes in by `feed-line` with the previous link (the first with chain_h0),
+// kept here, across the restore too; one link per event is answered in `links` (none after a trap).
 async function opReplay(req) {
   const document = documentBytes(req);
   const events = eventLines(req);
   const k = snapshotAfter(req, events.length);
+  const h0 = chainH0(req);
   const split = k ?? events.length;
   const decisions = [];
   const extra = {};
+  if (h0 !== undefined) extra.links = [];
+  let prev = h0;
+  const feed = (session, line) => {
+    if (h0 === undefined) return call(() => session.handleLine(line));
+    const r = call(() => session.feedLine(line, prev));
+    prev = r.link;
+    extra.links.push(r.link);
+    return r.decisionLine;
+  };
   try {
     let api = await freshInstance();
     let session = call(() => new api.Session(document));
-    for (const line of events.slice(0, split)) decisions.push(call(() => session.handleLine(line)));
+    for (const line of events.slice(0, split)) decisions.push(feed(session, line));
     if (k !== undefined) {
       const snapshot = call(() => session.snapshot());
       extra.snapshot = snapshot;
@@ -284,11 +308,11 @@ async function opReplay(req) {
         session = api.Session.restore(document, snapshot);
       } catch (e) {
         // result<session, string>: jco throws the `err` case (the module's refusal) as a ComponentError.
-        if (isResultErr(e)) return { decisions, report: null, snapshot, restore_error: String(e.payload) };
+        if (isResultErr(e)) return { decisions, report: null, ...extra, restore_error: String(e.payload) };
         throw new Trapped(describe(e));
       }
     }
-    for (const line of events.slice(split)) decisions.push(call(() => session.handleLine(line)));
+    for (const line of events.slice(split)) decisions.push(feed(session, line));
     const report = call(() => session.report());
     drop(session);
     return { decisions, report, ...extra };

@@ -35,7 +35,7 @@ import wasmtime
 import wasmtime.component as wc
 
 IMPLEMENTATION = "python-wasmtime"
-INTERFACE = "runbook:policy/policy@1.0.0"
+INTERFACE = "runbook:policy/policy@1.1.0"
 # The same backstops as the Rust host (host/src/lib.rs): fuel per call, memory cap, wasm stack.
 FUEL_PER_CALL = 20_000_000_000
 MEMORY_CAP = 1 << 30
@@ -224,6 +224,15 @@ def snapshot_after(req, count):
     return k
 
 
+def chain_h0(req):
+    if "chain_h0" not in req:
+        return None
+    h0 = req["chain_h0"]
+    if not isinstance(h0, str) or len(h0) != 64 or any(c not in "0123456789abcdef" for c in h0):
+        raise AdapterError(f"`chain_h0` must be 64 lowercase hex digits, not {json.dumps(h0)}")
+    return h0
+
+
 def drop(policy, store, session):
     """Frees the resource (runs the guest's destructor)."""
     try:
@@ -236,18 +245,35 @@ def drop(policy, store, session):
 def op_replay(policy, req):
     """With `snapshot_after` k: the first k events go to a new session, which is snapshotted and dropped; a
     session restored from the snapshot, in a fresh store and instance (as another process would have: only
-    the document and the snapshot carry over), answers the rest and gives the report."""
+    the document and the snapshot carry over), answers the rest and gives the report.
+
+    With `chain_h0`: every event goes in by `feed-line` with the previous link (the first with chain_h0),
+    kept here, across the restore too; one link per event is answered in `links` (none after a trap)."""
     document = document_bytes(req)
     events = event_lines(req)
     k = snapshot_after(req, len(events))
+    h0 = chain_h0(req)
     split = len(events) if k is None else k
     decisions = []
     extra = {}
+    if h0 is not None:
+        extra["links"] = []
+    prev = h0
+
+    def feed(call, session, line):
+        nonlocal prev
+        if h0 is None:
+            return call("[method]session.handle-line", session, line)
+        r = call("[method]session.feed-line", session, line, prev)
+        prev = r.link
+        extra["links"].append(r.link)
+        return getattr(r, "decision-line")
+
     try:
         store, call = policy.instance()
         session = call("[constructor]session", document)
         for line in events[:split]:
-            decisions.append(call("[method]session.handle-line", session, line))
+            decisions.append(feed(call, session, line))
         if k is not None:
             snapshot = call("[method]session.snapshot", session)
             extra["snapshot"] = snapshot
@@ -258,10 +284,10 @@ def op_replay(policy, req):
             if isinstance(r, wc.Variant):
                 r = r.payload if r.tag == "ok" else str(r.payload)
             if isinstance(r, str):
-                return {"decisions": decisions, "report": None, "snapshot": snapshot, "restore_error": r}
+                return {"decisions": decisions, "report": None, **extra, "restore_error": r}
             session = r
         for line in events[split:]:
-            decisions.append(call("[method]session.handle-line", session, line))
+            decisions.append(feed(call, session, line))
         report = call("[method]session.report", session)
     except Trapped as t:
         # The store, and the session in it, are dropped with this request: a trapped instance is not reentered.

@@ -78,9 +78,10 @@ fn serve(imp: &Imp, req: &Value) -> Result<Value> {
                 .map(|e| e.as_str().ok_or_else(|| anyhow!("each event is a string")))
                 .collect::<Result<_>>()?;
             let split = snapshot_after(req, events.len())?;
+            let chain = chain_h0(req)?;
             match imp {
-                Imp::Wasmtime(p) => Ok(replay_wasmtime(p, &doc, &events, split)?),
-                Imp::Native => Ok(replay_native(&doc, &events, split)),
+                Imp::Wasmtime(p) => Ok(replay_wasmtime(p, &doc, &events, split, chain)?),
+                Imp::Native => Ok(replay_native(&doc, &events, split, chain)),
             }
         }
         (other, _) => bail!("unknown op `{other}`"),
@@ -96,27 +97,76 @@ fn snapshot_after(req: &Value, events: usize) -> Result<Option<usize>> {
     }
 }
 
+/// `chain_h0` of a replay request: absent, or the chain's first link, 64 lowercase hex digits.
+fn chain_h0(req: &Value) -> Result<Option<String>> {
+    let Some(v) = req.get("chain_h0") else { return Ok(None) };
+    match v.as_str() {
+        Some(h) if h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => Ok(Some(h.to_string())),
+        _ => bail!("`chain_h0` must be 64 lowercase hex digits, not {v}"),
+    }
+}
+
+/// The hash chain a replay with `chain_h0` keeps (DESIGN 9.22): the previous link, carried by the
+/// adapter (across a restore too), and one link per event the module recorded.
+struct Chain {
+    prev: String,
+    links: Vec<String>,
+}
+
+impl Chain {
+    fn new(h0: Option<String>) -> Option<Chain> {
+        h0.map(|prev| Chain { prev, links: Vec::new() })
+    }
+
+    fn push(&mut self, link: String) {
+        self.prev.clone_from(&link);
+        self.links.push(link);
+    }
+}
+
+/// The replay's answer: `links` beside the decisions when the request had `chain_h0`.
+fn with_links(mut out: Value, chain: &Option<Chain>) -> Value {
+    if let Some(c) = chain {
+        out["links"] = json!(c.links);
+    }
+    out
+}
+
+/// One event line into a component session: `handle-line`, or with a chain `feed-line` from the previous
+/// link. After a trap the host's `host-trap`/`halted` line is kept and there is no link.
+fn feed_wasmtime(s: &mut runbook_host::Session, line: &str, chain: &mut Option<Chain>) -> String {
+    let Some(c) = chain else { return s.handle_line(line) };
+    match s.feed_line(line, &c.prev) {
+        Ok(r) => {
+            c.push(r.link);
+            r.decision_line
+        }
+        Err(trapped) => trapped.decision_line(),
+    }
+}
+
 /// A replay through the component; with `split`, the session is snapshotted after that many events,
 /// dropped, and a session restored (in a new instance, as `Policy::restore` makes) answers the rest.
-fn replay_wasmtime(p: &runbook_host::Policy, doc: &[u8], events: &[&str], split: Option<usize>) -> Result<Value> {
+fn replay_wasmtime(p: &runbook_host::Policy, doc: &[u8], events: &[&str], split: Option<usize>, h0: Option<String>) -> Result<Value> {
+    let mut chain = Chain::new(h0);
     let mut s = p.session(doc)?;
     let k = split.unwrap_or(events.len());
-    let mut decisions: Vec<String> = events[..k].iter().map(|e| s.handle_line(e)).collect();
+    let mut decisions: Vec<String> = events[..k].iter().map(|e| feed_wasmtime(&mut s, e, &mut chain)).collect();
     let mut snapshot = None;
     if split.is_some() {
         let text = match s.snapshot() {
             Ok(t) => t,
-            Err(e) => return Ok(json!({"decisions": decisions, "report": null, "trap": e.to_string()})),
+            Err(e) => return Ok(with_links(json!({"decisions": decisions, "report": null, "trap": e.to_string()}), &chain)),
         };
         drop(s);
         s = match p.restore(doc, &text) {
             Ok(Ok(restored)) => restored,
-            Ok(Err(refusal)) => return Ok(json!({"decisions": decisions, "report": null, "snapshot": text, "restore_error": refusal})),
-            Err(e) => return Ok(json!({"decisions": decisions, "report": null, "snapshot": text, "trap": e.to_string()})),
+            Ok(Err(refusal)) => return Ok(with_links(json!({"decisions": decisions, "report": null, "snapshot": text, "restore_error": refusal}), &chain)),
+            Err(e) => return Ok(with_links(json!({"decisions": decisions, "report": null, "snapshot": text, "trap": e.to_string()}), &chain)),
         };
         snapshot = Some(text);
     }
-    decisions.extend(events[k..].iter().map(|e| s.handle_line(e)));
+    decisions.extend(events[k..].iter().map(|e| feed_wasmtime(&mut s, e, &mut chain)));
     let mut out = match s.report() {
         Ok(report) => json!({"decisions": decisions, "report": report}),
         Err(e) => json!({"decisions": decisions, "report": null, "trap": e.to_string()}),
@@ -124,30 +174,39 @@ fn replay_wasmtime(p: &runbook_host::Policy, doc: &[u8], events: &[&str], split:
     if let Some(t) = snapshot {
         out["snapshot"] = json!(t);
     }
-    Ok(out)
+    Ok(with_links(out, &chain))
+}
+
+/// One event line into a native session, as [`feed_wasmtime`] (the native core cannot trap).
+fn feed_native(s: &mut runbook_policy::Session, line: &str, chain: &mut Option<Chain>) -> String {
+    let Some(c) = chain else { return s.handle_line(line) };
+    let r = s.feed_line(line, &c.prev);
+    c.push(r.link);
+    r.decision_line
 }
 
 /// The same through the native core.
-fn replay_native(doc: &[u8], events: &[&str], split: Option<usize>) -> Value {
+fn replay_native(doc: &[u8], events: &[&str], split: Option<usize>, h0: Option<String>) -> Value {
+    let mut chain = Chain::new(h0);
     let mut s = runbook_policy::Session::new(doc);
     let k = split.unwrap_or(events.len());
-    let mut decisions: Vec<String> = events[..k].iter().map(|e| s.handle_line(e)).collect();
+    let mut decisions: Vec<String> = events[..k].iter().map(|e| feed_native(&mut s, e, &mut chain)).collect();
     let mut snapshot = None;
     if split.is_some() {
         let text = s.snapshot();
         drop(s);
         s = match runbook_policy::Session::restore(doc, &text) {
             Ok(restored) => restored,
-            Err(refusal) => return json!({"decisions": decisions, "report": null, "snapshot": text, "restore_error": refusal}),
+            Err(refusal) => return with_links(json!({"decisions": decisions, "report": null, "snapshot": text, "restore_error": refusal}), &chain),
         };
         snapshot = Some(text);
     }
-    decisions.extend(events[k..].iter().map(|e| s.handle_line(e)));
+    decisions.extend(events[k..].iter().map(|e| feed_native(&mut s, e, &mut chain)));
     let mut out = json!({"decisions": decisions, "report": s.report()});
     if let Some(t) = snapshot {
         out["snapshot"] = json!(t);
     }
-    out
+    with_links(out, &chain)
 }
 
 /// Reverses the key order of every JSON object inside the artifacts of a response.
