@@ -219,6 +219,41 @@ fn scenario(c: &mut Criterion, policy: &host::Policy, name: &str, call: &'static
         })
     });
 
+    // Component, the recording path a host uses (1.1.0 `feed`): the decision, the canonical event line,
+    // the chain link, the sentence and the state in one call.
+    let prev = "0".repeat(64);
+    g.bench_function("component-feed", |b| {
+        b.iter_custom(|iters| match shape {
+            Shape::Pair => time_on_sessions(
+                iters,
+                2,
+                || component_session(policy),
+                |s| {
+                    black_box(s.feed(black_box(&inv), &prev).ok());
+                    black_box(s.feed(black_box(res.as_ref().unwrap()), &prev).ok());
+                },
+            ),
+            Shape::InvokeOnly => time_first_of_pair(
+                iters,
+                || component_session(policy),
+                |s| {
+                    black_box(s.feed(black_box(&inv), &prev).ok());
+                },
+                |s| {
+                    black_box(s.feed(res.as_ref().unwrap(), &prev).ok());
+                },
+            ),
+            Shape::Single => time_on_sessions(
+                iters,
+                1,
+                || component_session(policy),
+                |s| {
+                    black_box(s.feed(black_box(&inv), &prev).ok());
+                },
+            ),
+        })
+    });
+
     // Component, wire path.
     let res_line = call.result.map(|(line, _)| line).unwrap_or("");
     g.bench_function("component-wire", |b| {

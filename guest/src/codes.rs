@@ -108,7 +108,12 @@ pub fn explain_decision(d: &Decision) -> String {
     match d.kind {
         DecisionKind::Allow => match (d.deviation, d.reason) {
             (Some(dev), Some(r)) => {
-                format!("Allowed{at} (event {seq}), with a recorded deviation [{}]: {}; {}.", dev.as_str(), sentence("deviation", dev.as_str()), sentence("reason", r.as_str()))
+                format!(
+                    "Allowed{at} (event {seq}), with a recorded deviation [{}]: {}; {}.",
+                    dev.as_str(),
+                    sentence("deviation", dev.as_str()),
+                    sentence("reason", r.as_str())
+                )
             }
             (Some(dev), None) => format!("Allowed{at} (event {seq}), with a recorded deviation [{}]: {}.", dev.as_str(), sentence("deviation", dev.as_str())),
             (None, Some(r)) => format!("Accepted{at} (event {seq}) [{}]: {}.", r.as_str(), sentence("reason", r.as_str())),
@@ -125,8 +130,8 @@ pub fn explain_decision(d: &Decision) -> String {
             };
             format!("Denied{at} (event {seq}): {why}.")
         }
-        DecisionKind::NeedsApproval => format!("Needs approval{at} (event {seq}): {}.", sentence("decision", "needs-approval")),
-        DecisionKind::NeedsVerdict => format!("Needs a human's verdict{at} (event {seq}): {}.", sentence("decision", "needs-verdict")),
+        DecisionKind::NeedsApproval => format!("Needs approval{at} (event {seq}) [needs-approval]: {}.", sentence("decision", "needs-approval")),
+        DecisionKind::NeedsVerdict => format!("Needs a human's verdict{at} (event {seq}) [needs-verdict]: {}.", sentence("decision", "needs-verdict")),
         DecisionKind::Halt => {
             if !d.refusals.is_empty() {
                 let parts: Vec<String> = d.refusals.iter().map(|r| format!("[{}] {}", r.as_str(), sentence("refusal", r.as_str()))).collect();

@@ -15,8 +15,8 @@ use crate::value::Node;
 // A child module, so that it reads and writes the private state without making it public.
 mod snapshot;
 mod state;
-pub use state::{Recorded, RunPhase, RunState};
 pub use snapshot::SCHEMA as SNAPSHOT_SCHEMA;
+pub use state::{Recorded, RunPhase, RunState};
 
 /// The most events one run may have (DESIGN 9.25).
 pub const MAX_EVENTS: u64 = 1_000_000;

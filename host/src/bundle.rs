@@ -802,7 +802,8 @@ pub fn public_reference(reference: &str) -> String {
 /// `latest.json` (`.runbook/runs/latest`: the newest run of that runs directory).
 pub fn resolve_run(arg: &str, runs_root: &Path) -> io::Result<PathBuf> {
     let p = Path::new(arg);
-    if p.join("run.json").is_file() {
+    // A directory is taken as the bundle it names (verify then says what is missing in it).
+    if p.is_dir() && !matches!(p.file_name().and_then(|f| f.to_str()), Some("latest")) {
         return Ok(p.to_path_buf());
     }
     match p.file_name().and_then(|f| f.to_str()) {

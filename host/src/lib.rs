@@ -337,7 +337,14 @@ impl Session {
     /// What the host records when the module cannot answer: the decision of 9.16 (`host-trap`, then
     /// `halted`), its line, and the link the module would have computed is computed by the caller.
     fn trap_decision(&self, seq: u64, first: bool) -> Decision {
-        Decision { seq, kind: DecisionKind::Halt, step: None, deviation: None, reason: Some(if first { Reason::HostTrap } else { Reason::Halted }), refusals: Vec::new() }
+        Decision {
+            seq,
+            kind: DecisionKind::Halt,
+            step: None,
+            deviation: None,
+            reason: Some(if first { Reason::HostTrap } else { Reason::Halted }),
+            refusals: Vec::new(),
+        }
     }
 
     /// One event in, everything the host records and answers out, in one call into the module: the

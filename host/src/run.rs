@@ -14,8 +14,8 @@
 use crate::bundle::{self, Bundle};
 use crate::registry::Resolved;
 use crate::{
-    approvals, Approval, Coverage, Decision, DecisionKind, EndReason, Event, EventKind, Invoke, Outcome, Phase, Policy, Profile, Recorded, Refusal, Risk, RunState,
-    Session, StartClaim, ToolResult, Verdict,
+    approvals, Approval, Coverage, Decision, DecisionKind, EndReason, Event, EventKind, Invoke, Outcome, Phase, Policy, Profile, Recorded, Refusal, Risk,
+    RunState, Session, StartClaim, ToolResult, Verdict,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -211,7 +211,15 @@ impl Run {
     /// Reopens the run `run_id` under `runs` in another process: from the resume record at `record` when
     /// it describes exactly the events on disk (and `how` allows), else by replaying every recorded event
     /// with each chain link and decision checked by the module. `t0_ms` is the run's wall-clock start.
-    pub fn resume(policy: Arc<Policy>, runs: &Path, run_id: &str, t0_ms: u64, record: Option<&Path>, how: Restore, guard: Guard) -> Result<(Run, Resumed), RunError> {
+    pub fn resume(
+        policy: Arc<Policy>,
+        runs: &Path,
+        run_id: &str,
+        t0_ms: u64,
+        record: Option<&Path>,
+        how: Restore,
+        guard: Guard,
+    ) -> Result<(Run, Resumed), RunError> {
         let ev = |e: std::io::Error| RunError::Evidence(format!("run {run_id}: {e}"));
         let b = Bundle::open(runs, run_id).map_err(ev)?;
         let doc = b.document().map_err(ev)?;
@@ -254,7 +262,10 @@ impl Run {
                         return Err(RunError::Tampered(format!("run {run_id}: events.ndjson:{}: the hash chain is broken", i + 1)));
                     }
                     if got.decision_line != r.decision_line {
-                        return Err(RunError::Tampered(format!("run {run_id}: events.ndjson:{}: the module decides this event differently than recorded", i + 1)));
+                        return Err(RunError::Tampered(format!(
+                            "run {run_id}: events.ndjson:{}: the module decides this event differently than recorded",
+                            i + 1
+                        )));
                     }
                     head = got.link;
                     if let Some(at) = serde_json::from_str::<Value>(&r.event_line).ok().and_then(|v| v["at"].as_u64()) {

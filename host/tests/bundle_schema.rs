@@ -300,7 +300,8 @@ fn produce(root: &Path) -> Produced {
     {
         let resolved = local(&document_of("read-only-investigation"));
         let envelope = policy().envelope(&resolved.bytes).unwrap().ok();
-        let mut b = Bundle::create(&runs, &bundle::new_run_id().unwrap(), &resolved, envelope.as_deref(), runbook_host::module_sha256(), "someday-adapter").unwrap();
+        let mut b =
+            Bundle::create(&runs, &bundle::new_run_id().unwrap(), &resolved, envelope.as_deref(), runbook_host::module_sha256(), "someday-adapter").unwrap();
         let mut s = policy().session(&resolved.bytes).unwrap();
         let first = &event_lines(&repo().join("examples/read-only-investigation/events.ndjson"))[0];
         let d = s.handle_line(first);

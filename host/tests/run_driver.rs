@@ -172,7 +172,8 @@ fn one_guard_for_every_adapter() {
     let doc = copy_example(&t.0, "read-only-investigation");
     let a = ["--runbook", doc.as_str(), "--profile", "R1"];
     assert_eq!(hook(&t.0, &a, ev("s-g", "SessionStart", json!({"source": "startup"}))).code, 0);
-    let o = hook(&t.0, &a, ev("s-g", "PreToolUse", json!({"tool_name": "Bash", "tool_input": {"command": "cat .runbook/runs/latest.json"}, "tool_use_id": "t"})));
+    let o =
+        hook(&t.0, &a, ev("s-g", "PreToolUse", json!({"tool_name": "Bash", "tool_input": {"command": "cat .runbook/runs/latest.json"}, "tool_use_id": "t"})));
     let reason = o.json()["hookSpecificOutput"]["permissionDecisionReason"].as_str().unwrap_or_default().to_string();
     assert!(reason.contains("[guarded]"), "{reason}");
 }

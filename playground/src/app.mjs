@@ -21,15 +21,14 @@ const h = (tag, attrs = {}, children = []) => {
   return e;
 };
 
-const REFUSALS = {
-  'autonomous-at-r0': 'an agent-autonomous runbook needs at least R1',
-  'capability-not-allowed': "the runbook declares a tool that the client's allowlist does not allow",
-  'coverage-incomplete': 'destructive work needs an adapter that sees every invocation',
-  'invalid-document': 'the document has lint errors (see the findings)',
-  'prerequisite-unmet': 'a prerequisite is not available',
-  'profile-too-low': "the runbook's minimum profile is above the client's",
-  'risk-above-ceiling': "the runbook reaches a risk above the client's ceiling",
-};
+// The sentence for each code comes from the module (`explain`), so the page says what the terminal says.
+async function explained(kind, code) {
+  try {
+    return (await policy.explain(kind, code)) ?? '';
+  } catch {
+    return '';
+  }
+}
 
 let policy = null;
 let examples = [];
@@ -321,9 +320,10 @@ async function renderAdmission() {
   if (decision.decision === 'allow') {
     box.replaceChildren(h('p', { class: 'admitted' }, [h('strong', {}, 'Admitted'), ` — a run may start at ${decision.step ?? 'its first event'}.`]));
   } else {
+    const sentences = await Promise.all(decision.refusals.map((r) => explained('refusal', r)));
     box.replaceChildren(
       h('p', { class: 'refused' }, [h('strong', {}, 'Refused'), decision.refusals.length ? ` for ${decision.refusals.length} reason${decision.refusals.length === 1 ? '' : 's'}:` : ` (${decision.reason ?? decision.decision}).`]),
-      h('ul', { class: 'refusals' }, decision.refusals.map((r) => h('li', { 'data-refusal': r }, [h('code', {}, r), ` — ${REFUSALS[r] ?? ''}`]))),
+      h('ul', { class: 'refusals' }, decision.refusals.map((r, i) => h('li', { 'data-refusal': r }, [h('code', {}, r), ` — ${sentences[i]}`]))),
     );
   }
 }

@@ -122,6 +122,11 @@ export class Policy {
     }
   }
 
+  /** The module's one sentence for a wire code of a kind (`refusal`, `reason`, `lint`, ...), or undefined. */
+  async explain(kind, code) {
+    return this.call((api) => api.explain(kind, code));
+  }
+
   async callSha256(tool, argumentsJson) {
     try {
       return { sha256: await this.call((api) => api.callSha256(tool, argumentsJson)) };

@@ -125,6 +125,19 @@ try {
 }
 log(`jco ${stamp.jco ?? '?'}, node ${process.version}, module ${actual}, loaded in ${(performance.now() - t0).toFixed(0)} ms`);
 
+// One instance serves every request that needs no fresh one (lint, envelope, the first part of a replay):
+// jco's glue costs about 25 ms per instantiation of this component, more than a whole replay. Sessions are
+// resources, each dropped after its request, so nothing carries over but the allocator's state; after a
+// trap the instance is never entered again (`poison`).
+let shared;
+async function sharedInstance() {
+  shared ??= await freshInstance();
+  return shared;
+}
+function poison() {
+  shared = undefined;
+}
+
 /** A fresh instance for one request. */
 async function freshInstance() {
   if (spare) {
@@ -210,9 +223,10 @@ async function opLint(req) {
   const document = documentBytes(req);
   let r;
   try {
-    const api = await freshInstance();
+    const api = await sharedInstance();
     r = call(() => api.lint(document));
   } catch (e) {
+    poison();
     if (e instanceof Trapped) return { trap: e.message };
     throw e;
   }
@@ -227,8 +241,9 @@ async function opEnvelope(req) {
   const document = documentBytes(req);
   let api;
   try {
-    api = await freshInstance();
+    api = await sharedInstance();
   } catch (e) {
+    poison();
     if (e instanceof Trapped) return { trap: e.message };
     throw e;
   }
@@ -237,6 +252,7 @@ async function opEnvelope(req) {
   } catch (e) {
     // result<string, list<finding>>: jco throws the `err` case as a ComponentError carrying the payload.
     if (isResultErr(e)) return { envelope: null, findings: e.payload.map(finding) };
+    poison();
     return { trap: describe(e) };
   }
 }
@@ -296,13 +312,14 @@ async function opReplay(req) {
     return r.decisionLine;
   };
   try {
-    let api = await freshInstance();
+    let api = await sharedInstance();
     let session = call(() => new api.Session(document));
     for (const line of events.slice(0, split)) decisions.push(feed(session, line));
     if (k !== undefined) {
       const snapshot = call(() => session.snapshot());
       extra.snapshot = snapshot;
       drop(session);
+      // The restored session lives in a fresh instance: only the document and the snapshot carry over.
       api = await freshInstance();
       try {
         session = api.Session.restore(document, snapshot);
@@ -317,7 +334,8 @@ async function opReplay(req) {
     drop(session);
     return { decisions, report, ...extra };
   } catch (e) {
-    // The instance, and the session in it, are dropped with this request: a trapped instance is not reentered.
+    // A trapped instance, and the session in it, are never entered again.
+    poison();
     if (e instanceof Trapped) return { decisions, trap: e.message, ...extra };
     throw e;
   }

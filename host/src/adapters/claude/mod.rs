@@ -212,7 +212,8 @@ fn agent_text(a: &RunAnswer) -> String {
 }
 
 fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run) -> Result<Answer> {
-    let finished = |run: &Run| format!("runbook: run {} is over and its evidence is sealed; no further tool call is supervised in this session.", run.run_id());
+    let finished =
+        |run: &Run| format!("runbook: run {} is finished and its evidence is sealed; no further tool call is supervised in this session.", run.run_id());
     match ev {
         HookEvent::SessionStart { .. } => unreachable!("handled by start"),
         HookEvent::PreToolUse { tool, input, call_id, .. } => {
@@ -263,10 +264,7 @@ fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run) -> Result<Answer> {
                 return Ok(Answer::Note(format!("runbook: run {} ended: {}.", run.run_id(), crate::wire::outcome_sentence(run.policy(), outcome))));
             }
             let Some(step) = st.step else {
-                return Ok(Answer::Note(format!(
-                    "runbook: the final answer is recorded for run {}; the run is judged when the session ends.",
-                    run.run_id()
-                )));
+                return Ok(Answer::Note(format!("runbook: the final answer is recorded for run {}; the run is judged when the session ends.", run.run_id())));
             };
             let msg = format!("runbook: run {} is at step `{step}`, not at a terminal of the runbook, so the procedure is incomplete", run.run_id());
             if cfg.keep_working && !again {
@@ -329,7 +327,7 @@ fn start(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<Answer> {
     state.push('\n');
     write_atomic(&state_path, state.as_bytes())?;
     Ok(Answer::Note(format!(
-        "runbook: this session is supervised by {} (run {}, profile {}); the policy module decides every tool call.",
+        "runbook: supervising this session with {} (run {}, profile {}); the policy module decides every tool call.",
         doc.reference,
         run.run_id(),
         crate::wire::profile(cfg.profile)

@@ -2,14 +2,14 @@
 //! the module's decision says what happens to it.
 
 use super::{Dec, Failure, Shared};
+use crate::approvals;
+use crate::Profile;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceError};
-use crate::approvals;
-use crate::Profile;
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -251,7 +251,9 @@ impl Proxy {
             Ok(d) if d.decision == "allow" => {
                 Held::Answer(format!("needs-approval: `{}` refused this call (approval recorded, seq {}); it will not run", grant.approver, d.seq))
             }
-            Ok(d) => Held::Answer(format!("needs-approval: the approval by `{}` was not accepted, so the gate stays closed. {}", grant.approver, d.explanation)),
+            Ok(d) => {
+                Held::Answer(format!("needs-approval: the approval by `{}` was not accepted, so the gate stays closed. {}", grant.approver, d.explanation))
+            }
         }
     }
 
