@@ -5,7 +5,7 @@
 use crate::event::{Decision, DecisionKind, Deviation, Reason, Refusal};
 
 /// `(kind, code, sentence)`. Kinds: decision, deviation, reason, refusal, outcome, profile, risk,
-/// end-reason, lint. The string forms here must equal the `as_str` of each enum (a test checks it).
+/// end-reason (lint codes are the [`LintCode`] enum below). The string forms here must equal the `as_str` of each enum (a test checks it).
 pub const CODES: &[(&str, &str, &str)] = &[
     ("decision", "allow", "the event is accepted and the call may run"),
     ("decision", "deny", "the call or request is refused and recorded; the run goes on"),
@@ -59,42 +59,76 @@ pub const CODES: &[(&str, &str, &str)] = &[
     ("end-reason", "server-exited", "a tool server exited"),
     ("end-reason", "interrupted", "the host was interrupted"),
     ("end-reason", "approval-timeout", "a call waited for approval in vain"),
-    ("lint", "parse-error", "the document is not valid JSON or YAML"),
-    ("lint", "unknown-field", "a field the format does not define (a typo must never silently drop a rule)"),
-    ("lint", "duplicate-key", "a key appears twice in one object"),
-    ("lint", "wrong-type", "a field has the wrong type"),
-    ("lint", "missing-field", "a required field is missing"),
-    ("lint", "invalid-value", "a field's value is not one the format allows"),
-    ("lint", "conflicting-fields", "two fields that exclude each other are both set"),
-    ("lint", "invalid-id", "an id is not a lowercase identifier"),
-    ("lint", "duplicate-id", "two steps, capabilities or terminals share an id"),
-    ("lint", "unknown-route", "a route names no step or terminal"),
-    ("lint", "missing-route", "a last step without `next`: a run must know where it may end"),
-    ("lint", "name-collision", "a step and a terminal, or two things, share a name"),
-    ("lint", "undeclared-tool", "a step names a capability that no capability declares"),
-    ("lint", "budget-out-of-range", "a retry budget is outside 1..100"),
-    ("lint", "unbudgeted-cycle", "a cycle of routes with no retry budget could run forever"),
-    ("lint", "unreachable-step", "no route leads to this step"),
-    ("lint", "no-terminal", "the runbook declares no terminal"),
-    ("lint", "autonomous-at-r0", "an agent-autonomous runbook cannot declare R0"),
-    ("lint", "min-profile-below-implied", "the declared minimum profile is below what the runbook's risk implies"),
-    ("lint", "report-only-requires-advisory", "report-only enforcement is allowed only for advisory runbooks"),
-    ("lint", "invalid-regex", "a pattern is not a valid regular expression"),
-    ("lint", "invalid-pointer", "a path is not a valid JSON Pointer"),
-    ("lint", "invalid-predicate", "a check is not a valid predicate"),
-    ("lint", "ambiguous-observation", "a step has several capabilities and no `observe` saying which result it checks"),
-    ("lint", "unanchored-when", "a `matches` inside `when` must be anchored at both ends (^...$), or it grants more than it says"),
-    ("lint", "unconstrained-shell", "a shell-like capability without a `when` can run anything, in a runbook with gated steps"),
-    ("lint", "limit", "the document is over one of the module's limits"),
 ];
+
+/// Declares the lint codes: the enum, its string forms, its parser and its sentences in one list.
+macro_rules! lint_codes {
+    ($($v:ident => $code:literal, $sentence:literal;)*) => {
+        /// Every code a lint finding can carry (DESIGN 9.26). `doc` emits findings only through this enum,
+        /// so a misspelled code cannot be written.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+        pub enum LintCode { $($v),* }
+
+        impl LintCode {
+            pub const ALL: &'static [LintCode] = &[$(LintCode::$v),*];
+            pub fn as_str(self) -> &'static str {
+                match self { $(LintCode::$v => $code),* }
+            }
+            pub fn parse(code: &str) -> Option<LintCode> {
+                match code { $($code => Some(LintCode::$v),)* _ => None }
+            }
+            pub fn sentence(self) -> &'static str {
+                match self { $(LintCode::$v => $sentence),* }
+            }
+        }
+    };
+}
+
+lint_codes! {
+    ParseError => "parse-error", "the document is not valid JSON or YAML";
+    UnknownField => "unknown-field", "a field the format does not define (a typo must never silently drop a rule)";
+    DuplicateKey => "duplicate-key", "a key appears twice in one object";
+    WrongType => "wrong-type", "a field has the wrong type";
+    MissingField => "missing-field", "a required field is missing";
+    InvalidValue => "invalid-value", "a field's value is not one the format allows";
+    ConflictingFields => "conflicting-fields", "two fields that exclude each other are both set";
+    InvalidId => "invalid-id", "an id is not a lowercase identifier";
+    DuplicateId => "duplicate-id", "two steps, capabilities or terminals share an id";
+    UnknownRoute => "unknown-route", "a route names no step or terminal";
+    MissingRoute => "missing-route", "a last step without `next`: a run must know where it may end";
+    NameCollision => "name-collision", "a step and a terminal, or two things, share a name";
+    UndeclaredTool => "undeclared-tool", "a step names a capability that no capability declares";
+    BudgetOutOfRange => "budget-out-of-range", "a retry budget is outside 1..100";
+    UnbudgetedCycle => "unbudgeted-cycle", "a cycle of routes with no retry budget could run forever";
+    UnreachableStep => "unreachable-step", "no route leads to this step";
+    NoTerminal => "no-terminal", "the runbook declares no terminal";
+    AutonomousAtR0 => "autonomous-at-r0", "an agent-autonomous runbook cannot declare R0";
+    MinProfileBelowImplied => "min-profile-below-implied", "the declared minimum profile is below what the runbook's risk implies";
+    ReportOnlyRequiresAdvisory => "report-only-requires-advisory", "report-only enforcement is allowed only for advisory runbooks";
+    InvalidRegex => "invalid-regex", "a pattern is not a valid regular expression";
+    InvalidPointer => "invalid-pointer", "a path is not a valid JSON Pointer";
+    InvalidPredicate => "invalid-predicate", "a check is not a valid predicate";
+    AmbiguousObservation => "ambiguous-observation", "a step has several capabilities and no `observe` saying which result it checks";
+    UnanchoredWhen => "unanchored-when", "a `matches` inside `when` must be anchored at both ends (^...$), or it grants more than it says";
+    UnconstrainedShell => "unconstrained-shell", "a shell-like capability without a `when` can run anything, in a runbook with gated steps";
+    Limit => "limit", "the document is over one of the module's limits";
+}
 
 /// The sentence for one code of one kind.
 pub fn explain(kind: &str, code: &str) -> Option<&'static str> {
+    if kind == "lint" {
+        return LintCode::parse(code).map(LintCode::sentence);
+    }
     CODES.iter().find(|(k, c, _)| *k == kind && *c == code).map(|(_, _, s)| *s)
 }
 
 fn sentence(kind: &str, code: &str) -> &'static str {
     explain(kind, code).unwrap_or("")
+}
+
+/// ` [reason]` when the decision carries a reason code.
+fn reason_tag(d: &Decision) -> String {
+    d.reason.map(|r| format!(" [{}]", r.as_str())).unwrap_or_default()
 }
 
 /// One sentence about a decision, for the agent or the person reading it: what was decided, at which
@@ -130,8 +164,12 @@ pub fn explain_decision(d: &Decision) -> String {
             };
             format!("Denied{at} (event {seq}): {why}.")
         }
-        DecisionKind::NeedsApproval => format!("Needs approval{at} (event {seq}) [needs-approval]: {}.", sentence("decision", "needs-approval")),
-        DecisionKind::NeedsVerdict => format!("Needs a human's verdict{at} (event {seq}) [needs-verdict]: {}.", sentence("decision", "needs-verdict")),
+        DecisionKind::NeedsApproval => {
+            format!("Needs approval{at} (event {seq}) [needs-approval]{}: {}.", reason_tag(d), sentence("decision", "needs-approval"))
+        }
+        DecisionKind::NeedsVerdict => {
+            format!("Needs a human's verdict{at} (event {seq}) [needs-verdict]{}: {}.", reason_tag(d), sentence("decision", "needs-verdict"))
+        }
         DecisionKind::Halt => {
             if !d.refusals.is_empty() {
                 let parts: Vec<String> = d.refusals.iter().map(|r| format!("[{}] {}", r.as_str(), sentence("refusal", r.as_str()))).collect();
@@ -186,6 +224,9 @@ pub fn all_enum_codes() -> Vec<(&'static str, &'static str)> {
     }
     for (n, _) in END_REASONS {
         v.push(("end-reason", n));
+    }
+    for c in LintCode::ALL {
+        v.push(("lint", c.as_str()));
     }
     v
 }

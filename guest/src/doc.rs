@@ -1,6 +1,7 @@
 //! The runbook document: parsing either dialect (seed 001 checkpoint manifests and step/capability
 //! procedures) into a typed model, and every lint finding with its place in the source (DESIGN 2, 7, 9).
 
+use crate::codes::LintCode;
 use crate::json::{self, ParseIssue};
 use crate::predicate::{Op, Pred, OPS};
 use crate::value::{escape_token, parse_pointer, Node, Pos, Value};
@@ -280,10 +281,10 @@ struct Ctx {
 }
 
 impl Ctx {
-    fn push(&mut self, code: &'static str, severity: Severity, pos: Pos, pointer: &str, message: String) {
-        self.findings.push(Finding { code, severity, pos, pointer: pointer.to_string(), message });
+    fn push(&mut self, code: LintCode, severity: Severity, pos: Pos, pointer: &str, message: String) {
+        self.findings.push(Finding { code: code.as_str(), severity, pos, pointer: pointer.to_string(), message });
     }
-    fn error(&mut self, code: &'static str, pos: Pos, pointer: &str, message: String) {
+    fn error(&mut self, code: LintCode, pos: Pos, pointer: &str, message: String) {
         self.push(code, Severity::Error, pos, pointer, message);
     }
     fn suggest<'a>(&mut self, word: &str, candidates: impl IntoIterator<Item = &'a str>) -> String {
@@ -293,7 +294,7 @@ impl Ctx {
         self.suggestions_left -= 1;
         did_you_mean(word, candidates)
     }
-    fn warn(&mut self, code: &'static str, pos: Pos, pointer: &str, message: String) {
+    fn warn(&mut self, code: LintCode, pos: Pos, pointer: &str, message: String) {
         self.push(code, Severity::Warning, pos, pointer, message);
     }
 }
@@ -342,7 +343,7 @@ pub fn did_you_mean<'a>(word: &str, candidates: impl IntoIterator<Item = &'a str
 /// Checks that `node` is a mapping with only the given fields (plus `x-` extensions), reporting the rest.
 fn check_fields(ctx: &mut Ctx, node: &Node, pointer: &str, allowed: &[&str], what: &str) -> bool {
     let Value::Obj(members) = &node.value else {
-        ctx.error("wrong-type", node.pos, pointer, format!("{what} must be a mapping, found {}", node.type_name()));
+        ctx.error(LintCode::WrongType, node.pos, pointer, format!("{what} must be a mapping, found {}", node.type_name()));
         return false;
     };
     for m in members {
@@ -350,7 +351,7 @@ fn check_fields(ctx: &mut Ctx, node: &Node, pointer: &str, allowed: &[&str], wha
             continue;
         }
         let hint = did_you_mean(&m.key, allowed.iter().copied());
-        ctx.error("unknown-field", m.key_pos, &ptr(pointer, &m.key), format!("unknown field `{}` in {what}{hint}", m.key));
+        ctx.error(LintCode::UnknownField, m.key_pos, &ptr(pointer, &m.key), format!("unknown field `{}` in {what}{hint}", m.key));
     }
     true
 }
@@ -360,7 +361,7 @@ fn get_str(ctx: &mut Ctx, node: &Node, key: &str, pointer: &str) -> Option<Strin
     match &v.value {
         Value::Str(s) => Some(s.clone()),
         _ => {
-            ctx.error("wrong-type", v.pos, &ptr(pointer, key), format!("`{key}` must be a string, found {}", v.type_name()));
+            ctx.error(LintCode::WrongType, v.pos, &ptr(pointer, key), format!("`{key}` must be a string, found {}", v.type_name()));
             None
         }
     }
@@ -371,7 +372,7 @@ fn get_bool(ctx: &mut Ctx, node: &Node, key: &str, pointer: &str) -> Option<bool
     match &v.value {
         Value::Bool(b) => Some(*b),
         _ => {
-            ctx.error("wrong-type", v.pos, &ptr(pointer, key), format!("`{key}` must be true or false, found {}", v.type_name()));
+            ctx.error(LintCode::WrongType, v.pos, &ptr(pointer, key), format!("`{key}` must be true or false, found {}", v.type_name()));
             None
         }
     }
@@ -385,7 +386,7 @@ fn get_enum<T: Copy>(ctx: &mut Ctx, node: &Node, key: &str, pointer: &str, optio
         None => {
             let names: Vec<String> = options.iter().map(|(n, _)| format!("`{n}`")).collect();
             let hint = did_you_mean(&s, options.iter().map(|(n, _)| *n));
-            ctx.error("invalid-value", v.pos, &ptr(pointer, key), format!("`{key}` must be one of {}, found `{s}`{hint}", names.join(", ")));
+            ctx.error(LintCode::InvalidValue, v.pos, &ptr(pointer, key), format!("`{key}` must be one of {}, found `{s}`{hint}", names.join(", ")));
             None
         }
     }
@@ -395,7 +396,7 @@ fn require(ctx: &mut Ctx, node: &Node, key: &str, pointer: &str, what: &str) -> 
     if node.get(key).is_some() {
         return true;
     }
-    ctx.error("missing-field", node.pos, pointer, format!("{what} needs `{key}`"));
+    ctx.error(LintCode::MissingField, node.pos, pointer, format!("{what} needs `{key}`"));
     false
 }
 
@@ -404,7 +405,7 @@ fn list<'a>(ctx: &mut Ctx, node: &'a Node, key: &str, pointer: &str) -> Option<&
     match &v.value {
         Value::Arr(items) => Some(items),
         _ => {
-            ctx.error("wrong-type", v.pos, &ptr(pointer, key), format!("`{key}` must be a list, found {}", v.type_name()));
+            ctx.error(LintCode::WrongType, v.pos, &ptr(pointer, key), format!("`{key}` must be a list, found {}", v.type_name()));
             None
         }
     }
@@ -512,7 +513,7 @@ pub fn analyze(bytes: &[u8]) -> Analysis {
     };
     let start = Pos { line: 1, column: 1 };
     if bytes.len() > MAX_DOCUMENT_BYTES {
-        ctx.error("limit", start, "", format!("the document is {} bytes; the limit is {MAX_DOCUMENT_BYTES}", bytes.len()));
+        ctx.error(LintCode::Limit, start, "", format!("the document is {} bytes; the limit is {MAX_DOCUMENT_BYTES}", bytes.len()));
         a.findings = ctx.findings;
         return a;
     }
@@ -520,7 +521,7 @@ pub fn analyze(bytes: &[u8]) -> Analysis {
         Ok(t) => t,
         Err(e) => {
             let valid = std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or("");
-            ctx.error("parse-error", pos_at(valid, valid.len()), "", "the document is not valid UTF-8".into());
+            ctx.error(LintCode::ParseError, pos_at(valid, valid.len()), "", "the document is not valid UTF-8".into());
             a.findings = ctx.findings;
             return a;
         }
@@ -558,7 +559,7 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             if !valid_runbook_id(&id) {
                 let v = root.get("runbook_id").unwrap();
                 ctx.error(
-                    "invalid-id",
+                    LintCode::InvalidId,
                     v.pos,
                     "/runbook_id",
                     format!("`{id}` is not a valid runbook id (lowercase letters, digits, `.`, `_`, `-`; at most 128)"),
@@ -571,7 +572,7 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
         if let Some(v) = get_str(ctx, root, "version", "") {
             if !valid_semver(&v) {
                 let n = root.get("version").unwrap();
-                ctx.error("invalid-id", n.pos, "/version", format!("`{v}` is not a semantic version such as `1.2.0`"));
+                ctx.error(LintCode::InvalidId, n.pos, "/version", format!("`{v}` is not a semantic version such as `1.2.0`"));
             }
             d.version = Some(v);
         }
@@ -582,7 +583,7 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
     d.report_only = get_enum(ctx, root, "failure_policy", "", &[("fail_closed", false), ("report_only", true)]).unwrap_or(false);
     if d.report_only && !d.advisory {
         let n = root.get("failure_policy").unwrap();
-        ctx.error("report-only-requires-advisory", n.pos, "/failure_policy", "`report_only` is allowed only with `mode: advisory`".into());
+        ctx.error(LintCode::ReportOnlyRequiresAdvisory, n.pos, "/failure_policy", "`report_only` is allowed only with `mode: advisory`".into());
     }
     d.execution = get_enum(
         ctx,
@@ -599,7 +600,7 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
     if let Some(items) = list(ctx, root, "capabilities", "") {
         if items.len() > MAX_CAPABILITIES {
             ctx.error(
-                "limit",
+                LintCode::Limit,
                 root.get("capabilities").unwrap().pos,
                 "/capabilities",
                 format!("{} capabilities; the limit is {MAX_CAPABILITIES}", items.len()),
@@ -629,7 +630,7 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
     for i in 0..d.capabilities.len() {
         if d.capabilities[..i].iter().any(|c| c.name == d.capabilities[i].name) {
             let (pos, p) = &cap_nodes[i];
-            ctx.error("duplicate-id", *pos, p, format!("capability `{}` is declared twice", d.capabilities[i].name));
+            ctx.error(LintCode::DuplicateId, *pos, p, format!("capability `{}` is declared twice", d.capabilities[i].name));
         }
     }
 
@@ -640,15 +641,15 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             match &item.value {
                 Value::Str(t) => {
                     if !valid_step_id(t) {
-                        ctx.error("invalid-id", item.pos, &p, format!("`{t}` is not a valid terminal name (lowercase letters, digits, `_`, `-`)"));
+                        ctx.error(LintCode::InvalidId, item.pos, &p, format!("`{t}` is not a valid terminal name (lowercase letters, digits, `_`, `-`)"));
                     }
                     if d.terminals.contains(t) {
-                        ctx.error("duplicate-id", item.pos, &p, format!("terminal `{t}` is listed twice"));
+                        ctx.error(LintCode::DuplicateId, item.pos, &p, format!("terminal `{t}` is listed twice"));
                     } else {
                         d.terminals.push(t.clone());
                     }
                 }
-                _ => ctx.error("wrong-type", item.pos, &p, format!("a terminal must be a string, found {}", item.type_name())),
+                _ => ctx.error(LintCode::WrongType, item.pos, &p, format!("a terminal must be a string, found {}", item.type_name())),
             }
         }
     }
@@ -677,7 +678,7 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                 Value::Num(n) if n.as_u64().is_some() => n.as_u64(),
                 _ => {
                     ctx.error(
-                        "wrong-type",
+                        LintCode::WrongType,
                         t.pos,
                         &ptr(&p, "timeout_ms"),
                         format!("`timeout_ms` must be a whole number of milliseconds, found {}", t.type_name()),
@@ -687,16 +688,16 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             });
             match kind {
                 Some("tool_call") if item.get("match").is_none() => {
-                    ctx.error("missing-field", item.pos, &p, "a `tool_call` checkpoint needs `match: {tool}`".into())
+                    ctx.error(LintCode::MissingField, item.pos, &p, "a `tool_call` checkpoint needs `match: {tool}`".into())
                 }
                 Some("condition") if item.get("condition").is_none() => {
-                    ctx.error("missing-field", item.pos, &p, "a `condition` checkpoint needs `condition`".into())
+                    ctx.error(LintCode::MissingField, item.pos, &p, "a `condition` checkpoint needs `condition`".into())
                 }
                 _ => {}
             }
             if let (true, true, Some(id), Some(kind)) = (has_id, has_kind, id, kind) {
                 if d.checkpoints.iter().any(|c| c.id == id) {
-                    ctx.error("duplicate-id", item.get("id").unwrap().pos, &ptr(&p, "id"), format!("checkpoint `{id}` is declared twice"));
+                    ctx.error(LintCode::DuplicateId, item.get("id").unwrap().pos, &ptr(&p, "id"), format!("checkpoint `{id}` is declared twice"));
                     continue;
                 }
                 d.checkpoints.push(Checkpoint { id, kind: kind.to_string(), required, match_tool, condition, timeout_ms });
@@ -753,11 +754,16 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                     let ok = require(ctx, item, "runbook_id", &p, "a `runbook` prerequisite") & require(ctx, item, "version", &p, "a `runbook` prerequisite");
                     if let (true, Some(id), Some(version)) = (ok, get_str(ctx, item, "runbook_id", &p), get_str(ctx, item, "version", &p)) {
                         if !valid_runbook_id(&id) {
-                            ctx.error("invalid-id", item.get("runbook_id").unwrap().pos, &ptr(&p, "runbook_id"), format!("`{id}` is not a valid runbook id"));
+                            ctx.error(
+                                LintCode::InvalidId,
+                                item.get("runbook_id").unwrap().pos,
+                                &ptr(&p, "runbook_id"),
+                                format!("`{id}` is not a valid runbook id"),
+                            );
                         }
                         if !valid_semver(&version) {
                             ctx.error(
-                                "invalid-id",
+                                LintCode::InvalidId,
                                 item.get("version").unwrap().pos,
                                 &ptr(&p, "version"),
                                 format!("`{version}` is not a semantic version such as `1.2.0`"),
@@ -776,7 +782,7 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
     // Steps.
     if let Some(items) = list(ctx, root, "steps", "") {
         if items.len() > MAX_STEPS {
-            ctx.error("limit", root.get("steps").unwrap().pos, "/steps", format!("{} steps; the limit is {MAX_STEPS}", items.len()));
+            ctx.error(LintCode::Limit, root.get("steps").unwrap().pos, "/steps", format!("{} steps; the limit is {MAX_STEPS}", items.len()));
         }
         for (i, item) in items.iter().enumerate().take(MAX_STEPS) {
             let p = format!("/steps/{i}");
@@ -789,16 +795,16 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             let Some(id) = get_str(ctx, item, "id", &p) else { continue };
             let id_node = item.get("id").unwrap();
             if !valid_step_id(&id) {
-                ctx.error("invalid-id", id_node.pos, &ptr(&p, "id"), format!("`{id}` is not a valid step id (lowercase letters, digits, `_`, `-`)"));
+                ctx.error(LintCode::InvalidId, id_node.pos, &ptr(&p, "id"), format!("`{id}` is not a valid step id (lowercase letters, digits, `_`, `-`)"));
             }
             if a.index.contains_key(&id) {
-                ctx.error("duplicate-id", id_node.pos, &ptr(&p, "id"), format!("step `{id}` is declared twice"));
+                ctx.error(LintCode::DuplicateId, id_node.pos, &ptr(&p, "id"), format!("step `{id}` is declared twice"));
             } else {
                 a.index.insert(id.clone(), d.steps.len());
             }
             let mut tools = Vec::new();
             if item.get("tool").is_some() && item.get("tools").is_some() {
-                ctx.error("conflicting-fields", item.get("tools").unwrap().pos, &ptr(&p, "tools"), "a step has `tool` or `tools`, not both".into());
+                ctx.error(LintCode::ConflictingFields, item.get("tools").unwrap().pos, &ptr(&p, "tools"), "a step has `tool` or `tools`, not both".into());
             }
             if let Some(t) = get_str(ctx, item, "tool", &p) {
                 tools.push(t);
@@ -807,7 +813,7 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                 for (j, t) in ts.iter().enumerate() {
                     match &t.value {
                         Value::Str(s) => tools.push(s.clone()),
-                        _ => ctx.error("wrong-type", t.pos, &format!("{p}/tools/{j}"), format!("a tool must be a string, found {}", t.type_name())),
+                        _ => ctx.error(LintCode::WrongType, t.pos, &format!("{p}/tools/{j}"), format!("a tool must be a string, found {}", t.type_name())),
                     }
                 }
             }
@@ -823,11 +829,11 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                         (preds.len() == parts.len()).then_some(preds)
                     }
                     Value::Arr(_) => {
-                        ctx.error("invalid-predicate", n.pos, &ap, "`assert` must hold at least one predicate".into());
+                        ctx.error(LintCode::InvalidPredicate, n.pos, &ap, "`assert` must hold at least one predicate".into());
                         None
                     }
                     _ => {
-                        ctx.error("wrong-type", n.pos, &ap, format!("`assert` must be a list of predicates, found {}", n.type_name()));
+                        ctx.error(LintCode::WrongType, n.pos, &ap, format!("`assert` must be a list of predicates, found {}", n.type_name()));
                         None
                     }
                 }
@@ -847,7 +853,7 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                         Some(v) if (1..=100).contains(&v) => Some(v),
                         _ => {
                             ctx.error(
-                                "budget-out-of-range",
+                                LintCode::BudgetOutOfRange,
                                 m.pos,
                                 &ptr(&rp, "max"),
                                 format!("`retry.max` must be a whole number from 1 to 100, found `{}`", n.canonical()),
@@ -856,7 +862,7 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                         }
                     },
                     _ => {
-                        ctx.error("wrong-type", m.pos, &ptr(&rp, "max"), format!("`retry.max` must be a number, found {}", m.type_name()));
+                        ctx.error(LintCode::WrongType, m.pos, &ptr(&rp, "max"), format!("`retry.max` must be a number, found {}", m.type_name()));
                         None
                     }
                 };
@@ -870,14 +876,14 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
 /// Parses a predicate. `in_when` applies the stricter rules for `when` (9.20).
 fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred> {
     let Value::Obj(members) = &node.value else {
-        ctx.error("invalid-predicate", node.pos, p, format!("a predicate must be a mapping, found {}", node.type_name()));
+        ctx.error(LintCode::InvalidPredicate, node.pos, p, format!("a predicate must be a mapping, found {}", node.type_name()));
         return None;
     };
     let combinator = ["all", "any", "not"].iter().find(|k| node.get(k).is_some()).copied();
     if let Some(k) = combinator {
         let real: Vec<&str> = members.iter().filter(|m| !m.key.starts_with("x-")).map(|m| m.key.as_str()).collect();
         if real.len() != 1 {
-            ctx.error("invalid-predicate", node.pos, p, format!("a predicate with `{k}` has no other fields"));
+            ctx.error(LintCode::InvalidPredicate, node.pos, p, format!("a predicate with `{k}` has no other fields"));
             return None;
         }
         let inner = node.get(k).unwrap();
@@ -886,11 +892,11 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
             return predicate(ctx, inner, &ip, in_when).map(|x| Pred::Not(Box::new(x)));
         }
         let Value::Arr(parts) = &inner.value else {
-            ctx.error("invalid-predicate", inner.pos, &ip, format!("`{k}` takes a list of predicates, found {}", inner.type_name()));
+            ctx.error(LintCode::InvalidPredicate, inner.pos, &ip, format!("`{k}` takes a list of predicates, found {}", inner.type_name()));
             return None;
         };
         if parts.is_empty() {
-            ctx.error("invalid-predicate", inner.pos, &ip, format!("`{k}` takes at least one predicate"));
+            ctx.error(LintCode::InvalidPredicate, inner.pos, &ip, format!("`{k}` takes at least one predicate"));
             return None;
         }
         let preds: Vec<Pred> = parts.iter().enumerate().filter_map(|(i, x)| predicate(ctx, x, &format!("{ip}/{i}"), in_when)).collect();
@@ -910,7 +916,7 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
     let path = get_str(ctx, node, "path", p)?;
     let Some(tokens) = parse_pointer(&path) else {
         ctx.error(
-            "invalid-pointer",
+            LintCode::InvalidPointer,
             node.get("path").unwrap().pos,
             &ptr(p, "path"),
             format!("`{path}` is not a JSON Pointer (it starts with `/`, and `~` is written `~0` or `~1`)"),
@@ -922,12 +928,12 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
     let op_pos = node.get("op").unwrap().pos;
     match (op, value) {
         (Op::Exists | Op::Absent, Some(v)) => {
-            ctx.error("invalid-predicate", v.pos, &ptr(p, "value"), format!("`{}` takes no `value`", op.name()));
+            ctx.error(LintCode::InvalidPredicate, v.pos, &ptr(p, "value"), format!("`{}` takes no `value`", op.name()));
             return None;
         }
         (Op::Exists | Op::Absent, None) => {}
         (_, None) => {
-            ctx.error("invalid-predicate", op_pos, p, format!("`{}` needs a `value`", op.name()));
+            ctx.error(LintCode::InvalidPredicate, op_pos, p, format!("`{}` needs a `value`", op.name()));
             return None;
         }
         (_, Some(v)) => {
@@ -945,7 +951,7 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
                     Op::LenEq | Op::LenLte | Op::LenGte => "a whole number",
                     _ => "a number",
                 };
-                ctx.error("invalid-predicate", v.pos, &ptr(p, "value"), format!("`{}` compares with {want}, found {}", op.name(), v.type_name()));
+                ctx.error(LintCode::InvalidPredicate, v.pos, &ptr(p, "value"), format!("`{}` compares with {want}, found {}", op.name(), v.type_name()));
                 return None;
             }
         }
@@ -963,13 +969,13 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
             Err(e) => {
                 let detail = e.to_string();
                 let first = detail.lines().find(|l| l.starts_with("error")).or(detail.lines().last()).unwrap_or("");
-                ctx.error("invalid-regex", v.pos, &ptr(p, "value"), format!("`{pattern}` is not a valid regular expression: {}", first.trim()));
+                ctx.error(LintCode::InvalidRegex, v.pos, &ptr(p, "value"), format!("`{pattern}` is not a valid regular expression: {}", first.trim()));
                 return None;
             }
         }
         if in_when && !anchored_branches(pattern) {
             ctx.error(
-                "unanchored-when",
+                LintCode::UnanchoredWhen,
                 v.pos,
                 &ptr(p, "value"),
                 format!(
@@ -1026,7 +1032,7 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
 
     for t in &d.terminals {
         if let Some(s) = d.steps.iter().find(|s| &s.id == t) {
-            ctx.error("name-collision", s.pos, &ptr(&s.pointer, "id"), format!("`{t}` is both a step and a terminal"));
+            ctx.error(LintCode::NameCollision, s.pos, &ptr(&s.pointer, "id"), format!("`{t}` is both a step and a terminal"));
         }
     }
 
@@ -1050,7 +1056,7 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                         ),
                     };
                     let hint = ctx.suggest(t, cap_names.iter().copied());
-                    ctx.error("undeclared-tool", pos, &p, format!("step `{}` names `{t}`, which no capability declares{hint}", s.id));
+                    ctx.error(LintCode::UndeclaredTool, pos, &p, format!("step `{}` names `{t}`, which no capability declares{hint}", s.id));
                     undeclared.push((s.id.clone(), t.clone()));
                 }
             }
@@ -1063,7 +1069,12 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             if let Some(t) = target {
                 if !target_set.contains(t.as_str()) {
                     let hint = ctx.suggest(t, route_targets.iter().copied());
-                    ctx.error("unknown-route", field_pos(k), &ptr(&s.pointer, k), format!("`{k}` goes to `{t}`, which is neither a step nor a terminal{hint}"));
+                    ctx.error(
+                        LintCode::UnknownRoute,
+                        field_pos(k),
+                        &ptr(&s.pointer, k),
+                        format!("`{k}` goes to `{t}`, which is neither a step nor a terminal{hint}"),
+                    );
                 }
             }
         }
@@ -1071,12 +1082,17 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             if !a.index.contains_key(r.to.as_str()) {
                 let hint = ctx.suggest(&r.to, step_ids.iter().copied());
                 let pos = step_node.and_then(|n| n.get("retry")).and_then(|n| n.get("to")).map(|n| n.pos).unwrap_or(field_pos("retry"));
-                ctx.error("unknown-route", pos, &format!("{}/retry/to", s.pointer), format!("`retry.to` goes to `{}`, which is not a step{hint}", r.to));
+                ctx.error(LintCode::UnknownRoute, pos, &format!("{}/retry/to", s.pointer), format!("`retry.to` goes to `{}`, which is not a step{hint}", r.to));
             }
         }
         let next = s.next.clone().or_else(|| d.steps.get(i + 1).map(|n| n.id.clone()));
         if next.is_none() {
-            ctx.error("missing-route", s.pos, &ptr(&s.pointer, "id"), format!("the last step `{}` has no `next`: name the terminal where a run ends", s.id));
+            ctx.error(
+                LintCode::MissingRoute,
+                s.pos,
+                &ptr(&s.pointer, "id"),
+                format!("the last step `{}` has no `next`: name the terminal where a run ends", s.id),
+            );
         }
         a.step_next.push(next);
         // Observation.
@@ -1085,7 +1101,7 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
                 Some(ci) => vec![*ci],
                 None => {
                     ctx.error(
-                        "ambiguous-observation",
+                        LintCode::AmbiguousObservation,
                         field_pos("observe"),
                         &ptr(&s.pointer, "observe"),
                         format!("`observe` names `{o}`, which is not one of step `{}`'s tools", s.id),
@@ -1096,7 +1112,7 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             None => {
                 if s.assert.is_some() && a.step_caps[i].len() > 1 {
                     ctx.error(
-                        "ambiguous-observation",
+                        LintCode::AmbiguousObservation,
                         field_pos("assert"),
                         &ptr(&s.pointer, "assert"),
                         format!("step `{}` has several tools: say with `observe` which one's result the `assert` judges", s.id),
@@ -1134,14 +1150,14 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
         let pos = root.get("min_runtime_profile").map(|n| n.pos).unwrap_or_default();
         if a.doc.execution == Some(Execution::AgentAutonomous) && declared == Profile::R0 {
             ctx.error(
-                "autonomous-at-r0",
+                LintCode::AutonomousAtR0,
                 pos,
                 "/min_runtime_profile",
                 "`agent-autonomous` execution cannot run at `R0`: nothing would stand between the agent and the tools".into(),
             );
         } else if declared < a.implied_profile {
             ctx.error(
-                "min-profile-below-implied",
+                LintCode::MinProfileBelowImplied,
                 pos,
                 "/min_runtime_profile",
                 format!("`min_runtime_profile` is `{}` but the runbook implies `{}`", declared.as_str(), a.implied_profile.as_str()),
@@ -1154,7 +1170,7 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             if c.when.is_none() && SHELL_TOOLS.contains(&c.tool.as_str()) {
                 let pos = root.pointer(&["capabilities".to_string(), i.to_string()]).map(|n| n.pos).unwrap_or_default();
                 ctx.warn(
-                    "unconstrained-shell",
+                    LintCode::UnconstrainedShell,
                     pos,
                     &format!("/capabilities/{i}"),
                     format!("capability `{}` allows any `{}` command in a runbook with gated steps; constrain it with `when`", c.name, c.tool),
@@ -1183,7 +1199,7 @@ fn graph_lints(ctx: &mut Ctx, a: &Analysis, root: &Node) {
     let field_pos = |i: usize, k: &str| root.pointer(&["steps".to_string(), i.to_string(), k.to_string()]).map(|x| x.pos).unwrap_or(d.steps[i].pos);
     if d.terminals.is_empty() {
         let pos = root.get("steps").map(|x| x.pos).unwrap_or_default();
-        ctx.error("no-terminal", pos, "/steps", "the runbook has steps but no `terminals`: a run must know where it may end".into());
+        ctx.error(LintCode::NoTerminal, pos, "/steps", "the runbook has steps but no `terminals`: a run must know where it may end".into());
     }
     // Unbudgeted edges: `next` and `on_fail`. A cycle made of them alone can loop forever.
     let edges: Vec<Vec<(usize, &'static str)>> = (0..n)
@@ -1214,7 +1230,7 @@ fn graph_lints(ctx: &mut Ctx, a: &Analysis, root: &Node) {
                     let p = if field == "next" && d.steps[v].next.is_none() { ptr(&d.steps[v].pointer, "id") } else { ptr(&d.steps[v].pointer, field) };
                     let pos = if d.steps[v].next.is_none() && field == "next" { d.steps[v].pos } else { field_pos(v, field) };
                     ctx.error(
-                        "unbudgeted-cycle",
+                        LintCode::UnbudgetedCycle,
                         pos,
                         &p,
                         format!(
@@ -1253,11 +1269,11 @@ fn graph_lints(ctx: &mut Ctx, a: &Analysis, root: &Node) {
     }
     if !d.terminals.is_empty() && !reaches_terminal {
         let pos = root.get("terminals").map(|x| x.pos).unwrap_or_default();
-        ctx.error("no-terminal", pos, "/terminals", "no route from the first step reaches a terminal".into());
+        ctx.error(LintCode::NoTerminal, pos, "/terminals", "no route from the first step reaches a terminal".into());
     }
     for i in 0..n {
         if !seen[i] && a.index.get(&d.steps[i].id) == Some(&i) {
-            ctx.warn("unreachable-step", d.steps[i].pos, &ptr(&d.steps[i].pointer, "id"), format!("no route reaches step `{}`", d.steps[i].id));
+            ctx.warn(LintCode::UnreachableStep, d.steps[i].pos, &ptr(&d.steps[i].pointer, "id"), format!("no route reaches step `{}`", d.steps[i].id));
         }
     }
 }

@@ -1,10 +1,40 @@
 //! The policy envelope `runbook-policy-envelope/v1`, derived from the document alone (DESIGN 3).
 
+use crate::codes::LintCode;
 use crate::doc::Analysis;
 use crate::jcs::{self, arr, b, n, null, obj, obj_owned, opt_s, s, strs};
 use crate::value::Node;
 
 pub const SCHEMA: &str = "runbook-policy-envelope/v1";
+
+fn derivable(a: &Analysis) -> bool {
+    a.parsed && !a.findings.iter().any(|f| f.severity == crate::doc::Severity::Error && BLOCKING.iter().any(|c| c.as_str() == f.code))
+}
+
+/// Findings that leave the document without a complete model, so no envelope can be derived. The others
+/// (an undeclared tool, a bad route, a profile too low, ...) still give an envelope that shows them.
+pub const BLOCKING: &[LintCode] = &[
+    LintCode::ParseError,
+    LintCode::UnknownField,
+    LintCode::DuplicateKey,
+    LintCode::WrongType,
+    LintCode::InvalidId,
+    LintCode::InvalidValue,
+    LintCode::DuplicateId,
+    LintCode::MissingField,
+    LintCode::ConflictingFields,
+    LintCode::NameCollision,
+    LintCode::BudgetOutOfRange,
+    LintCode::InvalidRegex,
+    LintCode::InvalidPointer,
+    LintCode::InvalidPredicate,
+    LintCode::Limit,
+];
+
+/// The canonical envelope, or None when the document has no complete model.
+pub fn envelope_of(a: &Analysis) -> Option<String> {
+    derivable(a).then(|| canonical(a))
+}
 
 /// The envelope as a tree; `jcs::to_string` gives its canonical bytes. Only for documents without errors.
 pub fn build(a: &Analysis) -> Node {

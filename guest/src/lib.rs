@@ -58,7 +58,7 @@ pub fn envelope(document: &[u8]) -> Result<String, Vec<Finding>> {
     match supervisor::envelope_of(&a) {
         Some(e) => Ok(e),
         // Only the findings that leave the document without a model; `lint` reports the rest.
-        None => Err(a.findings.into_iter().filter(|f| f.severity == Severity::Error && supervisor::BLOCKING.contains(&f.code)).collect()),
+        None => Err(a.findings.into_iter().filter(|f| f.severity == Severity::Error && supervisor::BLOCKING.iter().any(|c| c.as_str() == f.code)).collect()),
     }
 }
 

@@ -6,7 +6,6 @@
 //! [`Session::snapshot`] and [`Session::restore`] carry a session from one process to the next.
 
 use crate::doc::{self, Analysis, CompletionCondition, Prerequisite, Profile};
-use crate::envelope;
 use crate::event::{self, Claim, Coverage, Decision, DecisionKind, Deviation, Event, EventKind, Reason, Refusal};
 use crate::jcs::{self, arr, n, null, obj, obj_owned, opt_s, s, strs};
 use crate::predicate::{Pred, Truth};
@@ -122,34 +121,7 @@ pub struct Session {
     last_at: u64,
 }
 
-fn derivable(a: &Analysis) -> bool {
-    a.parsed && !a.findings.iter().any(|f| f.severity == doc::Severity::Error && BLOCKING.contains(&f.code))
-}
-
-/// Findings that leave the document without a complete model, so no envelope can be derived. The others
-/// (an undeclared tool, a bad route, a profile too low, ...) still give an envelope that shows them.
-pub const BLOCKING: &[&str] = &[
-    "parse-error",
-    "unknown-field",
-    "duplicate-key",
-    "wrong-type",
-    "invalid-id",
-    "invalid-value",
-    "duplicate-id",
-    "missing-field",
-    "conflicting-fields",
-    "name-collision",
-    "budget-out-of-range",
-    "invalid-regex",
-    "invalid-pointer",
-    "invalid-predicate",
-    "limit",
-];
-
-/// The canonical envelope, or None when the document has no complete model.
-pub fn envelope_of(a: &Analysis) -> Option<String> {
-    derivable(a).then(|| envelope::canonical(a))
-}
+pub use crate::envelope::{envelope_of, BLOCKING};
 
 impl Session {
     pub fn new(document: &[u8]) -> Session {
