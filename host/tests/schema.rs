@@ -132,7 +132,7 @@ const EXPECTED: &[(&str, &str, &str, Option<&str>)] = &[
 
 #[test]
 fn structural_codes_partition_the_blocking_codes() {
-    let blocking: BTreeSet<&str> = BLOCKING.iter().copied().collect();
+    let blocking: BTreeSet<&str> = BLOCKING.iter().map(|c| c.as_str()).collect();
     let structural: BTreeSet<&str> = STRUCTURAL.iter().copied().collect();
     let other: BTreeSet<&str> = NOT_STRUCTURAL.iter().copied().collect();
     assert!(structural.is_disjoint(&other), "a code is both structural and not: {:?}", structural.intersection(&other).collect::<Vec<_>>());

@@ -135,8 +135,47 @@ pub fn verify_dir(dir: &Dir) -> Outcome {
     }
 }
 
+/// What the checks have read and established so far, handed from each numbered check to the next.
+struct Seen {
+    run_bytes: Vec<u8>,
+    run: Value,
+    run_id: String,
+    doc_file: String,
+    has_envelope: bool,
+    doc: Vec<u8>,
+    envelope: Option<Vec<u8>>,
+    env_v: Option<Value>,
+    events_bytes: Vec<u8>,
+    report_bytes: Vec<u8>,
+    report: Value,
+    receipt_bytes: Vec<u8>,
+    receipt_text: String,
+    receipt: Value,
+    derivation: Option<Value>,
+    doc_sha: String,
+    h0: String,
+    /// The sha256 of the events the receipt pins (the source's, for a redacted derivative).
+    events_source_sha: String,
+    /// The chain's head after check 7.
+    head: String,
+}
+
 fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
-    // 1. The manifest and its layout.
+    let policy = runbook_host::bundle::shared_policy().or_else(|e| fail("(module)", e.to_string()))?;
+    let mut s = layout(dir, cx)?;
+    presence(dir, cx, &mut s)?;
+    receipt_form(cx, &mut s)?;
+    relative_paths_only(cx, &mut s)?;
+    document_sha256(cx, &mut s)?;
+    envelope(policy, cx, &mut s)?;
+    derivation(cx, &mut s)?;
+    let session = events(policy, cx, &mut s)?;
+    report(cx, &s, session)?;
+    receipt(cx, &s)
+}
+
+/// 1. The manifest and its layout.
+fn layout(dir: &Dir, cx: &mut Ctx) -> Result<Seen, Failure> {
     let run_bytes = read(dir, "run.json")?;
     let run = parse_json("run.json", &run_bytes)?;
     if run["schema"] != bundle::RUN_SCHEMA {
@@ -144,7 +183,8 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
     }
     let run_id = run["run_id"].as_str().filter(|s| bundle::is_safe_name(s));
     let Some(run_id) = run_id else { return fail("run.json", "`run_id` is missing or not a plain name") };
-    cx.run_id = Some(run_id.to_string());
+    let run_id = run_id.to_string();
+    cx.run_id = Some(run_id.clone());
     let a = &run["artifacts"];
     let doc_file = match a["document"].as_str() {
         Some(f @ ("runbook.yaml" | "runbook.json")) => f.to_string(),
@@ -167,60 +207,93 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
         return fail("run.json", "`document.file` is not the document artifact");
     }
     cx.pass("layout");
+    Ok(Seen {
+        run_bytes,
+        run,
+        run_id,
+        doc_file,
+        has_envelope,
+        doc: Vec::new(),
+        envelope: None,
+        env_v: None,
+        events_bytes: Vec::new(),
+        report_bytes: Vec::new(),
+        report: Value::Null,
+        receipt_bytes: Vec::new(),
+        receipt_text: String::new(),
+        receipt: Value::Null,
+        derivation: None,
+        doc_sha: String::new(),
+        h0: String::new(),
+        events_source_sha: String::new(),
+        head: String::new(),
+    })
+}
 
-    // 2. Presence.
-    let doc = read(dir, &doc_file)?;
-    let envelope = if has_envelope { Some(read(dir, "envelope.json")?) } else { None };
-    let events_bytes = read(dir, "events.ndjson")?;
-    let report_bytes = read(dir, "report.json")?;
-    let receipt_bytes = read(dir, "receipt.json")?;
+/// 2. Presence.
+fn presence(dir: &Dir, cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
+    s.doc = read(dir, &s.doc_file)?;
+    s.envelope = if s.has_envelope { Some(read(dir, "envelope.json")?) } else { None };
+    s.events_bytes = read(dir, "events.ndjson")?;
+    s.report_bytes = read(dir, "report.json")?;
+    s.receipt_bytes = read(dir, "receipt.json")?;
     // A redacted derivative (`export --redact`) carries derivation.json: its chain and receipt verify, its
     // events cannot be replayed.
-    let derivation = match dir.symlink_metadata("derivation.json") {
+    s.derivation = match dir.symlink_metadata("derivation.json") {
         Ok(_) => Some(parse_json("derivation.json", &read(dir, "derivation.json")?)?),
         Err(_) => None,
     };
     cx.pass("files-present");
+    Ok(())
+}
 
-    // 3. The receipt's form.
+/// 3. The receipt's form.
+fn receipt_form(cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
+    s.receipt_text = std::str::from_utf8(&s.receipt_bytes).or_else(|_| fail("receipt.json", "not UTF-8"))?.to_string();
+    s.receipt = parse_json("receipt.json", &s.receipt_bytes)?;
     let policy = runbook_host::bundle::shared_policy().or_else(|e| fail("(module)", e.to_string()))?;
-    let receipt_text = std::str::from_utf8(&receipt_bytes).or_else(|_| fail("receipt.json", "not UTF-8"))?;
-    let receipt = parse_json("receipt.json", &receipt_bytes)?;
-    match policy.canonicalize(receipt_text) {
-        Ok(Ok(c)) if c == receipt_text => {}
+    match policy.canonicalize(&s.receipt_text) {
+        Ok(Ok(c)) if c == s.receipt_text => {}
         _ => return fail("receipt.json", "not canonical JSON (RFC 8785)"),
     }
-    let keys: Vec<&str> = receipt.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
+    let keys: Vec<&str> = s.receipt.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default();
     if keys != RECEIPT_KEYS {
         return fail("receipt.json", format!("the keys must be exactly {}", RECEIPT_KEYS.join(", ")));
     }
-    if receipt["schema"] != bundle::RECEIPT_SCHEMA {
+    if s.receipt["schema"] != bundle::RECEIPT_SCHEMA {
         return fail("receipt.json", format!("`schema` is not `{}`", bundle::RECEIPT_SCHEMA));
     }
     cx.pass("receipt-form");
+    Ok(())
+}
 
-    // 4. No absolute path in the bundle's own metadata.
-    let report = parse_json("report.json", &report_bytes)?;
-    for (name, v) in [("run.json", &run), ("report.json", &report), ("receipt.json", &receipt)] {
+/// 4. No absolute path in the bundle's own metadata.
+fn relative_paths_only(cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
+    s.report = parse_json("report.json", &s.report_bytes)?;
+    for (name, v) in [("run.json", &s.run), ("report.json", &s.report), ("receipt.json", &s.receipt)] {
         if let Some(at) = find_absolute(v, "") {
             return fail(name, format!("an absolute path at {at}"));
         }
     }
     cx.pass("relative-paths-only");
+    Ok(())
+}
 
-    // 5. The document's hash, everywhere it is named.
-    let doc_sha = sha256_hex(&doc);
-    let env_v = match &envelope {
+/// 5. The document's hash, everywhere it is named.
+fn document_sha256(cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
+    let doc_sha = sha256_hex(&s.doc);
+    s.env_v = match &s.envelope {
         Some(e) => Some(parse_json("envelope.json", e)?),
         None => None,
     };
+    let (run, report) = (&s.run, &s.report);
     let report_doc_sha = report["document"]["sha256"].as_str().unwrap_or("");
-    let env_doc_sha = env_v.as_ref().map(|e| e["document"]["sha256"].as_str().unwrap_or("").to_string());
+    let env_doc_sha = s.env_v.as_ref().map(|e| e["document"]["sha256"].as_str().unwrap_or("").to_string());
     let run_doc_sha = run["document"]["sha256"].as_str().unwrap_or("");
     // Name the odd one out: the document when every record agrees against it.
     let others = [Some(report_doc_sha), env_doc_sha.as_deref(), Some(run_doc_sha)];
-    if others.iter().flatten().all(|s| *s != doc_sha) {
-        return fail(&doc_file, format!("its sha256 is {doc_sha}; run.json, the envelope and the report name {run_doc_sha}"));
+    if others.iter().flatten().all(|x| *x != doc_sha) {
+        return fail(&s.doc_file, format!("its sha256 is {doc_sha}; run.json, the envelope and the report name {run_doc_sha}"));
     }
     if let Some(e) = &env_doc_sha {
         if *e != doc_sha {
@@ -239,11 +312,15 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
         (Some("T2"), _) => return fail("run.json", "`document.pinned_sha256` is not the document's sha256"),
         _ => return fail("run.json", "`document.trust` must be T1 (unpinned) or T2 (pinned)"),
     }
+    s.doc_sha = doc_sha;
     cx.pass("document-sha256");
+    Ok(())
+}
 
-    // 6. The envelope.
-    let derived = policy.envelope(&doc).or_else(|e| fail("(module)", e.to_string()))?;
-    let env_sha = match (&envelope, derived) {
+/// 6. The envelope: the module's, byte for byte, and the chain's start.
+fn envelope(policy: &runbook_host::Policy, cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
+    let derived = policy.envelope(&s.doc).or_else(|e| fail("(module)", e.to_string()))?;
+    let env_sha = match (&s.envelope, derived) {
         (Some(e), Ok(d)) => {
             if e.as_slice() != d.as_bytes() {
                 return fail("envelope.json", "not the module's envelope of the document, byte for byte");
@@ -254,78 +331,82 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
         (None, Ok(_)) => return fail("run.json", "the document has an envelope, but the bundle records none"),
         (Some(_), Err(_)) => return fail("envelope.json", "the document has no complete model, so no envelope"),
     };
-    if let Some(ev) = &env_v {
+    if let Some(ev) = &s.env_v {
         for k in ["runbook_id", "version"] {
-            if run["document"][k] != ev["document"][k] {
+            if s.run["document"][k] != ev["document"][k] {
                 return fail("run.json", format!("`document.{k}` is not the envelope's"));
             }
         }
     }
-    if report["envelope_sha256"].as_str() != env_sha.as_deref() {
+    if s.report["envelope_sha256"].as_str() != env_sha.as_deref() {
         return fail("report.json", "`envelope_sha256` is not the envelope's sha256");
     }
-    if run["envelope_sha256"].as_str() != env_sha.as_deref() {
+    if s.run["envelope_sha256"].as_str() != env_sha.as_deref() {
         return fail("run.json", "`envelope_sha256` is not the envelope's sha256");
     }
-    let h0 = bundle::chain_h0(envelope.as_deref().map(|e| std::str::from_utf8(e).unwrap_or("")), &doc_sha);
-    if run["chain_h0"] != h0.as_str() {
+    s.h0 = bundle::chain_h0(s.envelope.as_deref().map(|e| std::str::from_utf8(e).unwrap_or("")), &s.doc_sha);
+    if s.run["chain_h0"] != s.h0.as_str() {
         return fail("run.json", "`chain_h0` is not the chain's start");
     }
     cx.pass("envelope");
+    Ok(())
+}
 
-    // 6b. The derivation of a redacted derivative.
-    let mut events_source_sha = sha256_hex(&events_bytes);
-    if let Some(d) = &derivation {
-        cx.redacted = true;
-        if d["schema"] != bundle::DERIVATION_SCHEMA || d["transformation"] != bundle::REDACTION {
-            return fail("derivation.json", format!("not a {} of `{}`", bundle::DERIVATION_SCHEMA, bundle::REDACTION));
-        }
-        if d["source_run_id"] != run_id {
-            return fail("derivation.json", "`source_run_id` is not the bundle's run id");
-        }
-        let files = d["files"].as_array().cloned().unwrap_or_default();
-        let mut copied: Vec<(&str, &[u8])> =
-            vec![("run.json", &run_bytes), (&doc_file, &doc), ("report.json", &report_bytes), ("receipt.json", &receipt_bytes)];
-        if let Some(e) = &envelope {
-            copied.push(("envelope.json", e));
-        }
-        for (name, bytes) in copied {
-            let e = files.iter().find(|f| f["path"] == name);
-            let sha = sha256_hex(bytes);
-            if !e.is_some_and(|e| e["action"] == "copied" && e["source_sha256"] == sha.as_str() && e["output_sha256"] == sha.as_str()) {
-                return fail(name, "not the copy derivation.json records");
-            }
-        }
-        let Some(ev) = files.iter().find(|f| f["path"] == "events.ndjson" && f["action"] == "redacted") else {
-            return fail("derivation.json", "records no redacted events.ndjson");
-        };
-        if ev["output_sha256"] != events_source_sha.as_str() {
-            return fail("events.ndjson", "not the redacted events derivation.json records");
-        }
-        events_source_sha = ev["source_sha256"]
-            .as_str()
-            .filter(|s| is_hex64(s))
-            .ok_or(Failure { place: "derivation.json".into(), message: "no source sha256 of events.ndjson".into() })?
-            .to_string();
-        cx.pass("derivation");
+/// 6b. The derivation of a redacted derivative.
+fn derivation(cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
+    s.events_source_sha = sha256_hex(&s.events_bytes);
+    let Some(d) = &s.derivation else { return Ok(()) };
+    cx.redacted = true;
+    if d["schema"] != bundle::DERIVATION_SCHEMA || d["transformation"] != bundle::REDACTION {
+        return fail("derivation.json", format!("not a {} of `{}`", bundle::DERIVATION_SCHEMA, bundle::REDACTION));
     }
+    if d["source_run_id"] != s.run_id.as_str() {
+        return fail("derivation.json", "`source_run_id` is not the bundle's run id");
+    }
+    let files = d["files"].as_array().cloned().unwrap_or_default();
+    let mut copied: Vec<(&str, &[u8])> =
+        vec![("run.json", &s.run_bytes), (&s.doc_file, &s.doc), ("report.json", &s.report_bytes), ("receipt.json", &s.receipt_bytes)];
+    if let Some(e) = &s.envelope {
+        copied.push(("envelope.json", e));
+    }
+    for (name, bytes) in copied {
+        let e = files.iter().find(|f| f["path"] == name);
+        let sha = sha256_hex(bytes);
+        if !e.is_some_and(|e| e["action"] == "copied" && e["source_sha256"] == sha.as_str() && e["output_sha256"] == sha.as_str()) {
+            return fail(name, "not the copy derivation.json records");
+        }
+    }
+    let Some(ev) = files.iter().find(|f| f["path"] == "events.ndjson" && f["action"] == "redacted") else {
+        return fail("derivation.json", "records no redacted events.ndjson");
+    };
+    if ev["output_sha256"] != s.events_source_sha.as_str() {
+        return fail("events.ndjson", "not the redacted events derivation.json records");
+    }
+    s.events_source_sha = ev["source_sha256"]
+        .as_str()
+        .filter(|x| is_hex64(x))
+        .ok_or(Failure { place: "derivation.json".into(), message: "no source sha256 of events.ndjson".into() })?
+        .to_string();
+    cx.pass("derivation");
+    Ok(())
+}
 
-    // 7. Events: shape, chain, replay.
-    let records = bundle::read_events(&events_bytes).or_else(|(n, m)| fail(format!("events.ndjson:{n}"), m))?;
+/// 7. Events: shape, chain, replay (one call into the module a line: the link and the decision together).
+fn events(policy: &runbook_host::Policy, cx: &mut Ctx, s: &mut Seen) -> Result<runbook_host::Session, Failure> {
+    let records = bundle::read_events(&s.events_bytes).or_else(|(n, m)| fail(format!("events.ndjson:{n}"), m))?;
     cx.events = records.len();
-    let mut h = h0;
-    let mut session = policy.session(&doc).or_else(|e| fail("(module)", e.to_string()))?;
+    let mut h = s.h0.clone();
+    let mut session = policy.session(&s.doc).or_else(|e| fail("(module)", e.to_string()))?;
     for (n, r) in records.iter().enumerate() {
         let place = format!("events.ndjson:{}", n + 1);
         if cx.redacted {
-            let next = bundle::chain_next_redacted(&policy, &h, &r.event_line, &r.decision_line).or_else(|e| fail("(module)", e.to_string()))?;
+            let next = bundle::chain_next_redacted(policy, &h, &r.event_line, &r.decision_line).or_else(|e| fail("(module)", e.to_string()))?;
             if next != r.h {
                 return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {next}", r.h));
             }
             h = next;
             continue;
         }
-        // One call into the module: the link and the decision together.
         let got = session.feed_line(&r.event_line, &h).or_else(|t| fail("(module)", format!("the policy module trapped: {}", t.message)))?;
         if got.link != r.h {
             return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {}", r.h, got.link));
@@ -335,11 +416,15 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
             return fail(place, format!("the replay decides {}, the bundle records {}", got.decision_line, r.decision_line));
         }
     }
+    s.head = h;
     cx.pass("hash-chain");
+    Ok(session)
+}
 
-    // 8. The report.
+/// 8. The report: the replay's, byte for byte.
+fn report(cx: &mut Ctx, s: &Seen, mut session: runbook_host::Session) -> Result<(), Failure> {
     if cx.redacted {
-        if report["events"].as_u64() != Some(records.len() as u64) {
+        if s.report["events"].as_u64() != Some(cx.events as u64) {
             return fail("report.json", "`events` is not the number of recorded events");
         }
     } else {
@@ -348,23 +433,27 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
             Ok(r) => r,
             Err(e) => return fail("events.ndjson", format!("the module cannot make a report of this run: {e}")),
         };
-        if replayed.as_bytes() != report_bytes.as_slice() {
+        if replayed.as_bytes() != s.report_bytes.as_slice() {
             return fail("report.json", "not the replay's report, byte for byte");
         }
         cx.pass("replay-report");
     }
-    cx.outcome = report["outcome"].as_str().map(str::to_string);
-    if report["run_id"].as_str().is_some_and(|r| r != run_id) {
-        cx.warnings.push(format!("the start claim's run_id `{}` is not the bundle's `{run_id}`", report["run_id"].as_str().unwrap_or("")));
+    cx.outcome = s.report["outcome"].as_str().map(str::to_string);
+    if s.report["run_id"].as_str().is_some_and(|r| r != s.run_id) {
+        cx.warnings.push(format!("the start claim's run_id `{}` is not the bundle's `{}`", s.report["run_id"].as_str().unwrap_or(""), s.run_id));
     }
+    Ok(())
+}
 
-    // 9. The receipt's content, then the pins of every file (run.json last).
-    let members = bundle::canonical_members(receipt_text).unwrap_or_default();
+/// 9. The receipt's content, then the pins of every file (run.json last).
+fn receipt(cx: &mut Ctx, s: &Seen) -> Result<(), Failure> {
+    let (receipt, run, report, h) = (&s.receipt, &s.run, &s.report, &s.head);
+    let members = bundle::canonical_members(&s.receipt_text).unwrap_or_default();
     let embedded = members.iter().find(|(k, _)| *k == "\"report\"").map(|(_, v)| *v).unwrap_or("");
-    if embedded.as_bytes() != report_bytes.as_slice() {
+    if embedded.as_bytes() != s.report_bytes.as_slice() {
         return fail("receipt.json", "`report` is not report.json");
     }
-    if receipt["report_sha256"] != sha256_hex(&report_bytes).as_str() {
+    if receipt["report_sha256"] != sha256_hex(&s.report_bytes).as_str() {
         return fail("receipt.json", "`report_sha256` is not report.json's sha256");
     }
     if receipt["chain_head"] != h.as_str() {
@@ -377,8 +466,9 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
     if receipt["host"]["name"] != bundle::HOST_NAME || receipt["host"].as_object().map(|o| o.len()) != Some(2) || !receipt["host"]["version"].is_string() {
         return fail("receipt.json", "`host` must be {name: runbook-host, version}");
     }
-    let mut files: Vec<(&str, String)> = vec![(&doc_file, sha256_hex(&doc)), ("events.ndjson", events_source_sha), ("report.json", sha256_hex(&report_bytes))];
-    if let Some(e) = &envelope {
+    let mut files: Vec<(&str, String)> =
+        vec![(&s.doc_file, sha256_hex(&s.doc)), ("events.ndjson", s.events_source_sha.clone()), ("report.json", sha256_hex(&s.report_bytes))];
+    if let Some(e) = &s.envelope {
         files.push(("envelope.json", sha256_hex(e)));
     }
     let pins = receipt["artifacts"].as_object().cloned().unwrap_or_default();
@@ -393,8 +483,8 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
     }
     // run.json is the receipt's: from here on, a disagreement between them is the receipt's.
     match pins.get("run.json").and_then(Value::as_str) {
-        Some(p) if *p == sha256_hex(&run_bytes) => {}
-        Some(p) => return fail("run.json", format!("its sha256 is {}, receipt.json pins {p}", sha256_hex(&run_bytes))),
+        Some(p) if *p == sha256_hex(&s.run_bytes) => {}
+        Some(p) => return fail("run.json", format!("its sha256 is {}, receipt.json pins {p}", sha256_hex(&s.run_bytes))),
         None => return fail("receipt.json", "`artifacts` does not pin run.json"),
     }
     if run["module_sha256"] != receipt["module_sha256"] {
@@ -407,7 +497,7 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
         return fail("run.json", "`outcome` is not the report's");
     }
     let lifecycle = run["lifecycle"].as_array().cloned().unwrap_or_default();
-    let ok_time = |v: &Value| v.as_str().is_some_and(|s| s.len() >= 20 && s.ends_with('Z') && s.as_bytes()[10] == b'T');
+    let ok_time = |v: &Value| v.as_str().is_some_and(|t| t.len() >= 20 && t.ends_with('Z') && t.as_bytes()[10] == b'T');
     if lifecycle.first().map(|e| &e["event"]) != Some(&json!("created"))
         || lifecycle.last().map(|e| &e["event"]) != Some(&json!("ended"))
         || !lifecycle.iter().all(|e| ok_time(&e["at"]))
