@@ -263,6 +263,10 @@ impl GuestSession for Session {
         recorded(self.0.borrow_mut().feed_line(&line, &prev))
     }
 
+    fn replay_line(&self, line: String, prev: String) -> (String, String) {
+        self.0.borrow_mut().replay_line(&line, &prev)
+    }
+
     fn state(&self) -> t::RunState {
         run_state(self.0.borrow().state())
     }

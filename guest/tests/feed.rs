@@ -65,6 +65,7 @@ fn feed_line_decides_as_handle_line_and_links_the_chain() {
     for (doc, events) in cases() {
         let mut a = Session::new(&doc);
         let mut b = Session::new(&doc);
+        let mut c = Session::new(&doc);
         let mut prev = "0".repeat(64);
         for line in &events {
             let want = a.handle_line(line);
@@ -74,6 +75,7 @@ fn feed_line_decides_as_handle_line_and_links_the_chain() {
             assert_eq!(r.event_line, *line.strip_suffix('\n').unwrap_or(line));
             assert_eq!(r.link, link_by_the_text(&prev, line, &want), "{line}");
             assert_eq!(r.link, chain::link(&prev, line, &want, false));
+            assert_eq!(c.replay_line(line, &prev), (r.decision_line.clone(), r.link.clone()), "the replay path gives the same line and link");
             assert!(!r.explanation.is_empty());
             prev = r.link;
             links += 1;

@@ -360,6 +360,25 @@ impl Session {
         self.call_feed(prev, |s, prev| s.inst.runbook_policy_policy().session().call_feed_line(&mut s.store, s.handle, line, prev))
     }
 
+    /// The replay path (resume, verify): the decision line and the link of one recorded line, in one
+    /// call, without the sentence and the state.
+    pub fn replay_line(&mut self, line: &str, prev: &str) -> Result<(String, String), Trapped> {
+        let seq = self.events;
+        self.events += 1;
+        if let Some(t) = &self.trapped {
+            return Err(Trapped { decision: self.trap_decision(seq, false), message: t.clone() });
+        }
+        let r = self
+            .refuel()
+            .map_err(|e| wasmtime::Error::msg(e.to_string()))
+            .and_then(|_| self.inst.runbook_policy_policy().session().call_replay_line(&mut self.store, self.handle, line, prev));
+        r.map_err(|e| {
+            let message = format!("{e:#}");
+            self.trapped = Some(message.clone());
+            Trapped { decision: self.trap_decision(seq, true), message }
+        })
+    }
+
     fn call_feed(&mut self, prev: &str, f: impl FnOnce(&mut Session, &str) -> wasmtime::Result<Recorded>) -> Result<Recorded, Trapped> {
         let seq = self.events;
         self.events += 1;

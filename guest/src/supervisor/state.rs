@@ -129,11 +129,43 @@ impl Session {
     pub fn feed_line(&mut self, line: &str, prev: &str) -> Recorded {
         let line = line.strip_suffix('\n').unwrap_or(line);
         let line = line.strip_suffix('\r').unwrap_or(line);
-        let decision = match event::parse_line(line) {
-            Ok(ev) => self.handle(ev),
-            Err(m) => self.malformed(m.limit),
-        };
-        let form = chain::event_form(line, false);
+        let (decision, form) = self.decide_line(line);
         self.recorded(line.to_string(), form, decision, prev)
+    }
+
+    /// Decides one line and gives its chain form `E`, parsing the line once: the same decision as
+    /// [`event::parse_line`] then `handle` (or `malformed`), the same `E` as [`chain::event_form`].
+    fn decide_line(&mut self, line: &str) -> (Decision, String) {
+        if line.len() > MAX_EVENT_BYTES {
+            return (self.malformed(true), chain::event_form(line, false));
+        }
+        let parsed = crate::json::parse(line);
+        let form = match (&parsed.node, parsed.issues.is_empty()) {
+            (Some(n), true) => chain::event_form_node(n),
+            _ => chain::jcs_or_string(line),
+        };
+        let decision = if parsed.issues.iter().any(|i| i.code == "limit") {
+            self.malformed(true)
+        } else if !parsed.issues.is_empty() {
+            self.malformed(false)
+        } else {
+            match parsed.node.as_ref().map(event::from_node) {
+                Some(Ok(ev)) => self.handle(ev),
+                Some(Err(m)) => self.malformed(m.limit),
+                None => self.malformed(false),
+            }
+        };
+        (decision, form)
+    }
+
+    /// The replay path: the decision line and this line's chain link, exactly those of
+    /// [`Session::feed_line`], without the sentence and the state.
+    pub fn replay_line(&mut self, line: &str, prev: &str) -> (String, String) {
+        let line = line.strip_suffix('\n').unwrap_or(line);
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        let (decision, form) = self.decide_line(line);
+        let decision_line = decision.to_line();
+        let link = chain::link_of_forms(prev, &form, &decision_line);
+        (decision_line, link)
     }
 }

@@ -407,13 +407,14 @@ fn events(policy: &runbook_host::Policy, cx: &mut Ctx, s: &mut Seen) -> Result<r
             h = next;
             continue;
         }
-        let got = session.feed_line(&r.event_line, &h).or_else(|t| fail("(module)", format!("the policy module trapped: {}", t.message)))?;
-        if got.link != r.h {
-            return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {}", r.h, got.link));
+        let (decision_line, link) =
+            session.replay_line(&r.event_line, &h).or_else(|t| fail("(module)", format!("the policy module trapped: {}", t.message)))?;
+        if link != r.h {
+            return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {link}", r.h));
         }
-        h = got.link;
-        if got.decision_line != r.decision_line {
-            return fail(place, format!("the replay decides {}, the bundle records {}", got.decision_line, r.decision_line));
+        h = link;
+        if decision_line != r.decision_line {
+            return fail(place, format!("the replay decides {decision_line}, the bundle records {}", r.decision_line));
         }
     }
     s.head = h;
