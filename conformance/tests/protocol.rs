@@ -25,7 +25,12 @@ fn requests_and_responses_match_the_protocol_schema() {
         // The schema cannot compare with the number of events; the adapter refuses a split past them.
         (json!({"id": "7", "op": "replay", "document": {"text": doc}, "events": events, "snapshot_after": 3}), true, false),
         (json!({"id": "8", "op": "replay", "document": {"text": doc}, "events": events, "snapshot_after": -1}), false, false),
+        // The chain (WIT 1.1.0): one link per event, across a split too; a chain_h0 that is not 64 hex is refused.
+        (json!({"id": "9", "op": "replay", "document": {"text": doc}, "events": events, "chain_h0": "0".repeat(64)}), true, true),
+        (json!({"id": "10", "op": "replay", "document": {"text": doc}, "events": events, "chain_h0": "0".repeat(64), "snapshot_after": 1}), true, true),
+        (json!({"id": "11", "op": "replay", "document": {"text": doc}, "events": events, "chain_h0": "XYZ"}), false, false),
     ];
+    let mut links: Vec<Value> = Vec::new();
     for imp in ["wasmtime", "native"] {
         let mut child = Command::new(env!("CARGO_BIN_EXE_runbook-conformance-adapter"))
             .args(["--impl", imp])
@@ -52,8 +57,19 @@ fn requests_and_responses_match_the_protocol_schema() {
                 assert_eq!(resp["result"]["decisions"].as_array().map(Vec::len), Some(2), "{resp}");
                 assert!(resp["result"].get("restore_error").is_none(), "{resp}");
             }
+            if req.get("chain_h0").is_some() && *ok {
+                let l = resp["result"]["links"].as_array().cloned().unwrap_or_default();
+                assert_eq!(l.len(), 2, "{resp}");
+                assert!(l.iter().all(|h| h.as_str().is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))), "{resp}");
+                links.push(Value::Array(l));
+            } else if req.get("chain_h0").is_none() {
+                assert!(resp["result"].get("links").is_none(), "no chain_h0, no links: {resp}");
+            }
         }
         drop(stdin);
         assert!(child.wait().unwrap().success());
     }
+    // The whole run and the split one, in both implementations: the same links.
+    assert_eq!(links.len(), 4);
+    assert!(links.windows(2).all(|w| w[0] == w[1]), "{links:?}");
 }
