@@ -193,24 +193,16 @@ pub fn all_enum_codes() -> Vec<(&'static str, &'static str)> {
     use crate::doc::{Profile, Risk};
     use crate::event::END_REASONS;
     let mut v = Vec::new();
-    for k in [DecisionKind::Allow, DecisionKind::Deny, DecisionKind::NeedsApproval, DecisionKind::NeedsVerdict, DecisionKind::Halt] {
+    for k in DecisionKind::ALL {
         v.push(("decision", k.as_str()));
     }
-    for d in [Deviation::UndeclaredTool, Deviation::OutOfScopeTool, Deviation::OutOfOrderStep, Deviation::BudgetExhausted, Deviation::TerminalNotReached] {
+    for d in Deviation::ALL {
         v.push(("deviation", d.as_str()));
     }
     for r in Reason::ALL {
         v.push(("reason", r.as_str()));
     }
-    for r in [
-        Refusal::AutonomousAtR0,
-        Refusal::CapabilityNotAllowed,
-        Refusal::CoverageIncomplete,
-        Refusal::InvalidDocument,
-        Refusal::PrerequisiteUnmet,
-        Refusal::ProfileTooLow,
-        Refusal::RiskAboveCeiling,
-    ] {
+    for r in Refusal::ALL {
         v.push(("refusal", r.as_str()));
     }
     for o in crate::supervisor::Outcome::ALL {

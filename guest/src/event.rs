@@ -78,6 +78,8 @@ pub enum DecisionKind {
 }
 
 impl DecisionKind {
+    pub const ALL: [DecisionKind; 5] = [DecisionKind::Allow, DecisionKind::Deny, DecisionKind::NeedsApproval, DecisionKind::NeedsVerdict, DecisionKind::Halt];
+
     pub fn as_str(self) -> &'static str {
         match self {
             DecisionKind::Allow => "allow",
@@ -99,6 +101,9 @@ pub enum Deviation {
 }
 
 impl Deviation {
+    pub const ALL: [Deviation; 5] =
+        [Deviation::UndeclaredTool, Deviation::OutOfScopeTool, Deviation::OutOfOrderStep, Deviation::BudgetExhausted, Deviation::TerminalNotReached];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Deviation::UndeclaredTool => "undeclared-tool",
@@ -191,6 +196,16 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    pub const ALL: [Refusal; 7] = [
+        Refusal::AutonomousAtR0,
+        Refusal::CapabilityNotAllowed,
+        Refusal::CoverageIncomplete,
+        Refusal::InvalidDocument,
+        Refusal::PrerequisiteUnmet,
+        Refusal::ProfileTooLow,
+        Refusal::RiskAboveCeiling,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Refusal::AutonomousAtR0 => "autonomous-at-r0",

@@ -363,23 +363,11 @@ impl Session {
     /// The replay path (resume, verify): the decision line and the link of one recorded line, in one
     /// call, without the sentence and the state.
     pub fn replay_line(&mut self, line: &str, prev: &str) -> Result<(String, String), Trapped> {
-        let seq = self.events;
-        self.events += 1;
-        if let Some(t) = &self.trapped {
-            return Err(Trapped { decision: self.trap_decision(seq, false), message: t.clone() });
-        }
-        let r = self
-            .refuel()
-            .map_err(|e| wasmtime::Error::msg(e.to_string()))
-            .and_then(|_| self.inst.runbook_policy_policy().session().call_replay_line(&mut self.store, self.handle, line, prev));
-        r.map_err(|e| {
-            let message = format!("{e:#}");
-            self.trapped = Some(message.clone());
-            Trapped { decision: self.trap_decision(seq, true), message }
-        })
+        self.call_feed(prev, |s, prev| s.inst.runbook_policy_policy().session().call_replay_line(&mut s.store, s.handle, line, prev))
     }
 
-    fn call_feed(&mut self, prev: &str, f: impl FnOnce(&mut Session, &str) -> wasmtime::Result<Recorded>) -> Result<Recorded, Trapped> {
+    /// One event into the module, numbered by the host; after a trap, the decision the host records.
+    fn call_feed<T>(&mut self, prev: &str, f: impl FnOnce(&mut Session, &str) -> wasmtime::Result<T>) -> Result<T, Trapped> {
         let seq = self.events;
         self.events += 1;
         if let Some(t) = &self.trapped {
@@ -409,23 +397,15 @@ impl Session {
     pub fn handle(&mut self, event: &Event) -> Decision {
         let seq = self.events;
         self.events += 1;
-        let halted = |first: bool| Decision {
-            seq,
-            kind: DecisionKind::Halt,
-            step: None,
-            deviation: None,
-            reason: Some(if first { Reason::HostTrap } else { Reason::Halted }),
-            refusals: Vec::new(),
-        };
         if self.trapped.is_some() {
-            return halted(false);
+            return self.trap_decision(seq, false);
         }
         let r = self.refuel().and_then(|_| self.inst.runbook_policy_policy().session().call_handle(&mut self.store, self.handle, event).map_err(trap));
         match r {
             Ok(d) => d,
             Err(e) => {
                 self.trapped = Some(e.to_string());
-                halted(true)
+                self.trap_decision(seq, true)
             }
         }
     }

@@ -14,13 +14,13 @@
 use crate::bundle::{self, Bundle};
 use crate::registry::Resolved;
 use crate::{
-    approvals, Approval, Coverage, Decision, DecisionKind, EndReason, Event, EventKind, Invoke, Outcome, Phase, Policy, Profile, Recorded, Refusal, Risk,
-    RunState, Session, StartClaim, ToolResult, Verdict,
+    approvals, Approval, Coverage, Decision, DecisionKind, EndReason, Event, EventKind, Invoke, Outcome, Phase, Policy, Profile, Recorded, Risk, RunState,
+    Session, StartClaim, ToolResult, Verdict,
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Why a run cannot go on, grouped by whose fault it is.
@@ -124,10 +124,6 @@ impl Guard {
     /// Whether any string of the call (its tool name, its arguments' keys and values) names a needle.
     pub fn names(&self, tool: &str, arguments: &Value) -> bool {
         self.needles.iter().any(|n| tool.contains(n.as_str())) || bundle::names_any(arguments, &self.needles)
-    }
-
-    pub fn needles(&self) -> &[String] {
-        &self.needles
     }
 }
 
@@ -260,30 +256,22 @@ impl Run {
                 // checked their links: only the decisions are replayed then (one cheaper call an event).
                 let links_known = rec.is_some();
                 for (i, r) in records.iter().enumerate() {
-                    if links_known {
-                        if s.handle_line(&r.event_line) != r.decision_line {
-                            return Err(RunError::Tampered(format!(
-                                "run {run_id}: events.ndjson:{}: the module decides this event differently than recorded",
-                                i + 1
-                            )));
+                    let decision_line = if links_known {
+                        s.handle_line(&r.event_line)
+                    } else {
+                        let (decision_line, link) = s.replay_line(&r.event_line, &head).map_err(|t| RunError::Module(t.message))?;
+                        if link != r.h {
+                            return Err(RunError::Tampered(format!("run {run_id}: events.ndjson:{}: the hash chain is broken", i + 1)));
                         }
-                        head = r.h.clone();
-                        if let Some(at) = serde_json::from_str::<Value>(&r.event_line).ok().and_then(|v| v["at"].as_u64()) {
-                            last_at = last_at.max(at);
-                        }
-                        continue;
-                    }
-                    let (decision_line, link) = s.replay_line(&r.event_line, &head).map_err(|t| RunError::Module(t.message))?;
-                    if link != r.h {
-                        return Err(RunError::Tampered(format!("run {run_id}: events.ndjson:{}: the hash chain is broken", i + 1)));
-                    }
+                        decision_line
+                    };
                     if decision_line != r.decision_line {
                         return Err(RunError::Tampered(format!(
                             "run {run_id}: events.ndjson:{}: the module decides this event differently than recorded",
                             i + 1
                         )));
                     }
-                    head = link;
+                    head = r.h.clone();
                     if let Some(at) = serde_json::from_str::<Value>(&r.event_line).ok().and_then(|v| v["at"].as_u64()) {
                         last_at = last_at.max(at);
                     }
@@ -494,11 +482,6 @@ impl Run {
         Ok(self.session.report()?)
     }
 
-    /// The refusal codes of a refused run (from its `start` decision), for messages.
-    pub fn refusals_of(answer: &Answer) -> &[Refusal] {
-        &answer.decision.refusals
-    }
-
     // The approval channel of this run's bundle (see [`crate::approvals`]).
 
     /// When a human answered an approval request for this exact call, feeds that answer (an `approval`
@@ -550,11 +533,6 @@ impl Run {
     /// The command a human runs to approve the pending requests of this run.
     pub fn approve_command(&self, step: Option<&str>) -> String {
         format!("runbook-host approve {} {}", self.run_id(), step.unwrap_or("-"))
-    }
-
-    /// The bundle's runs directory (the parent of the run's directory).
-    pub fn runs_dir(&self) -> PathBuf {
-        self.dir().parent().map(Path::to_path_buf).unwrap_or_default()
     }
 }
 

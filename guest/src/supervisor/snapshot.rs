@@ -78,18 +78,6 @@ const TOP: &[&str] = &[
     "last_at",
 ];
 
-const OUTCOMES: [Outcome; 5] = [Outcome::Completed, Outcome::Incomplete, Outcome::Refused, Outcome::Failed, Outcome::Aborted];
-const REFUSALS: [Refusal; 7] = [
-    Refusal::AutonomousAtR0,
-    Refusal::CapabilityNotAllowed,
-    Refusal::CoverageIncomplete,
-    Refusal::InvalidDocument,
-    Refusal::PrerequisiteUnmet,
-    Refusal::ProfileTooLow,
-    Refusal::RiskAboveCeiling,
-];
-const DEVIATIONS: [Deviation; 5] =
-    [Deviation::UndeclaredTool, Deviation::OutOfScopeTool, Deviation::OutOfOrderStep, Deviation::BudgetExhausted, Deviation::TerminalNotReached];
 const TRUTHS: [Truth; 3] = [Truth::Pass, Truth::Fail, Truth::Unevaluable];
 const PHASES: [(&str, Phase); 3] = [("new", Phase::New), ("running", Phase::Running), ("over", Phase::Over)];
 const CHECKPOINT_STATUS: [(&str, CheckpointStatus); 3] =
@@ -247,11 +235,11 @@ impl Session {
 
         me.claim = top.get("claim").nullable(|v| claim(&v))?;
         let refusals = top.get("refusals");
-        me.refusals = refusals.list()?.iter().map(|r| r.pick(&REFUSALS, |x| x.as_str(), "a refusal code")).collect::<Result<_, String>>()?;
+        me.refusals = refusals.list()?.iter().map(|r| r.pick(&Refusal::ALL, |x| x.as_str(), "a refusal code")).collect::<Result<_, String>>()?;
         if me.refusals.windows(2).any(|w| w[0] >= w[1]) {
             return Err(refusals.err("must be sorted, without duplicates"));
         }
-        me.outcome = top.get("outcome").nullable(|v| v.pick(&OUTCOMES, |x| x.as_str(), "an outcome"))?;
+        me.outcome = top.get("outcome").nullable(|v| v.pick(&Outcome::ALL, |x| x.as_str(), "an outcome"))?;
 
         let position = top.get("position");
         me.pos = match &position.node.value {
@@ -347,7 +335,7 @@ impl Session {
                 }
                 Ok(DeviationRec {
                     seq: seq(&o.get("seq"))?,
-                    class: o.get("class").pick(&DEVIATIONS, |x| x.as_str(), "a deviation class")?,
+                    class: o.get("class").pick(&Deviation::ALL, |x| x.as_str(), "a deviation class")?,
                     step: name.map(str::to_string),
                     tool: o.get("tool").opt_str()?.map(str::to_string),
                 })
