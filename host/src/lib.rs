@@ -11,6 +11,7 @@ pub mod approvals;
 pub mod bundle;
 pub mod registry;
 pub mod run;
+pub mod sshsig;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
