@@ -1,7 +1,7 @@
 //! A whole `runbook-host hook` process for one PreToolUse, as Claude Code runs it before every tool call:
-//! spawn, load the precompiled component, take the session's lock, restore the run from its bundle
-//! (from the module's session snapshot the previous process left, or by replaying the recorded events
-//! through the module: `--restore snapshot|replay`), decide, record, answer, exit. Measured on runs of
+//! spawn, load the precompiled component, take the session's lock, resume the run from its bundle by
+//! replaying every recorded event (each chain link and decision checked by the module; nothing the agent
+//! could write is trusted without it), decide, record, answer, exit. Measured on runs of
 //! 50, 500 and 5,000 recorded events of read-only-investigation (see below how they are grown); each
 //! iteration starts from a fresh copy of the same run (copied untimed), so the run does not grow while it
 //! is measured.
@@ -44,9 +44,9 @@ const ALLOWED: &str = "df -h /var";
 const DENIED: &str = "rm -rf /var/log/old";
 
 /// Runs the hook once in `dir` and returns its exit code and stdout.
-fn hook(bin: &Path, dir: &Path, input: &str, restore: &str) -> (i32, String) {
+fn hook(bin: &Path, dir: &Path, input: &str) -> (i32, String) {
     let mut child = Command::new(bin)
-        .args(["hook", "--runbook", "runbook.yaml", "--profile", "R1", "--restore", restore])
+        .args(["hook", "--runbook", "runbook.yaml", "--profile", "R1"])
         .current_dir(dir)
         .env("RUNBOOK_HOST_CACHE", dir.parent().unwrap().join("cache"))
         .stdin(Stdio::piped())
@@ -59,13 +59,11 @@ fn hook(bin: &Path, dir: &Path, input: &str, restore: &str) -> (i32, String) {
     (out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The files one allowed PreToolUse changes (it appends to `events.ndjson` and rewrites the session's
-/// record in `.hook/`), as they were, to put a run back between iterations.
+/// The file one allowed PreToolUse changes (it appends to `events.ndjson`), as it was, to put a run back
+/// between iterations.
 struct Reset {
     events: PathBuf,
     events_len: u64,
-    record: PathBuf,
-    record_bytes: Vec<u8>,
 }
 
 impl Reset {
@@ -75,17 +73,12 @@ impl Reset {
         let run =
             std::fs::read_dir(&runs).unwrap().map(|e| e.unwrap().path()).find(|p| p.is_dir() && p.file_name().unwrap().to_string_lossy().starts_with("r-"));
         let events = run.expect("the run directory").join("events.ndjson");
-        let record = runs.join(".hook/bench.snapshot");
-        Reset { events_len: std::fs::metadata(&events).unwrap().len(), events, record_bytes: std::fs::read(&record).unwrap(), record }
+        Reset { events_len: std::fs::metadata(&events).unwrap().len(), events }
     }
 
     fn apply(&self) {
         let f = std::fs::OpenOptions::new().write(true).open(&self.events).unwrap();
         f.set_len(self.events_len).unwrap();
-        f.sync_all().unwrap();
-        let mut f = std::fs::OpenOptions::new().write(true).open(&self.record).unwrap();
-        f.write_all(&self.record_bytes).unwrap();
-        f.set_len(self.record_bytes.len() as u64).unwrap();
         f.sync_all().unwrap();
     }
 }
@@ -123,37 +116,35 @@ fn hook_process(c: &mut Criterion) {
         let _ = std::fs::remove_dir_all(&template);
         std::fs::create_dir_all(&template).unwrap();
         std::fs::copy(root.join("examples/read-only-investigation/runbook.yaml"), template.join("runbook.yaml")).unwrap();
-        assert_eq!(hook(&bin, &template, &payload("SessionStart", r#","source":"startup""#), "snapshot").0, 0, "SessionStart");
+        assert_eq!(hook(&bin, &template, &payload("SessionStart", r#","source":"startup""#)).0, 0, "SessionStart");
         let mut recorded = 1;
         let mut n = 0;
         while recorded < events {
             n += 1;
             if n % 10 == 0 {
-                let (code, out) = hook(&bin, &template, &pre_tool_use(n, DENIED), "snapshot");
+                let (code, out) = hook(&bin, &template, &pre_tool_use(n, DENIED));
                 assert!(code == 0 && out.contains("deny"), "an undeclared command is denied: {out}");
                 recorded += 1;
             } else {
-                let (code, out) = hook(&bin, &template, &pre_tool_use(n, ALLOWED), "snapshot");
+                let (code, out) = hook(&bin, &template, &pre_tool_use(n, ALLOWED));
                 assert!(code == 0 && !out.contains("deny"), "an allowed read: {out}");
-                assert_eq!(hook(&bin, &template, &post_tool_use(n, ALLOWED), "snapshot").0, 0);
+                assert_eq!(hook(&bin, &template, &post_tool_use(n, ALLOWED)).0, 0);
                 recorded += 2;
             }
         }
-        for restore in ["snapshot", "replay"] {
-            // One working copy per strategy; a replay-only record is made by one process of that kind.
-            let dir = base.join(format!("run-{events}-{restore}"));
+        {
+            let dir = base.join(format!("run-{events}"));
             let _ = std::fs::remove_dir_all(&dir);
             copy_dir(&template, &dir);
-            assert_eq!(hook(&bin, &dir, &pre_tool_use(0, DENIED), restore).0, 0);
             let reset = Reset::new(&dir);
-            group.bench_function(format!("pre-tool-use/{restore}/{events}-events"), |b| {
+            group.bench_function(format!("pre-tool-use/replay/{events}-events"), |b| {
                 b.iter_batched(
                     // Back to the same state before each process, untimed, by rewriting the files a
                     // PreToolUse changes in place (a fresh copy of the run would make the hook's fsync
                     // write back freshly created files, which a live session never has to).
                     || reset.apply(),
                     |()| {
-                        let (code, out) = hook(&bin, &dir, &pre_tool_use(events + 1, ALLOWED), restore);
+                        let (code, out) = hook(&bin, &dir, &pre_tool_use(events + 1, ALLOWED));
                         assert_eq!(code, 0);
                         assert!(!out.contains("deny"), "{out}");
                     },

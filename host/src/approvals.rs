@@ -7,14 +7,18 @@
 //! <run_dir>/pending/<id>.json    runbook-approval-request/v1: {schema, id, step, tool, arguments,
 //!                                arguments_json (the exact text hashed), call_sha256, requested_at}
 //! <run_dir>/approvals/<id>.json  runbook-approval-grant/v1: {schema, id, step, tool, call_sha256, approver,
-//!                                granted, at}; created once (never overwritten)
+//!                                granted, at, signature?}; created once (never overwritten)
 //! <run_dir>/consumed/<id>.json   a request moved here by [`consume`] once the host fed its answer to the module
 //! ```
 //!
 //! A grant is bound to the call's canonical hash (DESIGN 9.19): [`poll`] refuses (an `InvalidData` error)
 //! an answer whose `call_sha256` is not the request's, and a different call needs a new request. One
 //! answer is fed to the module once: after feeding it, call [`consume`]. A same-user process with a shell
-//! can still write these files (DESIGN 10); the adapters' `guard` and a tight runbook are the protection.
+//! can still write these files (DESIGN 10): the driver feeds only answers to requests it issued
+//! ([`crate::run::Run::apply_grant`]), and where approvals must be signed, only answers whose `signature`
+//! (an SSH signature over [`signed_message`], made with `ssh-keygen -Y sign` by a key listed in the
+//! run's `allowed_signers`) verifies. A key the agent cannot use (a FIDO `-sk` key wants a touch) is what
+//! makes an approval a human's.
 
 use crate::bundle::{is_safe_name, now_rfc3339, open_or_create_dir, unique_hex};
 use cap_std::fs::{Dir, OpenOptions};
@@ -41,6 +45,23 @@ pub struct Grant {
     pub approver: String,
     pub granted: bool,
     pub call_sha256: String,
+    /// An armored SSH signature (`-----BEGIN SSH SIGNATURE-----`) over [`signed_message`].
+    pub signature: Option<String>,
+}
+
+/// The SSH signature namespace of approvals (`ssh-keygen -Y sign -n`): a signature made for anything else
+/// (a git commit, a file) never counts as an approval.
+pub const SIGNATURE_NAMESPACE: &str = "runbook-approval@runbook-host";
+
+/// The exact text a human signs to answer request `id` of run `run_id`: the run, the request, the step,
+/// the call's canonical hash and the answer, one per line, so that a signature answers that one call of
+/// that one run and nothing else.
+pub fn signed_message(run_id: &str, id: &str, step: Option<&str>, call_sha256: &str, granted: bool) -> String {
+    format!(
+        "runbook-approval/v1\nrun {run_id}\nrequest {id}\nstep {}\ncall_sha256 {call_sha256}\nanswer {}\n",
+        step.unwrap_or("-"),
+        if granted { "approve" } else { "deny" }
+    )
 }
 
 fn invalid(m: impl Into<String>) -> io::Error {
@@ -115,6 +136,7 @@ fn parse_grant(v: &Value) -> io::Result<Grant> {
         approver: v["approver"].as_str().ok_or_else(|| invalid("a grant without an approver"))?.to_string(),
         granted: v["granted"].as_bool().ok_or_else(|| invalid("a grant without `granted`"))?,
         call_sha256: v["call_sha256"].as_str().ok_or_else(|| invalid("a grant without call_sha256"))?.to_string(),
+        signature: v["signature"].as_str().map(str::to_string),
     })
 }
 
@@ -213,6 +235,11 @@ pub fn withdraw(run_dir: &Path, id: &str) -> io::Result<()> {
 /// terminal). Refuses a request that does not exist, one already answered, and a `call_sha256` that is
 /// not the request's.
 pub fn answer(run_dir: &Path, id: &str, approver: &str, granted: bool, call_sha256: &str) -> io::Result<()> {
+    answer_signed(run_dir, id, approver, granted, call_sha256, None)
+}
+
+/// [`answer`] with an SSH signature over [`signed_message`].
+pub fn answer_signed(run_dir: &Path, id: &str, approver: &str, granted: bool, call_sha256: &str, signature: Option<&str>) -> io::Result<()> {
     let req = request_record(run_dir, id)?;
     if req["call_sha256"].as_str() != Some(call_sha256) {
         return Err(invalid(format!("request {id} is for another call")));
@@ -220,7 +247,7 @@ pub fn answer(run_dir: &Path, id: &str, approver: &str, granted: bool, call_sha2
     let dir = sub(run_dir, "approvals")?;
     let body = json!({
         "schema": GRANT_SCHEMA, "id": id, "step": req["step"], "tool": req["tool"], "call_sha256": call_sha256,
-        "approver": approver, "granted": granted, "at": now_rfc3339(),
+        "approver": approver, "granted": granted, "at": now_rfc3339(), "signature": signature,
     });
     let mut text = serde_json::to_string_pretty(&body)?;
     text.push('\n');

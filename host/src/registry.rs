@@ -63,6 +63,9 @@ pub struct Resolved {
     pub trust: Trust,
     /// `runbook.json` when the bytes are JSON (first non-blank byte `{`), else `runbook.yaml`.
     pub file_name: String,
+    /// The registry requires this runbook's approvals to be signed (`"approvals": "signed"` in its index
+    /// entry): a host refuses to run it without an `allowed_signers` file.
+    pub signed_approvals: bool,
 }
 
 /// Why a reference did not resolve. `code` is one of `unknown-runbook`, `unknown-version`, `tampered`,
@@ -151,6 +154,7 @@ pub fn resolve(reference: &str, registry: &str) -> Result<Resolved, RegistryErro
             reference: format!("{id}@{version}"),
             pinned_sha256: Some(entry.sha256),
             trust: Trust::T2,
+            signed_approvals: entry.signed_approvals,
         });
     }
     if as_file.is_file() {
@@ -163,6 +167,7 @@ pub fn resolve(reference: &str, registry: &str) -> Result<Resolved, RegistryErro
             reference: name,
             pinned_sha256: None,
             trust: Trust::T1,
+            signed_approvals: false,
         });
     }
     Err(RegistryError::new("unknown-runbook", format!("`{reference}` is neither `id@version` nor an existing file")))
@@ -173,6 +178,7 @@ pub fn resolve(reference: &str, registry: &str) -> Result<Resolved, RegistryErro
 pub struct Entry {
     pub sha256: String,
     pub path: String,
+    pub signed_approvals: bool,
 }
 
 /// Parses and checks an index: schema, shapes, hex pins, and every path relative and inside.
@@ -195,6 +201,9 @@ pub fn parse_index(bytes: &[u8]) -> Result<Value, RegistryError> {
             }
             let path = e["path"].as_str().ok_or_else(|| RegistryError::new("invalid-index", format!("index.json: `{id}@{version}` has no path")))?;
             check_index_path(path).map_err(|m| RegistryError::new("invalid-index", format!("index.json: `{id}@{version}`: {m}")))?;
+            if !(e["approvals"].is_null() || e["approvals"] == "signed") {
+                return Err(RegistryError::new("invalid-index", format!("index.json: `{id}@{version}`: `approvals` can only be \"signed\"")));
+            }
         }
     }
     Ok(v)
@@ -207,7 +216,11 @@ fn lookup(index: &Value, id: &str, version: &str) -> Result<Entry, RegistryError
     let Some(e) = versions.get(version) else {
         return Err(RegistryError::new("unknown-version", format!("the registry has no version `{version}` of `{id}`")));
     };
-    Ok(Entry { sha256: e["sha256"].as_str().unwrap_or_default().to_string(), path: e["path"].as_str().unwrap_or_default().to_string() })
+    Ok(Entry {
+        sha256: e["sha256"].as_str().unwrap_or_default().to_string(),
+        path: e["path"].as_str().unwrap_or_default().to_string(),
+        signed_approvals: e["approvals"] == "signed",
+    })
 }
 
 enum Source {
@@ -425,6 +438,19 @@ fn read_index_or_empty(dir: &Dir) -> Result<Value, RegistryError> {
 pub fn add(registry_dir: &Path, document: &Path) -> Result<(String, String, String), RegistryError> {
     let bytes = std::fs::read(document).map_err(|e| RegistryError::new("io", format!("cannot read the document: {e}")))?;
     add_bytes(registry_dir, &bytes)
+}
+
+/// Marks `id@version` in the directory registry as requiring signed approvals (`"approvals": "signed"`).
+pub fn require_signed_approvals(registry_dir: &Path, id: &str, version: &str) -> Result<(), RegistryError> {
+    let dir = open_or_create_dir(registry_dir).map_err(|e| RegistryError::new("io", format!("cannot open the registry: {e}")))?;
+    let mut index = read_index_or_empty(&dir)?;
+    let Some(e) = index["runbooks"].get_mut(id).and_then(|v| v.get_mut(version)).and_then(Value::as_object_mut) else {
+        return Err(RegistryError::new("unknown-runbook", format!("the registry has no `{id}@{version}`")));
+    };
+    e.insert("approvals".into(), json!("signed"));
+    let mut text = serde_json::to_string_pretty(&index).map_err(|e| RegistryError::new("io", e.to_string()))?;
+    text.push('\n');
+    write_atomic(&dir, "index.json", text.as_bytes()).map_err(|e| RegistryError::new("io", format!("index.json: {e}")))
 }
 
 /// [`add`] for bytes already in memory.

@@ -19,7 +19,6 @@ use crate::{
 };
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -34,6 +33,9 @@ pub enum RunError {
     Module(String),
     /// The run is already over and its bundle finished.
     Finished(String),
+    /// An input refused before it reached the module (an approval the host never asked for, or one
+    /// without a valid signature where signatures are required); nothing is recorded and the run goes on.
+    Refused(String),
 }
 
 impl std::fmt::Display for RunError {
@@ -42,7 +44,7 @@ impl std::fmt::Display for RunError {
             RunError::Evidence(m) => write!(f, "the run's evidence cannot be written or read: {m}"),
             RunError::Tampered(m) => write!(f, "the run's evidence does not check out: {m}"),
             RunError::Module(m) => write!(f, "the policy module failed: {m}"),
-            RunError::Finished(m) => write!(f, "{m}"),
+            RunError::Finished(m) | RunError::Refused(m) => write!(f, "{m}"),
         }
     }
 }
@@ -72,6 +74,8 @@ pub struct Answer {
     pub decision: Decision,
     /// One sentence for the agent or the person reading it, written by the module.
     pub explanation: String,
+    /// For a `needs-approval` call: the hash an approval bound to it names (DESIGN 9.19).
+    pub call_sha256: Option<String>,
 }
 
 impl Answer {
@@ -132,30 +136,21 @@ pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
 }
 
-/// How [`Run::resume`] restores the module's state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Restore {
-    /// From the module's session snapshot in the resume record, when the record describes exactly the
-    /// `events.ndjson` bytes on disk; else by replaying every event.
-    Snapshot,
-    /// By replaying every recorded event (each link and decision checked).
-    Replay,
+/// What a resumed run must still be, kept by the adapter outside the bundle when the run began (the
+/// hook's session state): the document's sha256 and the chain's `h0`. A bundle whose document was
+/// swapped, even with `run.json` edited to match, is refused as tampered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pin {
+    pub document_sha256: String,
+    pub chain_h0: String,
 }
-
-/// `runbook-resume/v1`: what a process leaves for the next one to resume a run from (the hook's
-/// `.hook/<session>.snapshot`): the events file it describes (length, sha256, line count, last link), the
-/// last `at`, and the module's session snapshot. It is a cache, never evidence: when it does not describe
-/// the events file byte for byte, the run is replayed in full.
-pub const RESUME_SCHEMA: &str = "runbook-resume/v1";
 
 /// How a run was resumed (for timing and tests).
 #[derive(Clone, Debug, Default)]
 pub struct Resumed {
-    pub from_snapshot: bool,
     pub events: u64,
-    /// Links recomputed by the module (0 when resumed from the snapshot).
+    /// Links recomputed by the module (every recorded event's).
     pub links_checked: u64,
-    pub snapshot_refused: Option<String>,
 }
 
 /// One supervised run.
@@ -167,11 +162,35 @@ pub struct Run {
     t0_ms: u64,
     last_at: u64,
     broken: Option<RunError>,
-    /// The running sha256 and length of `events.ndjson`, for the resume record.
-    events_hash: Sha256,
-    events_len: u64,
     /// The module's state after the last event (each `feed` returns it), so acting on it costs no call.
     state: Option<RunState>,
+    /// The calls the module answered `needs-approval` in the current step (step, call hash): the only
+    /// requests a human's answer may be fed for (see [`Run::apply_grant`]).
+    asked: Vec<(Option<String>, String)>,
+    /// The step of the last decision, to forget `asked` when the run moves on.
+    last_step: Option<String>,
+    /// Where approvals must be signed: the keys that may sign them.
+    signers: Option<Signers>,
+}
+
+/// The keys whose SSH signatures make an approval a human's: an `allowed_signers` file (ssh-keygen's
+/// format) that the agent cannot write (docs/security.md), and its sha256, which the run records.
+#[derive(Clone, Debug)]
+pub struct Signers {
+    pub set: Arc<crate::sshsig::AllowedSigners>,
+    pub sha256: String,
+}
+
+impl Signers {
+    pub fn load(path: &Path) -> Result<Signers, RunError> {
+        let bytes = std::fs::read(path).map_err(|e| RunError::Evidence(format!("cannot read the allowed signers {}: {e}", path.display())))?;
+        let text = String::from_utf8(bytes.clone()).map_err(|_| RunError::Evidence(format!("{}: not UTF-8", path.display())))?;
+        let set = crate::sshsig::AllowedSigners::parse(&text).map_err(|e| RunError::Evidence(format!("{}: {e}", path.display())))?;
+        if set.is_empty() {
+            return Err(RunError::Evidence(format!("{} lists no key: no approval could ever be signed", path.display())));
+        }
+        Ok(Signers { set: Arc::new(set), sha256: hex::encode(Sha256::digest(&bytes)) })
+    }
 }
 
 impl Run {
@@ -185,7 +204,19 @@ impl Run {
             .map_err(|e| RunError::Evidence(format!("cannot create the run bundle under {}: {e}", runs.display())))?;
         guard.add_path(bundle.dir());
         let session = policy.session(&doc.bytes)?;
-        let mut run = Run { policy, session, bundle, guard, t0_ms: now_ms(), last_at: 0, broken: None, events_hash: Sha256::new(), events_len: 0, state: None };
+        let mut run = Run {
+            policy,
+            session,
+            bundle,
+            guard,
+            t0_ms: now_ms(),
+            last_at: 0,
+            broken: None,
+            state: None,
+            asked: Vec::new(),
+            last_step: None,
+            signers: None,
+        };
         let start = EventKind::Start(StartClaim {
             run_id,
             profile: claim.profile,
@@ -204,112 +235,105 @@ impl Run {
         Ok((run, answer))
     }
 
-    /// Reopens the run `run_id` under `runs` in another process: from the resume record at `record` when
-    /// it describes exactly the events on disk (and `how` allows), else by replaying every recorded event
-    /// with each chain link and decision checked by the module. `t0_ms` is the run's wall-clock start.
-    pub fn resume(
-        policy: Arc<Policy>,
-        runs: &Path,
-        run_id: &str,
-        t0_ms: u64,
-        record: Option<&Path>,
-        how: Restore,
-        guard: Guard,
-    ) -> Result<(Run, Resumed), RunError> {
+    /// Reopens the run `run_id` under `runs` in another process by replaying every recorded event, each
+    /// chain link and decision checked by the module. Nothing read back from the run directory is trusted
+    /// without that check: the chain's `h0` is derived again from the document (never read from
+    /// `run.json`), and when the adapter kept a [`Pin`] when the run began, the document and `h0` must be
+    /// the pinned ones. `t0_ms` is the run's wall-clock start.
+    pub fn resume(policy: Arc<Policy>, runs: &Path, run_id: &str, t0_ms: u64, pin: Option<&Pin>, guard: Guard) -> Result<(Run, Resumed), RunError> {
         let ev = |e: std::io::Error| RunError::Evidence(format!("run {run_id}: {e}"));
-        let b = Bundle::open(runs, run_id).map_err(ev)?;
-        let doc = b.document().map_err(ev)?;
-        let bytes = b.events_bytes().map_err(ev)?;
-        let events_hash = Sha256::new().chain_update(&bytes);
-        let events_sha = hex::encode(events_hash.clone().finalize());
-        let (lines, last_h) = tail_of(&bytes);
-        let head_now = last_h.unwrap_or(b.chain_head()).to_string();
-        let rec = record.and_then(|p| std::fs::read(p).ok()).and_then(|b| serde_json::from_slice::<Value>(&b).ok()).filter(|s| {
-            s["schema"] == RESUME_SCHEMA
-                && s["run_id"] == run_id
-                && s["events_len"] == bytes.len()
-                && s["events_sha256"] == events_sha.as_str()
-                && s["lines"] == lines
-                && s["head"] == head_now.as_str()
-        });
-        let mut resumed = Resumed { events: lines, ..Resumed::default() };
-        let mut restored = None;
-        if let (Some(r), Restore::Snapshot) = (&rec, how) {
-            if let Some(text) = r["session"].as_str() {
-                match policy.restore(&doc, text)? {
-                    Ok(s) => restored = Some((s, r["last_at"].as_u64().unwrap_or(0))),
-                    Err(e) => resumed.snapshot_refused = Some(e),
-                }
+        let tampered = |m: String| RunError::Tampered(format!("run {run_id}: {m}"));
+        let mut b = Bundle::open(runs, run_id).map_err(ev)?;
+        let doc = b.document().map_err(|e| if e.kind() == std::io::ErrorKind::InvalidData { tampered(e.to_string()) } else { ev(e) })?;
+        let doc_sha = hex::encode(Sha256::digest(&doc));
+        let envelope = policy.envelope(&doc)?.ok();
+        let h0 = bundle::chain_h0(envelope.as_deref(), &doc_sha);
+        if b.chain_head() != h0 {
+            return Err(tampered(format!("run.json's chain_h0 is not the digest of its document's envelope ({h0})")));
+        }
+        if let Some(p) = pin {
+            if p.document_sha256 != doc_sha || p.chain_h0 != h0 {
+                return Err(tampered(format!(
+                    "the document is not the one pinned when the run began (sha256 {doc_sha}, pinned {})",
+                    p.document_sha256
+                )));
             }
         }
-        let (session, head, last_at) = match restored {
-            Some((s, last_at)) => {
-                resumed.from_snapshot = true;
-                (s, head_now, last_at)
+        let bytes = b.events_bytes().map_err(ev)?;
+        let records = bundle::read_events(&bytes).map_err(|(n, m)| tampered(format!("events.ndjson:{n}: {m}")))?;
+        let mut session = policy.session(&doc)?;
+        let (mut head, mut last_at) = (h0, 0);
+        let (mut asked, mut last_step): (Vec<(Option<String>, String)>, Option<String>) = (Vec::new(), None);
+        for (i, r) in records.iter().enumerate() {
+            let (decision_line, link) = session.replay_line(&r.event_line, &head).map_err(|t| RunError::Module(t.message))?;
+            if link != r.h {
+                return Err(tampered(format!("events.ndjson:{}: the hash chain is broken", i + 1)));
             }
-            None => {
-                let records = bundle::read_events(&bytes).map_err(|(n, m)| RunError::Tampered(format!("run {run_id}: events.ndjson:{n}: {m}")))?;
-                let mut head = b.chain_head().to_string();
-                let mut s = policy.session(&doc)?;
-                let mut last_at = 0;
-                // A record that describes these exact bytes was left by the process that wrote them and
-                // checked their links: only the decisions are replayed then (one cheaper call an event).
-                let links_known = rec.is_some();
-                for (i, r) in records.iter().enumerate() {
-                    let decision_line = if links_known {
-                        s.handle_line(&r.event_line)
-                    } else {
-                        let (decision_line, link) = s.replay_line(&r.event_line, &head).map_err(|t| RunError::Module(t.message))?;
-                        if link != r.h {
-                            return Err(RunError::Tampered(format!("run {run_id}: events.ndjson:{}: the hash chain is broken", i + 1)));
-                        }
-                        decision_line
-                    };
-                    if decision_line != r.decision_line {
-                        return Err(RunError::Tampered(format!(
-                            "run {run_id}: events.ndjson:{}: the module decides this event differently than recorded",
-                            i + 1
-                        )));
-                    }
-                    head = r.h.clone();
-                    if let Some(at) = serde_json::from_str::<Value>(&r.event_line).ok().and_then(|v| v["at"].as_u64()) {
-                        last_at = last_at.max(at);
-                    }
-                }
-                resumed.links_checked = if links_known { 0 } else { records.len() as u64 };
-                (s, head, last_at)
+            if decision_line != r.decision_line {
+                return Err(tampered(format!("events.ndjson:{}: the module decides this event differently than recorded", i + 1)));
             }
-        };
-        let mut b = b;
-        b.resume_chain(head, lines);
+            head = link;
+            let event: Value = serde_json::from_str(&r.event_line).unwrap_or_default();
+            if let Some(at) = event["at"].as_u64() {
+                last_at = last_at.max(at);
+            }
+            let decision: Value = serde_json::from_str(&decision_line).unwrap_or_default();
+            let step = decision["step"].as_str().map(str::to_string);
+            if step != last_step {
+                asked.clear();
+                last_step = step.clone();
+            }
+            // An answer fed uses up its request: the same call needs a new `needs-approval` to be answered again.
+            if event["type"] == "approval" {
+                let sha = event["call_sha256"].as_str().unwrap_or_default();
+                asked.retain(|(s, h)| !(s == &step && h == sha));
+            }
+            if decision["decision"] == "needs-approval" {
+                let (tool, arguments) = (event["tool"].as_str().unwrap_or_default(), event["arguments"].to_string());
+                let sha = policy.call_sha256(tool, &arguments)?.map_err(|e| RunError::Module(format!("the call could not be hashed: {e}")))?;
+                asked.push((step, sha));
+            }
+        }
+        b.resume_chain(head, records.len() as u64);
         let mut guard = guard;
         guard.add_path(b.dir());
-        let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, events_hash, events_len: bytes.len() as u64, state: None };
+        let resumed = Resumed { events: records.len() as u64, links_checked: records.len() as u64 };
+        let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, asked, last_step, signers: None };
         Ok((run, resumed))
     }
 
-    /// Leaves the resume record (see [`RESUME_SCHEMA`]) at `path`; removes it once the run is finished.
-    /// Rewritten in place (a rename costs more than the decision): a record torn by a crash is not JSON,
-    /// or does not describe the events file, and the next process replays.
-    pub fn save_resume_record(&mut self, path: &Path, how: Restore) -> Result<(), RunError> {
-        if self.bundle.is_finished() {
-            let _ = std::fs::remove_file(path);
-            return Ok(());
+    /// From now on, only approvals signed by a key of `signers` are fed. A new run records the file's
+    /// sha256 in `run.json`; a resumed run must be given the same file (a changed one is tampering).
+    pub fn require_signed_approvals(&mut self, signers: Signers) -> Result<(), RunError> {
+        let recorded = self.bundle.manifest().get("approvals").and_then(|a| a["allowed_signers_sha256"].as_str()).map(str::to_string);
+        match recorded {
+            Some(sha) if sha != signers.sha256 => {
+                return Err(RunError::Tampered(format!(
+                    "run {}: the allowed signers file changed since the run began (sha256 {}, recorded {sha})",
+                    self.run_id(),
+                    signers.sha256
+                )))
+            }
+            Some(_) => {}
+            None if self.finished() => {}
+            None => self.bundle.require_signed_approvals(&signers.sha256).map_err(|e| self.break_with(RunError::Evidence(e.to_string())))?,
         }
-        let snapshot = match how {
-            Restore::Snapshot => Some(self.session.snapshot()?),
-            Restore::Replay => None,
-        };
-        let rec = serde_json::json!({"schema": RESUME_SCHEMA, "run_id": self.run_id(), "events_len": self.events_len,
-            "events_sha256": hex::encode(self.events_hash.clone().finalize()), "head": self.bundle.chain_head(),
-            "lines": self.bundle.events_recorded(), "last_at": self.last_at, "session": snapshot});
-        let bytes = rec.to_string();
-        let write = || -> std::io::Result<()> {
-            let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
-            f.write_all(bytes.as_bytes())?;
-            f.set_len(bytes.len() as u64)
-        };
-        write().map_err(|e| RunError::Evidence(format!("cannot write the resume record: {e}")))
+        self.signers = Some(signers);
+        Ok(())
+    }
+
+    /// Whether `run.json` says this run's approvals must be signed.
+    pub fn signed_approvals_required(&self) -> bool {
+        self.bundle.manifest().get("approvals").is_some_and(|a| a["signed"] == true)
+    }
+
+    /// The pin an adapter keeps outside the bundle, to resume this run later (see [`Pin`]).
+    pub fn pin(&self) -> Pin {
+        let m = self.bundle.manifest();
+        Pin {
+            document_sha256: m["document"]["sha256"].as_str().unwrap_or_default().to_string(),
+            chain_h0: m["chain_h0"].as_str().unwrap_or_default().to_string(),
+        }
     }
 
     pub fn run_id(&self) -> &str {
@@ -377,23 +401,36 @@ impl Run {
         if let Err(e) = self.bundle.record_linked(&rec.event_line, &rec.decision_line, &rec.link) {
             return Err(self.break_with(RunError::Evidence(format!("cannot record the event: {e}"))));
         }
-        let written = bundle::event_record_line(&rec.link, &rec.event_line, &rec.decision_line);
-        self.events_hash.update(written.as_bytes());
-        self.events_len += written.len() as u64;
+        if rec.decision.step != self.last_step {
+            self.asked.clear();
+            self.last_step = rec.decision.step.clone();
+        }
         self.state = Some(rec.state);
-        Ok(Answer { decision: rec.decision, explanation: rec.explanation })
+        Ok(Answer { decision: rec.decision, explanation: rec.explanation, call_sha256: None })
     }
 
     /// A tool call. The guard is applied here, for every adapter alike.
     pub fn invoke(&mut self, tool: &str, arguments: &Value, call_id: Option<&str>, step: Option<&str>) -> Result<Answer, RunError> {
         let guard = self.guard.names(tool, arguments);
-        self.feed(EventKind::Invoke(Invoke {
+        let mut a = self.feed(EventKind::Invoke(Invoke {
             tool: tool.to_string(),
             arguments: arguments.to_string(),
             call_id: call_id.map(str::to_string),
             step: step.map(str::to_string),
             guard,
-        }))
+        }))?;
+        if a.kind() == DecisionKind::NeedsApproval {
+            let sha = self.call_sha256(tool, arguments)?;
+            self.asked.push((a.decision.step.clone(), sha.clone()));
+            a.call_sha256 = Some(sha);
+        }
+        Ok(a)
+    }
+
+    /// Whether the module answered `needs-approval` to this exact call in the current step: the only
+    /// calls a human's answer may be fed for (`approve` shows only these).
+    pub fn asked_for(&self, step: Option<&str>, call_sha256: &str) -> bool {
+        self.asked.iter().any(|(s, h)| s.as_deref() == step && h == call_sha256)
     }
 
     /// A tool's result (`result` is what the adapter observes, DESIGN 9.23).
@@ -490,7 +527,15 @@ impl Run {
         let dir = self.dir().to_path_buf();
         let ev = |e: std::io::Error| RunError::Evidence(format!("the approval channel: {e}"));
         let Some((id, grant)) = approvals::answered_for(&dir, call_sha256).map_err(ev)? else { return Ok(None) };
-        self.apply_grant(&id, &grant).map(Some)
+        match self.apply_grant(&id, &grant) {
+            Ok(a) => Ok(Some(a)),
+            // Not an answer the host can use: the call is decided without it (and stays gated).
+            Err(RunError::Refused(m)) => {
+                eprintln!("runbook-host: {m}");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Before a call is decided: when a human answered a request for this exact call (a retry after a
@@ -510,12 +555,46 @@ impl Run {
     }
 
     /// Feeds a human's answer to the request `id` and consumes the request.
+    /// Only an answer to a request the host issued is fed: the module must have answered `needs-approval`
+    /// to this exact call in the current step (a request or an answer written by anyone else into the
+    /// run directory is refused, [`RunError::Refused`], and stays unconsumed).
     pub fn apply_grant(&mut self, id: &str, grant: &approvals::Grant) -> Result<Answer, RunError> {
         let dir = self.dir().to_path_buf();
         let ev = |e: std::io::Error| RunError::Evidence(format!("the approval channel: {e}"));
         let rec = approvals::request_record(&dir, id).map_err(ev)?;
         let step = rec["step"].as_str().map(str::to_string);
-        let a = self.approval(step.as_deref(), Some(&grant.call_sha256), &grant.approver, grant.granted)?;
+        if !self.asked_for(step.as_deref(), &grant.call_sha256) {
+            return Err(RunError::Refused(format!(
+                "the answer to request {id} is refused: the policy module asked for no approval of that call (sha256 {}) in the current step",
+                grant.call_sha256
+            )));
+        }
+        // Where approvals must be signed, the approver is the principal whose key signed, nobody else.
+        let signed = match (&self.signers, self.signed_approvals_required()) {
+            (Some(signers), _) => {
+                let message = approvals::signed_message(self.run_id(), id, step.as_deref(), &grant.call_sha256, grant.granted);
+                let sig = grant.signature.as_deref().ok_or_else(|| {
+                    RunError::Refused(format!("the answer to request {id} is not signed, and this run's approvals must be signed (runbook-host approve --sign KEY)"))
+                })?;
+                let v = crate::sshsig::verify(&signers.set, None, approvals::SIGNATURE_NAMESPACE, message.as_bytes(), sig, now_ms() / 1000)
+                    .map_err(|e| RunError::Refused(format!("the answer to request {id} is refused: {e}")))?;
+                Some((message, sig.to_string(), v))
+            }
+            (None, true) => {
+                return Err(RunError::Refused(format!(
+                    "the answer to request {id} cannot be checked: this run's approvals must be signed, and no allowed signers file was given"
+                )))
+            }
+            (None, false) => None,
+        };
+        let approver = signed.as_ref().map(|(_, _, v)| v.principal.clone()).unwrap_or_else(|| grant.approver.clone());
+        self.asked.retain(|(s, h)| !(s == &step && *h == grant.call_sha256));
+        let a = self.approval(step.as_deref(), Some(&grant.call_sha256), &approver, grant.granted)?;
+        if let Some((message, signature, v)) = signed {
+            let line = serde_json::json!({"seq": a.decision.seq, "request": id, "message": message, "signature": signature,
+                "principal": v.principal, "fingerprint": v.fingerprint});
+            self.bundle.append_signature(&line).map_err(|e| self.break_with(RunError::Evidence(format!("cannot record the approval's signature: {e}"))))?;
+        }
         approvals::consume(&dir, id).map_err(ev)?;
         Ok(a)
     }
@@ -534,14 +613,4 @@ impl Run {
     pub fn approve_command(&self, step: Option<&str>) -> String {
         format!("runbook-host approve {} {}", self.run_id(), step.unwrap_or("-"))
     }
-}
-
-/// The number of lines of an events file and the `h` of its last one (read from the line's fixed prefix;
-/// a line without one gives None, and the full replay that follows names the problem).
-fn tail_of(bytes: &[u8]) -> (u64, Option<&str>) {
-    let lines = bytes.iter().filter(|b| **b == b'\n').count() as u64;
-    let body = bytes.strip_suffix(b"\n").unwrap_or(bytes);
-    let last = &body[body.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1)..];
-    let h = last.strip_prefix(b"{\"h\":\"").and_then(|r| r.get(..64)).and_then(|h| std::str::from_utf8(h).ok());
-    (lines, if bytes.is_empty() { None } else { h })
 }

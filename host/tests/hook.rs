@@ -9,137 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-struct Work(PathBuf);
-
-impl Drop for Work {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
-
-fn work(name: &str) -> Work {
-    let d = std::env::temp_dir().join(format!("rh-hook-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::copy(root().join("examples/rotate-credentials/runbook.yaml"), d.join("runbook.yaml")).unwrap();
-    Work(d)
-}
-
-struct Out {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    fn json(&self) -> Value {
-        if self.stdout.trim().is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
-        }
-    }
-    fn denied(&self) -> Option<String> {
-        let v = self.json();
-        (v["hookSpecificOutput"]["permissionDecision"] == "deny").then(|| v["hookSpecificOutput"]["permissionDecisionReason"].as_str().unwrap().to_string())
-    }
-    fn timing(&self) -> (u128, u128, u64) {
-        let l = self.stderr.lines().find(|l| l.contains("timing ")).expect("timing line");
-        let f = |k: &str| l.split_whitespace().find_map(|w| w.strip_prefix(k)).unwrap().parse::<u128>().unwrap();
-        (f("total_us="), f("restore_us="), f("events=") as u64)
-    }
-    /// `snapshot` or `replay`: how this process restored the run.
-    fn restored_from(&self) -> String {
-        let l = self.stderr.lines().find(|l| l.contains("timing ")).expect("timing line");
-        l.split_whitespace().find_map(|w| w.strip_prefix("restored_from=")).unwrap().to_string()
-    }
-}
-
-impl Work {
-    fn hook_bytes(&self, payload: &[u8]) -> Out {
-        self.hook_with(&[], payload)
-    }
-    fn hook_with(&self, extra: &[&str], payload: &[u8]) -> Out {
-        let mut c = Command::new(BIN)
-            .args(["hook", "--runbook", "runbook.yaml"])
-            .args(extra)
-            .current_dir(&self.0)
-            .env("RUNBOOK_HOOK_TIMING", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        c.stdin.take().unwrap().write_all(payload).unwrap();
-        let o = c.wait_with_output().unwrap();
-        Out { code: o.status.code().unwrap_or(-1), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
-    }
-    fn hook(&self, payload: Value) -> Out {
-        self.hook_bytes(payload.to_string().as_bytes())
-    }
-    fn runs(&self) -> PathBuf {
-        self.0.join(".runbook/runs")
-    }
-    fn run_dir(&self, session: &str) -> PathBuf {
-        let s: Value = serde_json::from_slice(&std::fs::read(self.runs().join(format!(".hook/{session}.json"))).unwrap()).unwrap();
-        self.runs().join(s["run_id"].as_str().unwrap())
-    }
-    fn events(&self, session: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.run_dir(session).join("events.ndjson")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
-    }
-}
-
-fn base(session: &str, event: &str) -> Value {
-    json!({"session_id": session, "transcript_path": "~/.claude/projects/t/s.jsonl", "cwd": ".", "permission_mode": "default", "hook_event_name": event})
-}
-
-fn start(session: &str) -> Value {
-    let mut v = base(session, "SessionStart");
-    v["source"] = json!("startup");
-    v
-}
-
-fn pre(session: &str, tool: &str, input: Value, id: &str) -> Value {
-    let mut v = base(session, "PreToolUse");
-    v["tool_name"] = json!(tool);
-    v["tool_input"] = input;
-    v["tool_use_id"] = json!(id);
-    v
-}
-
-fn post(session: &str, tool: &str, input: Value, response: Value, id: &str) -> Value {
-    let mut v = pre(session, tool, input, id);
-    v["hook_event_name"] = json!("PostToolUse");
-    v["tool_response"] = response;
-    v
-}
-
-fn bash(cmd: &str) -> Value {
-    json!({"command": cmd})
-}
-
-fn out(stdout: &str) -> Value {
-    json!({"stdout": stdout, "stderr": "", "interrupted": false, "isImage": false})
-}
-
-fn verify(run_dir: &Path) -> (bool, String) {
-    let o = Command::new(BIN).arg("verify").arg(run_dir).output().unwrap();
-    (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
-}
-
-/// Allows (exit 0, no deny) or panics with what came back.
-fn allowed(o: Out) {
-    assert_eq!(o.code, 0, "{}", o.stderr);
-    assert!(o.denied().is_none(), "denied: {}", o.stdout);
-}
+mod common;
+use common::hooks::*;
 
 #[test]
 fn recorded_payloads_of_every_event_kind() {
@@ -375,82 +246,6 @@ fn a_stop_after_a_checkpoint_deadline_fails_the_run() {
     assert!(ok, "{v}");
 }
 
-/// The session snapshot a process leaves is a cache: used only when it describes exactly the events file
-/// on disk and the module accepts it; anything else (a refused snapshot, a torn record, a record older than
-/// the events) falls back to a full replay with the chain recomputed, and the decisions are the same.
-#[test]
-fn the_snapshot_is_a_cache_and_never_the_evidence() {
-    let w = work("snapshot");
-    let s = "sess-snap";
-    assert_eq!(w.hook(start(s)).code, 0);
-    let record = w.runs().join(format!(".hook/{s}.snapshot"));
-    let call = |id: &str| {
-        let o = w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), id));
-        assert_eq!(o.code, 0, "{}", o.stderr);
-        assert!(o.denied().is_none(), "{}", o.stdout);
-        o
-    };
-    // SessionStart leaves no record: the first call replays, the next ones start from the snapshot.
-    assert_eq!(call("a1").restored_from(), "replay");
-    assert_eq!(call("a2").restored_from(), "snapshot");
-    let rec: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
-    assert_eq!(rec["schema"], "runbook-resume/v1");
-    assert_eq!(rec["lines"], 3);
-    let snap: Value = serde_json::from_str(rec["session"].as_str().unwrap()).unwrap();
-    assert_eq!(snap["schema"], "runbook-session-snapshot/v1");
-    assert_eq!(snap["events"], 3);
-
-    // A snapshot the module refuses: replayed, and the refusal is reported.
-    let mut bad = rec.clone();
-    bad["session"] = json!(rec["session"].as_str().unwrap().replace("\"phase\":\"running\"", "\"phase\":\"bogus\""));
-    std::fs::write(&record, bad.to_string()).unwrap();
-    let o = call("a3");
-    assert_eq!(o.restored_from(), "replay", "{}", o.stderr);
-    assert!(o.stderr.contains("snapshot_refused=") && o.stderr.contains("phase"), "{}", o.stderr);
-
-    // A torn record (a crash while it was written): not JSON, replayed.
-    let text = std::fs::read(&record).unwrap();
-    std::fs::write(&record, &text[..text.len() / 2]).unwrap();
-    assert_eq!(call("a4").restored_from(), "replay");
-
-    // A record whose chain head is not the events file's last `h`: never trusted.
-    assert_eq!(call("a4b").restored_from(), "snapshot");
-    let mut forged: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
-    forged["head"] = json!("0".repeat(64));
-    std::fs::write(&record, forged.to_string()).unwrap();
-    assert_eq!(call("a4c").restored_from(), "replay");
-
-    // A record older than the events (a crash after the event was written, before the record was): the
-    // events file does not match it, so every link is recomputed and every event replayed.
-    let old = std::fs::read(&record).unwrap();
-    assert_eq!(call("a5").restored_from(), "snapshot");
-    std::fs::write(&record, &old).unwrap();
-    let o = call("a6");
-    assert_eq!(o.restored_from(), "replay");
-    assert!(o.stderr.contains(&format!("chain_checked={}", w.events(s).len() - 1)), "{}", o.stderr);
-    assert_eq!(call("a7").restored_from(), "snapshot");
-
-    // Replay-only processes leave a record without a snapshot, and the next snapshot process replays once.
-    let o = w.hook_with(&["--restore", "replay"], pre(s, "Bash", bash("kubectl -n payments get pods"), "b1").to_string().as_bytes());
-    assert_eq!(o.restored_from(), "replay");
-    assert!(o.stderr.contains("chain_checked=0"), "the chain was checked by the previous process: {}", o.stderr);
-    let rec: Value = serde_json::from_slice(&std::fs::read(&record).unwrap()).unwrap();
-    assert!(rec["session"].is_null());
-    assert_eq!(call("b2").restored_from(), "replay");
-    assert_eq!(call("b3").restored_from(), "snapshot");
-
-    // Every decision was the module's: the run ends and its bundle verifies by replay.
-    allowed(w.hook(base(s, "SessionEnd")));
-    assert!(!record.exists(), "a finished run leaves no snapshot behind");
-    let (ok, v) = verify(&w.run_dir(s));
-    assert!(ok, "{v}");
-    let decisions: Vec<String> = w.events(s).iter().map(|e| e["decision"]["decision"].as_str().unwrap().to_string()).collect();
-    // The start, 12 allowed reads, and the `end` of a run that never reached a terminal.
-    assert_eq!(decisions.len(), 14, "{decisions:?}");
-    assert!(decisions[..13].iter().all(|d| d == "allow"), "{decisions:?}");
-    assert_eq!(w.events(s)[13]["event"]["type"], "end");
-}
-
 #[test]
 fn errors_fail_closed_and_lose_nothing() {
     let w = work("errors");
@@ -559,7 +354,7 @@ fn latency_work(name: &str, s: &str) -> Work {
 /// The hook latency of one strategy: `samples` PreToolUse processes (each followed by its PostToolUse) on a
 /// run grown to `target` events (so measured from `target` to `target + 2 * samples`) the way a session grows: each call followed by its result, and one
 /// call in ten one that no capability allows (denied and recorded).
-fn measure(w: &Work, s: &str, target: usize, samples: usize, how: &str) -> String {
+fn measure(w: &Work, s: &str, target: usize, samples: usize) -> String {
     let df = bash("df -h /var");
     let mut n = w.events(s).len();
     let mut i = 0;
@@ -576,25 +371,22 @@ fn measure(w: &Work, s: &str, target: usize, samples: usize, how: &str) -> Strin
     }
     let (mut total, mut wall, mut restore) = (Vec::new(), Vec::new(), Vec::new());
     for k in 0..samples {
-        let id = format!("m{how}{target}-{k}");
+        let id = format!("m{target}-{k}");
         let payload = pre(s, "Bash", df.clone(), &id).to_string();
         let t = Instant::now();
-        let o = w.hook_with(&["--restore", how], payload.as_bytes());
+        let o = w.hook_bytes(payload.as_bytes());
         wall.push(t.elapsed().as_micros());
         assert_eq!(o.code, 0, "{}", o.stderr);
         assert!(o.denied().is_none(), "{}", o.stdout);
-        // The first process after a switch of strategy has no record of the other kind to start from.
-        if k > 0 {
-            assert_eq!(o.restored_from(), how, "{}", o.stderr);
-        }
-        let (tt, r, _) = o.timing();
+        let (tt, r, n) = o.timing();
+        assert!(o.stderr.contains(&format!("chain_checked={n} ")), "every link is checked on every resume: {}", o.stderr);
         total.push(tt);
         restore.push(r);
-        let o = w.hook_with(&["--restore", how], post(s, "Bash", df.clone(), out("/dev/sda1 50G 45G 5G 90% /var"), &id).to_string().as_bytes());
+        let o = w.hook(post(s, "Bash", df.clone(), out("/dev/sda1 50G 45G 5G 90% /var"), &id));
         assert_eq!(o.code, 0, "{}", o.stderr);
     }
     format!(
-        "hook latency ({how}) at ~{target} events: process wall median {:.2} ms p95 {:.2} ms; in-process median {:.2} ms; restore median {:.3} ms p95 {:.3} ms",
+        "hook latency (full replay) at ~{target} events: process wall median {:.2} ms p95 {:.2} ms; in-process median {:.2} ms; restore median {:.3} ms p95 {:.3} ms",
         pct(&mut wall, 0.5) as f64 / 1000.0,
         pct(&mut wall, 0.95) as f64 / 1000.0,
         pct(&mut total, 0.5) as f64 / 1000.0,
@@ -603,42 +395,28 @@ fn measure(w: &Work, s: &str, target: usize, samples: usize, how: &str) -> Strin
     )
 }
 
-/// The whole hook process (start, load the precompiled component, restore, decide, write, exit), measured
-/// from the client's side, and the restore cost the hook reports, for both restore strategies. Figures
-/// only (timings are benchmarks' business, never asserted); what is asserted is that each strategy is
-/// the one used.
+/// The whole hook process (start, load the precompiled component, replay, decide, write, exit), measured
+/// from the client's side, and the restore cost the hook reports. Figures only (timings are benchmarks'
+/// business, never asserted); what is asserted is that every link was checked.
 #[test]
 fn hook_latency() {
     let s = "sess-latency";
     let w = latency_work("latency", s);
     for target in [50, 500] {
-        for how in ["snapshot", "replay"] {
-            eprintln!("{}", measure(&w, s, target, 20, how));
-        }
+        eprintln!("{}", measure(&w, s, target, 20));
     }
-    // Whatever each process restored from, the evidence is the same: the run ends and verifies.
+    // The run ends and verifies.
     allowed(w.hook(base(s, "SessionEnd")));
     let (ok, v) = verify(&w.run_dir(s));
     assert!(ok, "{v}");
 }
 
-/// The same at 5,000 events (slow to fill: one process per event), and a cold restore (no record left by
-/// the previous process: every chain link recomputed and every event replayed):
+/// The same at 5,000 events (slow to fill: one process per event):
 /// `cargo test --release -p runbook-host --test hook -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn hook_latency_at_5000_events() {
     let s = "sess-latency-5000";
     let w = latency_work("latency5000", s);
-    for how in ["snapshot", "replay"] {
-        eprintln!("{}", measure(&w, s, 5000, 20, how));
-    }
-    let mut full = Vec::new();
-    for k in 0..5 {
-        let _ = std::fs::remove_file(w.runs().join(format!(".hook/{s}.snapshot")));
-        let o = w.hook(pre(s, "Bash", bash("df -h /var"), &format!("c{k}")));
-        assert_eq!(o.restored_from(), "replay");
-        full.push(o.timing().1);
-    }
-    eprintln!("hook cold restore (whole chain and replay) at ~5000 events: median {:.2} ms", pct(&mut full, 0.5) as f64 / 1000.0);
+    eprintln!("{}", measure(&w, s, 5000, 20));
 }

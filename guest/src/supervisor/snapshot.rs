@@ -195,7 +195,10 @@ impl Session {
     /// snapshot's field (a JSON Pointer): on text that is not JSON, another schema, a snapshot of other
     /// document bytes, a missing, unknown or mistyped field, lists that do not match the document's steps
     /// or checkpoints, a step, terminal or capability the document does not have, a number out of range,
-    /// and states no run reaches (an outcome before the run is over, a `seq` past the events, ...).
+    /// and some states no run reaches (an outcome before the run is over, a `seq` past the events, ...).
+    /// It checks form, not history: a snapshot whose position, profile or gate was edited consistently
+    /// restores into a state no recorded run reaches. A host restores only a snapshot it kept out of the
+    /// agent's reach; to resume from evidence the agent could write, it replays the events.
     pub fn restore(document: &[u8], snapshot: &str) -> Result<Session, String> {
         let parsed = json::parse(snapshot);
         let root = match (parsed.node, parsed.issues.first()) {

@@ -36,6 +36,10 @@ pub fn export_redacted(run_dir: &Path, out_root: &Path) -> io::Result<PathBuf> {
     if run["artifacts"]["envelope"].is_string() {
         copy.push("envelope.json".into());
     }
+    // Signed approvals name the call by its hash only: shared as they are, and checked by verify.
+    if src.is_file(SIGNATURES) {
+        copy.push(SIGNATURES.into());
+    }
     for f in copy {
         let bytes = src.read(&f)?;
         write_atomic(&out, &f, &bytes)?;

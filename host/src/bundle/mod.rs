@@ -77,6 +77,9 @@ pub const RUN_SCHEMA: &str = "runbook-run-bundle/v1";
 pub const RECEIPT_SCHEMA: &str = "runbook-receipt/v1";
 pub const LATEST_SCHEMA: &str = "runbook-latest-run/v1";
 pub const HISTORY_SCHEMA: &str = "runbook-run-history-entry/v1";
+/// Signed approvals, one line each, in the order they were fed: `{seq, request, message, signature,
+/// principal, fingerprint}` (`seq` is the approval event's). Present only when an approval was signed.
+pub const SIGNATURES: &str = "signatures.ndjson";
 /// The host's name and version, as written into receipts.
 pub const HOST_NAME: &str = "runbook-host";
 pub const HOST_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -307,6 +310,22 @@ impl Bundle {
         Ok(())
     }
 
+    /// Records in `run.json` that this run's approvals must be signed by a key of the `allowed_signers`
+    /// whose sha256 is given (`approvals: {signed: true, allowed_signers_sha256}`).
+    pub fn require_signed_approvals(&mut self, allowed_signers_sha256: &str) -> io::Result<()> {
+        self.manifest.insert("approvals".into(), json!({"signed": true, "allowed_signers_sha256": allowed_signers_sha256}));
+        self.write_manifest()
+    }
+
+    /// Appends one line to [`SIGNATURES`] and syncs it (evidence: the receipt pins the file).
+    pub fn append_signature(&mut self, line: &Value) -> io::Result<()> {
+        let mut text = serde_json::to_string(line)?;
+        text.push('\n');
+        let mut f = self.dir.open_with(SIGNATURES, OpenOptions::new().append(true).create(true))?;
+        f.write_all(text.as_bytes())?;
+        f.sync_data()
+    }
+
     /// Records admission (`admitted`) or refusal (`refused`) in `run.json`'s lifecycle.
     pub fn admitted(&mut self, admitted: bool) -> io::Result<()> {
         self.lifecycle(if admitted { "admitted" } else { "refused" })?;
@@ -367,6 +386,9 @@ impl Bundle {
         let mut files = vec!["run.json".to_string(), self.document_file.clone(), "events.ndjson".into(), "report.json".into()];
         if self.has_envelope {
             files.push("envelope.json".into());
+        }
+        if self.dir.is_file(SIGNATURES) {
+            files.push(SIGNATURES.into());
         }
         for f in files {
             artifacts.insert(f.clone(), json!(sha256_hex(&self.dir.read(&f)?)));

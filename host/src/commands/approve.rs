@@ -6,9 +6,16 @@
 //! call, recomputed by the module) and confirmed on the controlling terminal (`/dev/tty`, never standard
 //! input); without a terminal the command refuses. The answer is bound to that call's hash: a different
 //! call needs a new approval. The approver is the operating-system user.
+//!
+//! Only requests the host issued are shown: the run is replayed (every link and decision checked) and a
+//! request is answerable only when the module answered `needs-approval` to that exact call in the
+//! current step. A request file someone else wrote into the run directory, one for a step the run has
+//! left, or one of a run whose evidence does not check out is refused. A terminal is not proof of a
+//! human (`script` gives any process one): where that matters, approvals are signed (`--sign`).
 
 use anyhow::{Context, Result};
 use runbook_host::approvals;
+use runbook_host::run::{Guard, Run};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,6 +32,10 @@ pub struct Args {
     /// Refuse the calls instead of approving them
     #[arg(long)]
     pub deny: bool,
+    /// Sign each answer with this SSH private key (`ssh-keygen -Y sign`; a FIDO `-sk` key asks for a
+    /// touch): required where the run's approvals must be signed
+    #[arg(long, value_name = "KEY")]
+    pub sign: Option<PathBuf>,
 }
 
 /// What a terminal shows of text an agent chose: control, bidirectional and invisible format characters
@@ -115,10 +126,35 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     let policy = super::policy()?;
+    let signed_required = std::fs::read(run_dir.join("run.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|m| m["approvals"]["signed"] == true);
+    if signed_required && args.sign.is_none() {
+        eprintln!("runbook-host: run {run_id} takes signed approvals only: pass --sign KEY (an SSH private key listed in its allowed_signers)");
+        return Ok(ExitCode::from(1));
+    }
+    // The run as the module replays it: which calls it asked a human about, in which step.
+    let runs_root = run_dir.parent().unwrap_or(std::path::Path::new("."));
+    let run = match Run::resume(policy.clone(), runs_root, &run_id, 0, None, Guard::default()) {
+        Ok((run, _)) => run,
+        Err(e) => {
+            eprintln!("runbook-host: nothing is approved: {e}");
+            return Ok(ExitCode::from(1));
+        }
+    };
     let approver = approvals::operator();
     let verb = if args.deny { "DENY" } else { "approve" };
     let mut answered = 0;
     for p in &calls {
+        if !run.asked_for(p.step.as_deref(), &p.call_sha256) {
+            writeln!(
+                out,
+                "request {} was not issued by the host (the policy module asked for no approval of that call in the run's current step); it is not shown and stays unanswered",
+                p.id
+            )?;
+            continue;
+        }
         let record = approvals::request_record(&run_dir, &p.id)?;
         let arguments_json = record["arguments_json"].as_str().unwrap_or("").to_string();
         // The hash shown is the module's, of the exact text the host hashed; a request whose hash is not
@@ -153,7 +189,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
             writeln!(out, "left unanswered")?;
             continue;
         }
-        match approvals::answer(&run_dir, &p.id, &approver, !args.deny, &p.call_sha256) {
+        let signature = match &args.sign {
+            Some(key) => {
+                let message = approvals::signed_message(&run_id, &p.id, p.step.as_deref(), &p.call_sha256, !args.deny);
+                match runbook_host::sshsig::sign_with_ssh_keygen(key, approvals::SIGNATURE_NAMESPACE, message.as_bytes()) {
+                    Ok(sig) => Some(sig),
+                    Err(e) => {
+                        writeln!(out, "not signed ({e}); left unanswered")?;
+                        continue;
+                    }
+                }
+            }
+            None => None,
+        };
+        match approvals::answer_signed(&run_dir, &p.id, &approver, !args.deny, &p.call_sha256, signature.as_deref()) {
             Ok(()) => {
                 answered += 1;
                 let what = if args.deny { "denied" } else { "approved" };

@@ -4,7 +4,6 @@
 //! remove the client's hook configuration. The adapter lives in the library (`runbook_host::adapters::claude`).
 
 use runbook_host::adapters::claude as hook;
-use runbook_host::run::Restore;
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
@@ -35,11 +34,14 @@ pub struct Args {
     /// that Claude Code's own `permissions.deny` rules remove (a runbook that needs a denied tool is refused)
     #[arg(long, global = true, value_delimiter = ',')]
     pub allowlist: Option<Vec<String>>,
-    /// How each process restores the run: from the module's session snapshot the previous process left
-    /// (checked against the events file's sha256; a full replay when it does not match), or always by
-    /// replaying the recorded events
-    #[arg(long, default_value = "snapshot", value_parser = ["snapshot", "replay"], global = true)]
-    pub restore: String,
+    /// How long an event waits for the session's lock (held while another event of the session is
+    /// decided) before it is denied, in milliseconds
+    #[arg(long, default_value_t = 10_000, global = true)]
+    pub lock_timeout_ms: u64,
+    /// Require every approval to be signed (`runbook-host approve --sign KEY`) by a key of this
+    /// `allowed_signers` file (ssh-keygen's format; keep it where the agent cannot write)
+    #[arg(long, value_name = "FILE", global = true)]
+    pub allowed_signers: Option<PathBuf>,
 }
 
 #[derive(clap::Subcommand)]
@@ -90,8 +92,12 @@ fn hook_command(a: &Args) -> String {
     if let Some(list) = &a.allowlist {
         c.push(format!("--allowlist {}", quote(&list.join(","))));
     }
-    if a.restore != "snapshot" {
-        c.push(format!("--restore {}", a.restore));
+    if let Some(p) = &a.allowed_signers {
+        let p = std::path::absolute(p).unwrap_or_else(|_| p.clone());
+        c.push(format!("--allowed-signers {}", quote(&p.to_string_lossy())));
+    }
+    if a.lock_timeout_ms != 10_000 {
+        c.push(format!("--lock-timeout-ms {}", a.lock_timeout_ms));
     }
     c.join(" ")
 }
@@ -156,7 +162,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
                 _ => runbook_host::Profile::R2,
             },
             keep_working: a.keep_working,
-            restore: if a.restore == "replay" { Restore::Replay } else { Restore::Snapshot },
+            lock_timeout: std::time::Duration::from_millis(a.lock_timeout_ms),
+            allowed_signers: a.allowed_signers.clone(),
             allowlist: a.allowlist.clone(),
             settings: hook::permissions::settings_files(&project, home.as_deref()),
         };
@@ -166,18 +173,14 @@ pub fn run(a: Args) -> Result<ExitCode> {
     .unwrap_or_else(|_| Err(anyhow::anyhow!("the hook panicked")));
     if std::env::var_os("RUNBOOK_HOOK_TIMING").is_some() {
         eprintln!(
-            "runbook-host hook: timing total_us={} load_us={} restore_us={} decide_us={} save_us={} events={} restored_from={} chain_checked={} decide_calls={} save_calls={}{}",
+            "runbook-host hook: timing total_us={} load_us={} restore_us={} decide_us={} events={} chain_checked={} decide_calls={}",
             t.elapsed().as_micros(),
             timing.load_us,
             timing.restore_us,
             timing.decide_us,
-            timing.save_us,
             timing.events_replayed,
-            timing.restored_from,
             timing.chain_checked,
             timing.decide_calls,
-            timing.save_calls,
-            timing.snapshot_refused.as_deref().map(|e| format!(" snapshot_refused={e:?}")).unwrap_or_default()
         );
     }
     match result {

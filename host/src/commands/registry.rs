@@ -22,6 +22,10 @@ pub enum Sub {
         /// The directory registry (created when missing)
         #[arg(long, default_value = ".runbook/registry")]
         registry: PathBuf,
+        /// Require the runbook's approvals to be signed: a host then runs it only with
+        /// `--allowed-signers FILE`
+        #[arg(long)]
+        signed_approvals: bool,
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
     },
@@ -46,12 +50,17 @@ fn fail(e: &registry::RegistryError, format: Format) -> Result<ExitCode> {
 
 pub fn run(args: Args) -> Result<ExitCode> {
     match args.command {
-        Sub::Add { file, registry: dir, format } => match registry::add(&dir, &file) {
+        Sub::Add { file, registry: dir, signed_approvals, format } => match registry::add(&dir, &file).and_then(|(id, version, sha)| {
+            if signed_approvals {
+                registry::require_signed_approvals(&dir, &id, &version)?;
+            }
+            Ok((id, version, sha))
+        }) {
             Ok((id, version, sha)) => {
                 if format == Format::Json {
                     outln!("{}", serde_json::json!({"ok": true, "id": id, "version": version, "sha256": sha, "path": format!("{id}/{version}")}));
                 } else {
-                    outln!("pinned {id}@{version} sha256:{sha}");
+                    outln!("pinned {id}@{version} sha256:{sha}{}", if signed_approvals { " (approvals must be signed)" } else { "" });
                 }
                 Ok(ExitCode::SUCCESS)
             }

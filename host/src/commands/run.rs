@@ -43,6 +43,10 @@ pub struct Args {
     /// default: from each server's `serverInfo.name`
     #[arg(long = "server-name", value_name = "NAME")]
     pub server_names: Vec<String>,
+    /// Require every approval of the run to be signed (`runbook-host approve --sign KEY`) by a key of
+    /// this `allowed_signers` file (ssh-keygen's format; keep it where the agent cannot write)
+    #[arg(long, value_name = "FILE")]
+    pub allowed_signers: Option<PathBuf>,
     /// The servers' command lines, each after `--`
     #[arg(last = true, value_name = "SERVER CMD")]
     pub servers: Vec<String>,
@@ -105,7 +109,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
             bail!("`{n}` is not a usable server name (no dot, no space)");
         }
     }
+    let signers = match &args.allowed_signers {
+        Some(p) => Some(runbook_host::run::Signers::load(p).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
     let config = proxy::Config {
+        signers,
         reference: args.reference,
         registry: args.registry,
         runs: args.runs,

@@ -33,6 +33,10 @@ pub struct Args {
     pub run_dir: PathBuf,
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
+    /// The `allowed_signers` file the run's approvals must be signed by (ssh-keygen's format): each
+    /// signature is checked against it, and a run that required signatures must name this very file
+    #[arg(long, value_name = "FILE")]
+    pub allowed_signers: Option<PathBuf>,
 }
 
 pub const VERIFY_SCHEMA: &str = "runbook-verify-result/v1";
@@ -59,6 +63,8 @@ pub struct Outcome {
     pub warnings: Vec<String>,
     /// A redacted derivative: chain and receipt verified, not replayed.
     pub redacted: bool,
+    /// Signed approvals checked, and whether against the verifier's `--allowed-signers`.
+    pub signed: (usize, bool),
 }
 
 struct Ctx {
@@ -69,6 +75,10 @@ struct Ctx {
     reasons: Vec<(&'static str, String)>,
     warnings: Vec<String>,
     redacted: bool,
+    /// The signers the verifier trusts (`--allowed-signers`), if any.
+    signers: Option<runbook_host::run::Signers>,
+    /// Signed approvals checked, and whether against the trusted signers.
+    signed: (usize, bool),
 }
 
 impl Ctx {
@@ -118,7 +128,22 @@ const RECEIPT_KEYS: [&str; 7] = ["artifacts", "chain_head", "host", "module_sha2
 
 /// Runs every check on the bundle in `dir`.
 pub fn verify_dir(dir: &Dir) -> Outcome {
-    let mut cx = Ctx { checks: Vec::new(), run_id: None, outcome: None, events: 0, reasons: Vec::new(), warnings: Vec::new(), redacted: false };
+    verify_dir_with(dir, None)
+}
+
+/// [`verify_dir`], checking signed approvals against the signers the verifier trusts.
+pub fn verify_dir_with(dir: &Dir, signers: Option<runbook_host::run::Signers>) -> Outcome {
+    let mut cx = Ctx {
+        checks: Vec::new(),
+        run_id: None,
+        outcome: None,
+        events: 0,
+        reasons: Vec::new(),
+        warnings: Vec::new(),
+        redacted: false,
+        signers,
+        signed: (0, false),
+    };
     let failure = checks(dir, &mut cx).err();
     if failure.is_none() {
         share_safety(dir, &mut cx);
@@ -132,6 +157,7 @@ pub fn verify_dir(dir: &Dir) -> Outcome {
         reasons: cx.reasons,
         warnings: cx.warnings,
         redacted: cx.redacted,
+        signed: cx.signed,
     }
 }
 
@@ -158,6 +184,14 @@ struct Seen {
     events_source_sha: String,
     /// The chain's head after check 7.
     head: String,
+    /// Every event and its decision, parsed (check 8 holds a redacted report against them).
+    records: Vec<(Value, Value)>,
+    /// `signatures.ndjson`, when the bundle has it or its run required signed approvals.
+    signatures: Option<Vec<u8>>,
+}
+
+fn pins_file(receipt: &Value, name: &str) -> bool {
+    receipt["artifacts"].get(name).is_some()
 }
 
 fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
@@ -171,6 +205,7 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
     derivation(cx, &mut s)?;
     let session = events(policy, cx, &mut s)?;
     report(cx, &s, session)?;
+    signatures(dir, cx, &mut s)?;
     receipt(cx, &s)
 }
 
@@ -227,6 +262,8 @@ fn layout(dir: &Dir, cx: &mut Ctx) -> Result<Seen, Failure> {
         h0: String::new(),
         events_source_sha: String::new(),
         head: String::new(),
+        records: Vec::new(),
+        signatures: None,
     })
 }
 
@@ -405,6 +442,7 @@ fn events(policy: &runbook_host::Policy, cx: &mut Ctx, s: &mut Seen) -> Result<r
                 return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {next}", r.h));
             }
             h = next;
+            s.records.push((serde_json::from_str(&r.event_line).unwrap_or_default(), serde_json::from_str(&r.decision_line).unwrap_or_default()));
             continue;
         }
         let (decision_line, link) =
@@ -416,6 +454,7 @@ fn events(policy: &runbook_host::Policy, cx: &mut Ctx, s: &mut Seen) -> Result<r
         if decision_line != r.decision_line {
             return fail(place, format!("the replay decides {decision_line}, the bundle records {}", r.decision_line));
         }
+        s.records.push((serde_json::from_str(&r.event_line).unwrap_or_default(), serde_json::from_str(&r.decision_line).unwrap_or_default()));
     }
     s.head = h;
     cx.pass("hash-chain");
@@ -428,6 +467,8 @@ fn report(cx: &mut Ctx, s: &Seen, mut session: runbook_host::Session) -> Result<
         if s.report["events"].as_u64() != Some(cx.events as u64) {
             return fail("report.json", "`events` is not the number of recorded events");
         }
+        report_against_decisions(s)?;
+        cx.pass("report-decisions");
     } else {
         cx.pass("replay-decisions");
         let replayed = match session.report() {
@@ -443,6 +484,136 @@ fn report(cx: &mut Ctx, s: &Seen, mut session: runbook_host::Session) -> Result<
     if s.report["run_id"].as_str().is_some_and(|r| r != s.run_id) {
         cx.warnings.push(format!("the start claim's run_id `{}` is not the bundle's `{}`", s.report["run_id"].as_str().unwrap_or(""), s.run_id));
     }
+    Ok(())
+}
+
+/// 8b. A redacted derivative cannot be replayed, so its report is held against what its chained lines
+/// say: the refusals of the start, every deviation, every approval event and whether it was accepted,
+/// and the outcome and terminal the decision that ended the run implies. A report relabelled by someone
+/// who rewrote the report and fixed up its hashes, without rewriting the decisions, is refused here.
+fn report_against_decisions(s: &Seen) -> Result<(), Failure> {
+    let (report, recs) = (&s.report, &s.records);
+    let code = |v: &Value| v.as_str().map(str::to_string);
+    let refusals = recs.first().map(|(_, d)| d["refusals"].clone()).unwrap_or(json!([]));
+    if report["refusals"] != refusals {
+        return fail("report.json", format!("`refusals` is not the start's decision's {refusals}"));
+    }
+    // The decision that ended the run: the first halt (any later one answers `halted`).
+    let end = recs.iter().find(|(_, d)| d["decision"] == "halt");
+    let end_seq = end.and_then(|(_, d)| d["seq"].as_u64());
+    let mut claimed: Vec<(u64, String)> = report["deviations"]
+        .as_array()
+        .map(|a| a.iter().map(|d| (d["seq"].as_u64().unwrap_or(u64::MAX), d["class"].as_str().unwrap_or("").to_string())).collect())
+        .unwrap_or_default();
+    let mut decided: Vec<(u64, String)> =
+        recs.iter().filter_map(|(_, d)| Some((d["seq"].as_u64()?, d["deviation"].as_str()?.to_string()))).collect();
+    // `terminal-not-reached` is judged at the end and recorded without a decision of its own.
+    decided.extend(claimed.iter().filter(|(q, c)| c == "terminal-not-reached" && Some(*q) == end_seq && end.is_some_and(|(_, d)| d["reason"] == "run-ended")).cloned());
+    claimed.sort();
+    decided.sort();
+    if claimed != decided {
+        let missing: Vec<_> = decided.iter().filter(|x| !claimed.contains(x)).collect();
+        let extra: Vec<_> = claimed.iter().filter(|x| !decided.contains(x)).collect();
+        return fail("report.json", format!("`deviations` is not what the decisions record (missing {missing:?}, not decided {extra:?})"));
+    }
+    let approvals: Vec<Value> = recs
+        .iter()
+        // An approval event that reaches the module's judgement (one that halts, on a run already over or
+        // with a malformed `at`, is never judged).
+        .filter(|(e, d)| e["type"] == "approval" && d["decision"] != "halt")
+        .map(|(e, d)| {
+            json!({"accepted": d["decision"] == "allow", "approver": e["approver"], "call_sha256": e["call_sha256"], "granted": e["granted"],
+                "seq": d["seq"], "step": e["step"]})
+        })
+        .collect();
+    if report["approvals"] != json!(approvals) {
+        return fail("report.json", "`approvals` is not the recorded approval events and their decisions");
+    }
+    let Some((_, end)) = end else {
+        return fail("report.json", "the recorded decisions never end the run, yet the report has an outcome");
+    };
+    let reason = code(&end["reason"]).unwrap_or_default();
+    let outcome = code(&report["outcome"]).unwrap_or_default();
+    let allowed: &[&str] = match reason.as_str() {
+        _ if end["seq"] == 0 => &["refused"],
+        "run-ended" => &["completed", "incomplete", "failed"],
+        "budget-exhausted" => &["aborted"],
+        _ => &["failed"],
+    };
+    if !allowed.contains(&outcome.as_str()) {
+        return fail("report.json", format!("`outcome` is {outcome}, but the run was ended by a `halt` with reason {reason}, which gives {}", allowed.join(" or ")));
+    }
+    let terminals: Vec<&str> = s.env_v.as_ref().and_then(|e| e["terminals"].as_array()).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let ended_at = code(&end["step"]).filter(|st| terminals.contains(&st.as_str()));
+    if code(&report["terminal"]) != ended_at {
+        return fail("report.json", format!("`terminal` is {}, but the run ended at {}", report["terminal"], end["step"]));
+    }
+    if outcome == "completed" && claimed.iter().any(|(_, c)| c == "terminal-not-reached") {
+        return fail("report.json", "`outcome` is completed, but the run ended with terminal-not-reached");
+    }
+    Ok(())
+}
+
+/// 8c. Signed approvals (`signatures.ndjson`): each line answers the approval event at its `seq` (the
+/// message is that event's run, request, step, call and answer; the approver is the signing principal)
+/// and its SSH signature verifies, by the key it carries and, with `--allowed-signers`, by a key of that
+/// file. A run that required signatures has one for every approval event.
+fn signatures(dir: &Dir, cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
+    use runbook_host::{approvals, sshsig};
+    let required = s.run["approvals"]["signed"] == true;
+    let bytes = match dir.symlink_metadata(bundle::SIGNATURES) {
+        Ok(_) => read(dir, bundle::SIGNATURES)?,
+        Err(_) if !required => return Ok(()),
+        Err(_) => Vec::new(),
+    };
+    s.signatures = Some(bytes.clone());
+    if let Some(t) = &cx.signers {
+        match s.run["approvals"]["allowed_signers_sha256"].as_str() {
+            Some(sha) if sha != t.sha256 => return fail("run.json", format!("the run's approvals were signed under another allowed_signers (sha256 {sha})")),
+            _ => {}
+        }
+    }
+    let text = std::str::from_utf8(&bytes).or_else(|_| fail(bundle::SIGNATURES, "not UTF-8"))?;
+    let mut signed_seqs = Vec::new();
+    for (i, l) in text.lines().enumerate() {
+        let place = format!("{}:{}", bundle::SIGNATURES, i + 1);
+        let v: Value = serde_json::from_str(l).or_else(|e| fail(&place, format!("not JSON: {e}")))?;
+        let seq = v["seq"].as_u64().ok_or_else(|| Failure { place: place.clone(), message: "no `seq`".into() })?;
+        let Some((e, d)) = s.records.get(seq as usize).filter(|(e, _)| e["type"] == "approval") else {
+            return fail(place, format!("`seq` {seq} is not an approval event"));
+        };
+        let (granted, sha) = (e["granted"].as_bool().unwrap_or(false), e["call_sha256"].as_str().unwrap_or(""));
+        let message = approvals::signed_message(&s.run_id, v["request"].as_str().unwrap_or(""), e["step"].as_str(), sha, granted);
+        if v["message"] != message.as_str() {
+            return fail(place, format!("the signed message is not approval event {seq}'s (run, request, step, call, answer)"));
+        }
+        let (principal, armored) = (v["principal"].as_str().unwrap_or(""), v["signature"].as_str().unwrap_or(""));
+        if e["approver"] != principal {
+            return fail(place, format!("approval event {seq} names `{}`, the signature `{principal}`", e["approver"].as_str().unwrap_or("")));
+        }
+        let own = sshsig::signer_of(armored).and_then(|key| sshsig::AllowedSigners::parse(&format!("\"{}\" {key}", principal.replace('"', ""))));
+        let checked = own.and_then(|a| sshsig::verify(&a, None, approvals::SIGNATURE_NAMESPACE, message.as_bytes(), armored, u64::MAX / 2));
+        let checked = checked.or_else(|e| fail(&place, format!("the signature does not verify: {e}")))?;
+        if v["fingerprint"] != checked.fingerprint.as_str() {
+            return fail(place, "`fingerprint` is not the signing key's");
+        }
+        if let Some(t) = &cx.signers {
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
+            sshsig::verify(&t.set, Some(principal), approvals::SIGNATURE_NAMESPACE, message.as_bytes(), armored, now)
+                .or_else(|e| fail(&place, format!("not signed by a key of --allowed-signers: {e}")))?;
+        }
+        let _ = d;
+        signed_seqs.push(seq);
+    }
+    if required {
+        for (e, d) in &s.records {
+            if e["type"] == "approval" && !d["seq"].as_u64().is_some_and(|q| signed_seqs.contains(&q)) {
+                return fail("events.ndjson", format!("approval event {} is not signed, and this run's approvals must be", d["seq"]));
+            }
+        }
+    }
+    cx.signed = (signed_seqs.len(), cx.signers.is_some());
+    cx.pass("signatures");
     Ok(())
 }
 
@@ -471,6 +642,11 @@ fn receipt(cx: &mut Ctx, s: &Seen) -> Result<(), Failure> {
         vec![(&s.doc_file, sha256_hex(&s.doc)), ("events.ndjson", s.events_source_sha.clone()), ("report.json", sha256_hex(&s.report_bytes))];
     if let Some(e) = &s.envelope {
         files.push(("envelope.json", sha256_hex(e)));
+    }
+    if let Some(b) = &s.signatures {
+        if !b.is_empty() || pins_file(receipt, bundle::SIGNATURES) {
+            files.push((bundle::SIGNATURES, sha256_hex(b)));
+        }
     }
     let pins = receipt["artifacts"].as_object().cloned().unwrap_or_default();
     if pins.len() != files.len() + 1 {
@@ -550,7 +726,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Ok(d) => d,
         Err(e) => anyhow::bail!("cannot open the run directory `{}`: {e}", args.run_dir.display()),
     };
-    let o = verify_dir(&dir);
+    let signers = match &args.allowed_signers {
+        Some(p) => Some(runbook_host::run::Signers::load(p).map_err(anyhow::Error::msg)?),
+        None => None,
+    };
+    let o = verify_dir_with(&dir, signers);
     let status = if o.failure.is_some() {
         "blocked"
     } else if o.reasons.is_empty() {
@@ -592,6 +772,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 &runbook_host::module_sha256()[..16]
             ),
             Some(f) => outln!("NOT VERIFIED: {}: {}", f.place, f.message),
+        }
+        if o.failure.is_none() && o.signed.0 > 0 {
+            if o.signed.1 {
+                outln!("{} signed approval(s), each by a key of the allowed signers given", o.signed.0);
+            } else {
+                outln!("{} signed approval(s), each verified by the key it carries; pass --allowed-signers FILE to check who may sign", o.signed.0);
+            }
         }
         for w in &o.warnings {
             outln!("warning: {w}");

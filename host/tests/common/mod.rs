@@ -54,3 +54,4 @@ pub fn all_streams() -> Vec<(PathBuf, PathBuf)> {
     assert!(out.len() >= 9, "the bundled examples are there");
     out
 }
+pub mod hooks;

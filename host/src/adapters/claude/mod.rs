@@ -14,15 +14,16 @@ pub mod claude;
 pub mod permissions;
 
 use crate::registry;
-use crate::run::{Answer as RunAnswer, Claim, Guard, Restore, Run};
+use crate::run::{Answer as RunAnswer, Claim, Guard, Pin, Run, Signers};
 use crate::{bundle, Coverage, DecisionKind, EndReason, Policy, Profile, Risk};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub const STATE_SCHEMA: &str = "runbook-hook-session/v1";
 pub const ADAPTER: &str = "hook";
@@ -97,7 +98,11 @@ pub struct Config {
     pub runs: PathBuf,
     pub profile: Profile,
     pub keep_working: bool,
-    pub restore: Restore,
+    /// How long an event waits for the session's lock (another event of the session being decided)
+    /// before it is denied.
+    pub lock_timeout: Duration,
+    /// Where approvals must be signed: the `allowed_signers` file of the keys that may sign them.
+    pub allowed_signers: Option<PathBuf>,
     /// The tools the client allows at all, when given on the command line; else from the client's
     /// permission rules (see [`permissions`]).
     pub allowlist: Option<Vec<String>>,
@@ -110,41 +115,66 @@ pub struct Config {
 pub struct Timing {
     pub events_replayed: u64,
     pub restore_us: u128,
-    /// `snapshot` or `replay`.
-    pub restored_from: &'static str,
     pub chain_checked: u64,
-    pub snapshot_refused: Option<String>,
     pub load_us: u128,
     pub decide_us: u128,
-    pub save_us: u128,
-    /// Calls into the component while deciding the event and while leaving the resume record.
+    /// Calls into the component while deciding the event.
     pub decide_calls: u64,
-    pub save_calls: u64,
 }
 
 fn hook_dir(runs: &Path) -> PathBuf {
     runs.join(".hook")
 }
 
-/// The session's lock, held until dropped. `create` only at SessionStart: a lock file that disappeared
-/// later means someone tampered with the session's state, and the hook fails closed.
-fn lock(runs: &Path, session: &str, create: bool) -> Result<File> {
-    let p = hook_dir(runs).join(format!("{session}.lock"));
-    let f = if create {
-        std::fs::create_dir_all(hook_dir(runs)).context("cannot create the hook state directory")?;
-        OpenOptions::new().write(true).create(true).truncate(false).open(&p)
-    } else {
-        OpenOptions::new().write(true).open(&p)
+/// The hook's directory under the runs directory; a symlink in its place is refused.
+fn hook_dir_checked(runs: &Path, create: bool) -> Result<PathBuf> {
+    let d = hook_dir(runs);
+    if create {
+        std::fs::create_dir_all(&d).context("cannot create the hook state directory")?;
     }
-    .with_context(|| format!("the session's lock file .hook/{session}.lock is missing or unusable (was SessionStart run?)"))?;
-    f.lock().context("cannot lock the session")?;
-    Ok(f)
+    match std::fs::symlink_metadata(&d) {
+        Ok(m) if m.file_type().is_symlink() => bail!("{} is a symlink; the hook's state must be a directory of its own", d.display()),
+        _ => Ok(d),
+    }
 }
 
+fn open_nofollow(p: &Path, create: bool) -> std::io::Result<File> {
+    let mut o = OpenOptions::new();
+    o.write(true).custom_flags(libc::O_NOFOLLOW);
+    if create {
+        o.create(true).truncate(false);
+    }
+    o.open(p)
+}
+
+/// The session's lock, held until dropped. `create` only at SessionStart: a lock file that disappeared
+/// later means someone tampered with the session's state, and the hook fails closed. The wait is bounded:
+/// a lock held longer than `timeout` (a hung process, or one holding it on purpose) denies the event
+/// rather than hang the client, which on a client without `onFailure: block` would let the call through.
+fn lock(runs: &Path, session: &str, create: bool, timeout: Duration) -> Result<File> {
+    let p = hook_dir_checked(runs, create)?.join(format!("{session}.lock"));
+    let f = open_nofollow(&p, create)
+        .with_context(|| format!("the session's lock file .hook/{session}.lock is missing, a symlink or unusable (was SessionStart run?)"))?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        match f.try_lock() {
+            Ok(()) => return Ok(f),
+            Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                bail!("the session's lock is still held after {} ms (another hook process of session `{session}` is hung?)", timeout.as_millis())
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(e).context("cannot lock the session"),
+        }
+    }
+}
+
+/// Writes `path` through a new temporary file (created exclusively, so a planted file or symlink at its
+/// name is refused) and a rename (which replaces a symlink at `path` itself, never its target).
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
     {
-        let mut f = File::create(&tmp)?;
+        let mut f = OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
     }
@@ -152,7 +182,13 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-fn load_state(runs: &Path, session: &str) -> Result<(String, u64)> {
+struct SessionState {
+    run_id: String,
+    t0_ms: u64,
+    pin: Pin,
+}
+
+fn load_state(runs: &Path, session: &str) -> Result<SessionState> {
     let p = hook_dir(runs).join(format!("{session}.json"));
     let bytes = std::fs::read(&p).with_context(|| format!("no hook state for session `{session}` (was SessionStart run?)"))?;
     let v: Value = serde_json::from_slice(&bytes).context("the hook state file is not JSON")?;
@@ -161,11 +197,9 @@ fn load_state(runs: &Path, session: &str) -> Result<(String, u64)> {
     }
     let run_id = v["run_id"].as_str().filter(|r| bundle::is_safe_name(r)).ok_or_else(|| anyhow!("the hook state names no usable run"))?.to_string();
     let t0_ms = v["t0_ms"].as_u64().ok_or_else(|| anyhow!("the hook state has no t0_ms"))?;
-    Ok((run_id, t0_ms))
-}
-
-fn record_path(runs: &Path, session: &str) -> PathBuf {
-    hook_dir(runs).join(format!("{session}.snapshot"))
+    let hex = |k: &str| v[k].as_str().filter(|h| h.len() == 64).map(str::to_string).ok_or_else(|| anyhow!("the hook state of session `{session}` has no {k} pin"));
+    let pin = Pin { document_sha256: hex("document_sha256")?, chain_h0: hex("chain_h0")? };
+    Ok(SessionState { run_id, t0_ms, pin })
 }
 
 fn guard(cfg: &Config) -> Guard {
@@ -175,12 +209,13 @@ fn guard(cfg: &Config) -> Guard {
 /// Resumes the run of `session` (see [`Run::resume`]).
 pub fn resume(policy: Arc<Policy>, cfg: &Config, session: &str, timing: &mut Timing) -> Result<Run> {
     let t = Instant::now();
-    let (run_id, t0_ms) = load_state(&cfg.runs, session)?;
-    let (run, r) = Run::resume(policy, &cfg.runs, &run_id, t0_ms, Some(&record_path(&cfg.runs, session)), cfg.restore, guard(cfg))?;
+    let st = load_state(&cfg.runs, session)?;
+    let (mut run, r) = Run::resume(policy, &cfg.runs, &st.run_id, st.t0_ms, Some(&st.pin), guard(cfg))?;
+    if let Some(p) = &cfg.allowed_signers {
+        run.require_signed_approvals(Signers::load(p)?)?;
+    }
     timing.events_replayed = r.events;
-    timing.restored_from = if r.from_snapshot { "snapshot" } else { "replay" };
     timing.chain_checked = r.links_checked;
-    timing.snapshot_refused = r.snapshot_refused;
     timing.restore_us = t.elapsed().as_micros();
     Ok(run)
 }
@@ -194,16 +229,12 @@ pub fn handle(policy: Arc<Policy>, cfg: &Config, ev: &HookEvent, timing: &mut Ti
     if let HookEvent::SessionStart { .. } = ev {
         return start(policy, cfg, session);
     }
-    let _lock = lock(&cfg.runs, session, false)?;
+    let _lock = lock(&cfg.runs, session, false, cfg.lock_timeout)?;
     let mut run = resume(policy, cfg, session, timing)?;
     let (t, calls) = (Instant::now(), crate::component_calls());
     let answer = decide(cfg, ev, &mut run)?;
     timing.decide_us = t.elapsed().as_micros();
     timing.decide_calls = crate::component_calls() - calls;
-    let (t, calls) = (Instant::now(), crate::component_calls());
-    run.save_resume_record(&record_path(&cfg.runs, session), cfg.restore)?;
-    timing.save_us = t.elapsed().as_micros();
-    timing.save_calls = crate::component_calls() - calls;
     Ok(answer)
 }
 
@@ -226,7 +257,10 @@ fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run) -> Result<Answer> {
                 DecisionKind::Allow => Ok(Answer::Pass),
                 DecisionKind::NeedsApproval => {
                     let step = a.decision.step.clone();
-                    let sha = run.call_sha256(tool, input)?;
+                    let sha = match a.call_sha256.clone() {
+                        Some(h) => h,
+                        None => run.call_sha256(tool, input)?,
+                    };
                     run.request_approval(step.as_deref(), tool, &input.to_string(), &sha)?;
                     Ok(Answer::Deny(format!(
                         "runbook: {} `{tool}` with these exact arguments (call sha256 {sha}) awaits a human's approval: a person runs `{}` in another terminal, then this same call is retried. Do not try another way around the gate.",
@@ -297,15 +331,19 @@ fn allowlist(cfg: &Config, envelope: &Value) -> Result<Vec<String>> {
 }
 
 fn start(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<Answer> {
-    let _lock = lock(&cfg.runs, session, true)?;
+    let _lock = lock(&cfg.runs, session, true, cfg.lock_timeout)?;
     let state_path = hook_dir(&cfg.runs).join(format!("{session}.json"));
-    if state_path.exists() {
+    // A symlink in the state file's place is not a session: it is replaced below, never followed.
+    if std::fs::symlink_metadata(&state_path).is_ok_and(|m| m.is_file()) {
         // A resumed session (`--resume`, `/clear`, compaction) keeps its run.
         load_state(&cfg.runs, session)?;
         return Ok(Answer::Pass);
     }
     let reference = cfg.runbook.as_deref().ok_or_else(|| anyhow!("no runbook is configured: pass --runbook REF (or set RUNBOOK_HOOK_RUNBOOK)"))?;
     let doc = registry::resolve(reference, &cfg.registry).map_err(|e| anyhow!("{e}"))?;
+    if doc.signed_approvals && cfg.allowed_signers.is_none() {
+        bail!("the registry requires signed approvals for {reference}: pass --allowed-signers FILE to the hook (`hook install --allowed-signers FILE`)");
+    }
     let envelope = match policy.envelope(&doc.bytes)? {
         Ok(e) => e,
         Err(f) => bail!("the runbook {reference} does not lint clean ({} findings): run `runbook-host lint` on it", f.len()),
@@ -319,11 +357,18 @@ fn start(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<Answer> {
         agent: format!("claude-code:{session}"),
         available: None,
     };
-    let (run, a) = Run::create(policy, &doc, claim, &cfg.runs, ADAPTER, guard(cfg))?;
+    // A signers file that cannot be used refuses the session before its run begins.
+    let signers = cfg.allowed_signers.as_deref().map(Signers::load).transpose()?;
+    let (mut run, a) = Run::create(policy, &doc, claim, &cfg.runs, ADAPTER, guard(cfg))?;
+    if let Some(sg) = signers {
+        run.require_signed_approvals(sg)?;
+    }
     if !a.allowed() {
         bail!("{} (run {}, runbook {reference})", a.explanation, run.run_id());
     }
-    let mut state = serde_json::to_string_pretty(&json!({"schema": STATE_SCHEMA, "session_id": session, "run_id": run.run_id(), "t0_ms": run.t0_ms()}))?;
+    let pin = run.pin();
+    let mut state = serde_json::to_string_pretty(&json!({"schema": STATE_SCHEMA, "session_id": session, "run_id": run.run_id(), "t0_ms": run.t0_ms(),
+        "document_sha256": pin.document_sha256, "chain_h0": pin.chain_h0}))?;
     state.push('\n');
     write_atomic(&state_path, state.as_bytes())?;
     Ok(Answer::Note(format!(

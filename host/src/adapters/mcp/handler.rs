@@ -246,6 +246,8 @@ impl Proxy {
         };
         s.after_event().await;
         match fed {
+            // An answer the host never asked for (or unsigned where signatures are required): the gate stays shut.
+            Err(f) if f.code == "approval-refused" => Held::Answer(format!("needs-approval: {}", f.message)),
             Err(f) => Held::Answer(f.text()),
             Ok(d) if d.decision == "allow" && grant.granted => Held::Approved,
             Ok(d) if d.decision == "allow" => {

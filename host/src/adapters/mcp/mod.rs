@@ -15,7 +15,7 @@ mod status;
 mod upstream;
 
 use crate::registry::{self, Resolved};
-use crate::run::{Answer, Claim, Guard, Run, RunError};
+use crate::run::{Answer, Claim, Guard, Run, RunError, Signers};
 use crate::{wire, Coverage, EndReason, Phase, Policy, Profile, Risk};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -37,6 +37,8 @@ pub struct Config {
     pub risk_ceiling: Risk,
     pub list_allowlist: bool,
     pub servers: Vec<ServerSpec>,
+    /// Where approvals must be signed: the keys that may sign them (loaded before anything starts).
+    pub signers: Option<Signers>,
 }
 
 pub struct ServerSpec {
@@ -92,6 +94,7 @@ impl From<RunError> for Failure {
     fn from(e: RunError) -> Failure {
         let code = match e {
             RunError::Finished(_) => "run-ended",
+            RunError::Refused(_) => "approval-refused",
             _ => "host-error",
         };
         Failure { code: code.into(), message: e.to_string() }
@@ -122,6 +125,7 @@ pub struct Shared {
     pub list_allowlist: bool,
     pub agent_override: Option<String>,
     pub approval_timeout: Duration,
+    pub signers: Option<Signers>,
     pub runs: PathBuf,
     pub registry: String,
     pub run: Mutex<RunState>,
@@ -220,7 +224,12 @@ impl Shared {
         let result = match Run::create(Arc::clone(&self.policy), &self.doc, claim, &self.runs, ADAPTER, guard) {
             Err(e @ RunError::Evidence(_)) => Err(Failure { code: "bundle-unwritable".into(), message: e.to_string() }),
             Err(e) => Err(Failure::from(e)),
-            Ok((run, a)) => {
+            Ok((mut run, a)) => {
+                if let Some(sg) = &self.signers {
+                    if let Err(e) = run.require_signed_approvals(sg.clone()) {
+                        eprintln!("runbook-host run: {e}");
+                    }
+                }
                 let admitted = a.allowed();
                 let dir = run.dir().display().to_string();
                 let run_id = run.run_id().to_string();
@@ -423,6 +432,10 @@ pub async fn main(config: Config) -> u8 {
         Ok(Err(e)) => return refuse(Failure { code: e.code.to_string(), message: e.message }).await,
         Err(e) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
     };
+    if doc.signed_approvals && config.signers.is_none() {
+        let message = format!("the registry requires signed approvals for {}: pass --allowed-signers FILE", doc.reference);
+        return refuse(Failure { code: "signed-approvals-required".into(), message }).await;
+    }
     let policy = match tokio::task::spawn_blocking(|| crate::bundle::shared_policy().map(Arc::clone)).await {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
@@ -448,6 +461,7 @@ pub async fn main(config: Config) -> u8 {
         list_allowlist: config.list_allowlist,
         agent_override: config.agent.clone(),
         approval_timeout: config.approval_timeout,
+        signers: config.signers.clone(),
         runs: config.runs.clone(),
         registry: config.registry.clone(),
         run: Mutex::new(RunState { run: None, agent: None, started: None, ended: None, last_listed: None }),

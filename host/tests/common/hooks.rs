@@ -1,0 +1,136 @@
+//! Driving `runbook-host hook` as Claude Code does: one process per hook event, the documented JSON
+//! payload on stdin, in a scratch project with the rotate-credentials example as `runbook.yaml`.
+#![allow(dead_code)]
+
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+pub struct Work(pub PathBuf);
+
+impl Drop for Work {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+pub fn work(name: &str) -> Work {
+    let d = std::env::temp_dir().join(format!("rh-hook-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::copy(root().join("examples/rotate-credentials/runbook.yaml"), d.join("runbook.yaml")).unwrap();
+    Work(d)
+}
+
+pub struct Out {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Out {
+    pub fn json(&self) -> Value {
+        if self.stdout.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(self.stdout.trim()).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}", self.stdout))
+        }
+    }
+    pub fn denied(&self) -> Option<String> {
+        let v = self.json();
+        (v["hookSpecificOutput"]["permissionDecision"] == "deny").then(|| v["hookSpecificOutput"]["permissionDecisionReason"].as_str().unwrap().to_string())
+    }
+    pub fn timing(&self) -> (u128, u128, u64) {
+        let l = self.stderr.lines().find(|l| l.contains("timing ")).expect("timing line");
+        let f = |k: &str| l.split_whitespace().find_map(|w| w.strip_prefix(k)).unwrap().parse::<u128>().unwrap();
+        (f("total_us="), f("restore_us="), f("events=") as u64)
+    }
+}
+
+impl Work {
+    pub fn hook_bytes(&self, payload: &[u8]) -> Out {
+        self.hook_with(&[], payload)
+    }
+    pub fn hook_with(&self, extra: &[&str], payload: &[u8]) -> Out {
+        let mut c = Command::new(BIN)
+            .args(["hook", "--runbook", "runbook.yaml"])
+            .args(extra)
+            .current_dir(&self.0)
+            .env("RUNBOOK_HOOK_TIMING", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        c.stdin.take().unwrap().write_all(payload).unwrap();
+        let o = c.wait_with_output().unwrap();
+        Out { code: o.status.code().unwrap_or(-1), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
+    }
+    pub fn hook(&self, payload: Value) -> Out {
+        self.hook_bytes(payload.to_string().as_bytes())
+    }
+    pub fn runs(&self) -> PathBuf {
+        self.0.join(".runbook/runs")
+    }
+    pub fn run_dir(&self, session: &str) -> PathBuf {
+        let s: Value = serde_json::from_slice(&std::fs::read(self.runs().join(format!(".hook/{session}.json"))).unwrap()).unwrap();
+        self.runs().join(s["run_id"].as_str().unwrap())
+    }
+    pub fn events(&self, session: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.run_dir(session).join("events.ndjson")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+}
+
+pub fn base(session: &str, event: &str) -> Value {
+    json!({"session_id": session, "transcript_path": "~/.claude/projects/t/s.jsonl", "cwd": ".", "permission_mode": "default", "hook_event_name": event})
+}
+
+pub fn start(session: &str) -> Value {
+    let mut v = base(session, "SessionStart");
+    v["source"] = json!("startup");
+    v
+}
+
+pub fn pre(session: &str, tool: &str, input: Value, id: &str) -> Value {
+    let mut v = base(session, "PreToolUse");
+    v["tool_name"] = json!(tool);
+    v["tool_input"] = input;
+    v["tool_use_id"] = json!(id);
+    v
+}
+
+pub fn post(session: &str, tool: &str, input: Value, response: Value, id: &str) -> Value {
+    let mut v = pre(session, tool, input, id);
+    v["hook_event_name"] = json!("PostToolUse");
+    v["tool_response"] = response;
+    v
+}
+
+pub fn bash(cmd: &str) -> Value {
+    json!({"command": cmd})
+}
+
+pub fn out(stdout: &str) -> Value {
+    json!({"stdout": stdout, "stderr": "", "interrupted": false, "isImage": false})
+}
+
+pub fn verify(run_dir: &Path) -> (bool, String) {
+    let o = Command::new(BIN).arg("verify").arg(run_dir).output().unwrap();
+    (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+/// Allows (exit 0, no deny) or panics with what came back.
+pub fn allowed(o: Out) {
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.denied().is_none(), "denied: {}", o.stdout);
+}
+
