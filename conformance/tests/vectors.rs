@@ -66,6 +66,7 @@ const LINT_CODES: &[&str] = &[
     "invalid-value",
     "conflicting-fields",
     "unconstrained-shell",
+    "flag-argument",
 ];
 const OPS: &[&str] = &["exists", "absent", "equals", "not_equals", "in", "contains", "matches", "lt", "lte", "gt", "gte", "len_eq", "len_lte", "len_gte"];
 /// A missing path is the answer of `exists` and `absent`, never a reason they cannot be evaluated (DESIGN 2).

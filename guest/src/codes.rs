@@ -110,7 +110,8 @@ lint_codes! {
     InvalidPredicate => "invalid-predicate", "a check is not a valid predicate";
     AmbiguousObservation => "ambiguous-observation", "a step has several capabilities and no `observe` saying which result it checks";
     UnanchoredWhen => "unanchored-when", "a `matches` inside `when` must be anchored at both ends (^...$), or it grants more than it says";
-    UnconstrainedShell => "unconstrained-shell", "a shell-like capability without a `when` can run anything, in a runbook with gated steps";
+    UnconstrainedShell => "unconstrained-shell", "a shell capability whose `when` does not pin the command (none, no `equals`, `in` or `matches` on it, or a pattern that admits a shell metacharacter) can run anything: an error in a runbook with a gated step or a destructive capability, a warning elsewhere";
+    FlagArgument => "flag-argument", "a `when` pattern lets an argument start with `-`, so a name can be a flag (`-oyaml`, `--all-namespaces`); start each argument with a class without `-`, such as `[a-z0-9][a-z0-9.-]*`";
     Limit => "limit", "the document is over one of the module's limits";
 }
 

@@ -126,6 +126,9 @@ pub struct Capability {
     /// Resolved: a capability without `risk` is `mutating`.
     pub risk: Risk,
     pub when: Option<Pred>,
+    /// Where it is declared: `/capabilities/<i>`, or for a seed 001 manifest without `capabilities` the
+    /// `/checkpoints/<k>/match/tool` that names it.
+    pub pointer: String,
 }
 
 #[derive(Clone, Debug)]
@@ -476,7 +479,6 @@ const ROOT_FIELDS: &[&str] = &[
 const CAP_FIELDS: &[&str] = &["name", "tool", "risk", "when"];
 const STEP_FIELDS: &[&str] = &["id", "tool", "tools", "risk", "requires_approval", "body", "expect", "assert", "observe", "next", "on_fail", "retry"];
 const PROFILES: [(&str, Profile); 3] = [("R0", Profile::R0), ("R1", Profile::R1), ("R2", Profile::R2)];
-const SHELL_TOOLS: &[&str] = &["Bash", "bash", "shell", "sh", "exec"];
 
 /// Line and column of a byte offset (column in Unicode scalar values).
 fn pos_at(text: &str, offset: usize) -> Pos {
@@ -609,8 +611,8 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
         for (i, item) in items.iter().enumerate().take(MAX_CAPABILITIES) {
             let p = format!("/capabilities/{i}");
             if let Value::Str(tool) = &item.value {
-                cap_nodes.push((item.pos, p));
-                d.capabilities.push(Capability { name: tool.clone(), tool: tool.clone(), risk: Risk::Mutating, when: None });
+                cap_nodes.push((item.pos, p.clone()));
+                d.capabilities.push(Capability { name: tool.clone(), tool: tool.clone(), risk: Risk::Mutating, when: None, pointer: p });
                 continue;
             }
             if !check_fields(ctx, item, &p, CAP_FIELDS, "a capability") {
@@ -623,8 +625,8 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             let name = get_str(ctx, item, "name", &p).unwrap_or_else(|| tool.clone());
             let risk = get_enum(ctx, item, "risk", &p, &Risk::ALL).unwrap_or(Risk::Mutating);
             let when = item.get("when").and_then(|w| predicate(ctx, w, &ptr(&p, "when"), true));
-            cap_nodes.push((item.get("name").map(|n| n.pos).unwrap_or(item.pos), p));
-            d.capabilities.push(Capability { name, tool, risk, when });
+            cap_nodes.push((item.get("name").map(|n| n.pos).unwrap_or(item.pos), p.clone()));
+            d.capabilities.push(Capability { name, tool, risk, when, pointer: p });
         }
     }
     for i in 0..d.capabilities.len() {
@@ -706,10 +708,11 @@ fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
     }
     // Seed 001 manifests: without `capabilities`, the tools the checkpoints match are the declared tools.
     if !caps_declared {
-        for c in &d.checkpoints {
+        for (k, c) in d.checkpoints.iter().enumerate() {
             if let Some(t) = &c.match_tool {
                 if !d.capabilities.iter().any(|x| &x.name == t) {
-                    d.capabilities.push(Capability { name: t.clone(), tool: t.clone(), risk: Risk::Mutating, when: None });
+                    let pointer = format!("/checkpoints/{k}/match/tool");
+                    d.capabilities.push(Capability { name: t.clone(), tool: t.clone(), risk: Risk::Mutating, when: None, pointer });
                 }
             }
         }
@@ -964,7 +967,10 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
         // compiled as `\A(?:...)\z`, so neither an alternation (`^a$|b`) nor a multi-line flag (`(?m)`)
         // can widen it past the anchors it shows.
         let source = if in_when { format!("\\A(?:{pattern})\\z") } else { pattern.to_string() };
-        match regex_lite::RegexBuilder::new(&source).size_limit(1 << 20).build() {
+        // The pattern must also be a regular expression on its own: `^a)|(b$` is not, but wrapped it
+        // becomes `\A(?:^a)|(b$)\z`, which lets anything that starts with `a` through.
+        let alone = if in_when { regex_lite::RegexBuilder::new(pattern).size_limit(1 << 20).build().err() } else { None };
+        match alone.map_or_else(|| regex_lite::RegexBuilder::new(&source).size_limit(1 << 20).build(), Err) {
             Ok(r) => regex = Some(r),
             Err(e) => {
                 let detail = e.to_string();
@@ -981,6 +987,16 @@ fn predicate(ctx: &mut Ctx, node: &Node, p: &str, in_when: bool) -> Option<Pred>
                 format!(
                     "a `matches` in `when` grants access, so it must be anchored at both ends: `^{}$`",
                     pattern.trim_start_matches('^').trim_end_matches('$')
+                ),
+            );
+        }
+        if in_when && crate::when::parse(pattern).is_ok_and(|hir| crate::when::flag_argument(&hir)) {
+            ctx.warn(
+                LintCode::FlagArgument,
+                v.pos,
+                &ptr(p, "value"),
+                format!(
+                    "`{pattern}` lets an argument start with `-`, so a call can pass a flag (`-oyaml`, `--all-namespaces`) where a name is meant; start each argument with a class without `-`, such as `[a-z0-9][a-z0-9.-]*`"
                 ),
             );
         }
@@ -1164,20 +1180,7 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             );
         }
     }
-    let any_gated = a.step_gated.iter().any(|g| *g) || (a.doc.steps.is_empty() && a.destructive);
-    if any_gated {
-        for (i, c) in a.doc.capabilities.iter().enumerate() {
-            if c.when.is_none() && SHELL_TOOLS.contains(&c.tool.as_str()) {
-                let pos = root.pointer(&["capabilities".to_string(), i.to_string()]).map(|n| n.pos).unwrap_or_default();
-                ctx.warn(
-                    LintCode::UnconstrainedShell,
-                    pos,
-                    &format!("/capabilities/{i}"),
-                    format!("capability `{}` allows any `{}` command in a runbook with gated steps; constrain it with `when`", c.name, c.tool),
-                );
-            }
-        }
-    }
+    shell_lints(ctx, root, a);
 
     // Structure (reported, never declared).
     let steps_name_tools = a.doc.steps.iter().any(|s| !s.tools.is_empty());
@@ -1190,6 +1193,56 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
     } else {
         Structure::P1
     };
+}
+
+/// `unconstrained-shell` (DESIGN 9.20): a shell capability ([`crate::when::is_shell_tool`]) whose `when`
+/// does not pin the command line ([`crate::when::loose`]) can run anything. That is an error, which also
+/// withholds the envelope (`envelope::BLOCKING`), in a runbook with a gated step or a destructive or
+/// irreversible capability, and a warning elsewhere. A `when` that did not parse has its own error
+/// (`invalid-regex`, `invalid-predicate`, ...) and none here.
+fn shell_lints(ctx: &mut Ctx, root: &Node, a: &Analysis) {
+    use crate::when::Loose;
+    let d = &a.doc;
+    let strict = a.step_gated.iter().any(|g| *g) || d.capabilities.iter().any(|c| c.risk.is_destructive());
+    for c in &d.capabilities {
+        if !crate::when::is_shell_tool(&c.tool) {
+            continue;
+        }
+        let node = parse_pointer(&c.pointer).and_then(|t| root.pointer(&t));
+        if c.when.is_none() && node.and_then(|n| n.get("when")).is_some() {
+            continue;
+        }
+        let Some(why) = crate::when::loose(c.when.as_ref()) else { continue };
+        let (pos, pointer) = (node.map(|n| n.pos).unwrap_or_default(), c.pointer.as_str());
+        let what = match &why {
+            Loose::NoWhen => "has no `when`, so the agent can run any command".to_string(),
+            Loose::Unpinned => "has a `when` that does not pin the command line (a way for it to pass has no `equals`, `in` or `matches` on the command argument, `/command`), so the agent can run any command".to_string(),
+            Loose::Admits { pointer: at, pattern, byte } => {
+                let ch = match byte {
+                    b'\n' => "a newline".to_string(),
+                    b'\r' => "a carriage return".to_string(),
+                    0 => "NUL".to_string(),
+                    b => format!("`{}`", *b as char),
+                };
+                format!("has a `when` pattern `{pattern}` (`{pointer}/when{at}`) that can match {ch}, so the agent can run any command")
+            }
+            Loose::Unreadable { pointer: at, pattern, why } => {
+                format!("has a `when` pattern `{pattern}` (`{pointer}/when{at}`) that cannot be checked ({why}), so it counts as letting the agent run any command")
+            }
+        };
+        let cap = if c.name == c.tool { format!("shell capability `{}`", c.name) } else { format!("shell capability `{}` (tool `{}`)", c.name, c.tool) };
+        let fix = "pin the command with `equals`, `in`, or an anchored `matches` that admits no shell metacharacter";
+        if strict {
+            ctx.error(
+                LintCode::UnconstrainedShell,
+                pos,
+                pointer,
+                format!("{cap} {what}: an error in a runbook with a gated step or a destructive capability; {fix}"),
+            );
+        } else {
+            ctx.warn(LintCode::UnconstrainedShell, pos, pointer, format!("{cap} {what}; {fix}"));
+        }
+    }
 }
 
 fn graph_lints(ctx: &mut Ctx, a: &Analysis, root: &Node) {

@@ -11,8 +11,12 @@ fn derivable(a: &Analysis) -> bool {
     a.parsed && !a.findings.iter().any(|f| f.severity == crate::doc::Severity::Error && BLOCKING.iter().any(|c| c.as_str() == f.code))
 }
 
-/// Findings that leave the document without a complete model, so no envelope can be derived. The others
-/// (an undeclared tool, a bad route, a profile too low, ...) still give an envelope that shows them.
+/// Errors that leave the document without an envelope: those that leave it without a complete model, and
+/// `unconstrained-shell` as an error (a shell capability that can run anything in a runbook with a gated
+/// step or a destructive capability, DESIGN 9.20): an envelope is what hosts enforce, and one that grants a
+/// whole shell beside a gate would look enforced and not be. Only findings of error severity block, so the
+/// warning form of the same code does not. The others (an undeclared tool, a bad route, a profile too
+/// low, ...) still give an envelope that shows them.
 pub const BLOCKING: &[LintCode] = &[
     LintCode::ParseError,
     LintCode::UnknownField,
@@ -29,6 +33,7 @@ pub const BLOCKING: &[LintCode] = &[
     LintCode::InvalidPointer,
     LintCode::InvalidPredicate,
     LintCode::Limit,
+    LintCode::UnconstrainedShell,
 ];
 
 /// The canonical envelope, or None when the document has no complete model.

@@ -23,6 +23,7 @@ pub mod supervisor;
 #[cfg(feature = "testgen")]
 pub mod testgen;
 pub mod value;
+pub mod when;
 pub mod yaml;
 
 #[cfg(target_arch = "wasm32")]

@@ -83,9 +83,11 @@ pub fn document(rng: &mut Rng, invalid_percent: u64) -> (String, Shape) {
             if rng.chance(70) {
                 m.push(format!("\"risk\":{}", q(rng.pick(&RISKS))));
             }
-            if tool == "Bash" && rng.chance(70) {
-                m.push(format!("\"when\":{{\"path\":\"/command\",\"op\":\"matches\",\"value\":\"^kubectl (get|describe) [a-z0-9./-]+$\"}}"));
-            } else if rng.chance(15) {
+            // A shell capability whose `when` does not pin the command is a lint error in a gated runbook
+            // (DESIGN 9.20): most `Bash` capabilities pin it, a few stay bare so admission refuses them.
+            if tool == "Bash" && rng.chance(90) {
+                m.push(format!("\"when\":{{\"path\":\"/command\",\"op\":\"matches\",\"value\":\"^kubectl (get|describe) [a-z0-9][a-z0-9./-]*$\"}}"));
+            } else if rng.chance(15) && tool != "Bash" {
                 m.push(format!("\"when\":{{\"path\":\"/n\",\"op\":\"{}\",\"value\":{}}}", rng.pick(&["lt", "gte", "equals"]), rng.below(10)));
             }
             format!("{{{}}}", m.join(","))

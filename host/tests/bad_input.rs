@@ -279,6 +279,9 @@ lint_cases! {
     invalid_pointer_bad_escape: "invalid-pointer-escape.json" => "invalid-pointer" at 7:26;
     unanchored_when: "unanchored-when.yaml" => "unanchored-when" at 6:48;
     unanchored_when_alternation: "unanchored-when-alternation.yaml" => "unanchored-when" at 6:48;
+    // A shell that can run anything beside a gated or destructive step (DESIGN 9.20): refused, no envelope.
+    unconstrained_shell: "unconstrained-shell.yaml" => "unconstrained-shell" at 4:5;
+    unconstrained_shell_pattern: "unconstrained-shell-pattern.yaml" => "unconstrained-shell" at 4:5;
 
     // Nesting depth 64 (9.25). The 65th opening bracket is the one past the limit.
     deep_nesting_json_objects: "deep-nesting.json" => "limit" at 1:440;

@@ -37,12 +37,13 @@ const STRUCTURAL: &[&str] = &[
 /// Blocking lint codes a schema cannot see, and why. The schema accepts documents whose only errors have
 /// these codes (or any non-blocking code, such as `unknown-route` or `undeclared-tool`).
 const NOT_STRUCTURAL: &[&str] = &[
-    "parse-error",    // no data model to validate: such files are skipped
-    "limit",          // bytes and nesting depth are properties of the text; lint stops early: skipped
-    "duplicate-key",  // the parsed data model keeps one of the keys: invisible to a schema
-    "duplicate-id",   // uniqueness of a field across list items (and a string capability vs `name`)
-    "name-collision", // a step id equal to a terminal name: a relation between two lists
-    "invalid-regex",  // the core's regex dialect (Rust regex-lite) is not the schema's (ECMA-262)
+    "parse-error",         // no data model to validate: such files are skipped
+    "limit",               // bytes and nesting depth are properties of the text; lint stops early: skipped
+    "duplicate-key",       // the parsed data model keeps one of the keys: invisible to a schema
+    "duplicate-id",        // uniqueness of a field across list items (and a string capability vs `name`)
+    "name-collision",      // a step id equal to a terminal name: a relation between two lists
+    "invalid-regex",       // the core's regex dialect (Rust regex-lite) is not the schema's (ECMA-262)
+    "unconstrained-shell", // what a `when` pattern can match, and whether a step is gated: analysis, not shape
 ];
 
 fn root() -> PathBuf {
