@@ -262,7 +262,7 @@ impl Run {
         let bytes = b.events_bytes().map_err(ev)?;
         let records = bundle::read_events(&bytes).map_err(|(n, m)| tampered(format!("events.ndjson:{n}: {m}")))?;
         let mut session = policy.session(&doc)?;
-        let (mut head, mut last_at) = (h0, 0);
+        let mut head = h0;
         let (mut asked, mut last_step): (Vec<(Option<String>, String)>, Option<String>) = (Vec::new(), None);
         for (i, r) in records.iter().enumerate() {
             let (decision_line, link) = session.replay_line(&r.event_line, &head).map_err(|t| RunError::Module(t.message))?;
@@ -273,27 +273,31 @@ impl Run {
                 return Err(tampered(format!("events.ndjson:{}: the module decides this event differently than recorded", i + 1)));
             }
             head = link;
-            let event: Value = serde_json::from_str(&r.event_line).unwrap_or_default();
-            if let Some(at) = event["at"].as_u64() {
-                last_at = last_at.max(at);
-            }
-            let decision: Value = serde_json::from_str(&decision_line).unwrap_or_default();
-            let step = decision["step"].as_str().map(str::to_string);
+            // Decision lines are canonical JSON whose last key is `step`: read without a parser, and the
+            // event is parsed only for the rare lines that change what may be approved.
+            let step = step_of(&decision_line);
             if step != last_step {
                 asked.clear();
                 last_step = step.clone();
             }
-            // An answer fed uses up its request: the same call needs a new `needs-approval` to be answered again.
-            if event["type"] == "approval" {
-                let sha = event["call_sha256"].as_str().unwrap_or_default();
-                asked.retain(|(s, h)| !(s == &step && h == sha));
-            }
-            if decision["decision"] == "needs-approval" {
-                let (tool, arguments) = (event["tool"].as_str().unwrap_or_default(), event["arguments"].to_string());
-                let sha = policy.call_sha256(tool, &arguments)?.map_err(|e| RunError::Module(format!("the call could not be hashed: {e}")))?;
-                asked.push((step, sha));
+            let approval = r.event_line.contains("\"approval\"");
+            let needs = decision_line.starts_with("{\"decision\":\"needs-approval\"");
+            if approval || needs {
+                let event: Value = serde_json::from_str(&r.event_line).unwrap_or_default();
+                // An answer fed uses up its request: the same call needs a new `needs-approval` to be answered again.
+                if event["type"] == "approval" {
+                    let sha = event["call_sha256"].as_str().unwrap_or_default();
+                    asked.retain(|(s, h)| !(s == &step && h == sha));
+                }
+                if needs {
+                    let (tool, arguments) = (event["tool"].as_str().unwrap_or_default(), event["arguments"].to_string());
+                    let sha = policy.call_sha256(tool, &arguments)?.map_err(|e| RunError::Module(format!("the call could not be hashed: {e}")))?;
+                    asked.push((step, sha));
+                }
             }
         }
+        // `at` never decreases in a run the module accepted (a lower one halts it), so the last is the latest.
+        let last_at = records.last().and_then(|r| serde_json::from_str::<Value>(&r.event_line).ok()).and_then(|v| v["at"].as_u64()).unwrap_or(0);
         b.resume_chain(head, records.len() as u64);
         let mut guard = guard;
         guard.add_path(b.dir());
@@ -613,4 +617,11 @@ impl Run {
     pub fn approve_command(&self, step: Option<&str>) -> String {
         format!("runbook-host approve {} {}", self.run_id(), step.unwrap_or("-"))
     }
+}
+
+/// The `step` of a canonical decision line (its last key), without parsing the line.
+fn step_of(decision_line: &str) -> Option<String> {
+    let tail = &decision_line[decision_line.rfind("\"step\":")? + 7..];
+    let value = tail.strip_suffix('}')?;
+    serde_json::from_str::<Option<String>>(value).ok().flatten()
 }
