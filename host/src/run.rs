@@ -322,7 +322,44 @@ impl Run {
             None if self.finished() => {}
             None => self.bundle.require_signed_approvals(&signers.sha256).map_err(|e| self.break_with(RunError::Evidence(e.to_string())))?,
         }
+        self.check_signed_history(&signers)?;
         self.signers = Some(signers);
+        Ok(())
+    }
+
+    /// Every approval the module judged so far is signed by a key of `signers`: an approval event
+    /// written into `events.ndjson` by anyone else (with its link recomputed, so the replay accepts it)
+    /// has no signature to show, and the run is refused as tampered before the next call.
+    fn check_signed_history(&self, signers: &Signers) -> Result<(), RunError> {
+        let ev = |e: std::io::Error| RunError::Evidence(format!("run {}: {e}", self.run_id()));
+        let tampered = |m: String| RunError::Tampered(format!("run {}: {m}", self.run_id()));
+        let bytes = self.bundle.events_bytes().map_err(ev)?;
+        if !bytes.windows(10).any(|w| w == b"\"approval\"") {
+            return Ok(());
+        }
+        let signatures: Vec<Value> = String::from_utf8_lossy(&self.bundle.signatures_bytes().map_err(ev)?).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let records = bundle::read_events(&bytes).map_err(|(n, m)| tampered(format!("events.ndjson:{n}: {m}")))?;
+        for (i, r) in records.iter().enumerate() {
+            if !r.event_line.contains("\"approval\"") || r.decision_line.starts_with("{\"decision\":\"halt\"") {
+                continue;
+            }
+            let e: Value = serde_json::from_str(&r.event_line).unwrap_or_default();
+            if e["type"] != "approval" {
+                continue;
+            }
+            let unsigned = || tampered(format!("events.ndjson:{}: an approval no key of the allowed signers signed", i + 1));
+            let sig = signatures.iter().find(|s| s["seq"] == i as u64).ok_or_else(unsigned)?;
+            let message = approvals::signed_message(
+                self.run_id(),
+                sig["request"].as_str().unwrap_or_default(),
+                e["step"].as_str(),
+                e["call_sha256"].as_str().unwrap_or_default(),
+                e["granted"] == true,
+            );
+            let approver = e["approver"].as_str().unwrap_or_default();
+            crate::sshsig::verify(&signers.set, Some(approver), approvals::SIGNATURE_NAMESPACE, message.as_bytes(), sig["signature"].as_str().unwrap_or_default(), now_ms() / 1000)
+                .map_err(|_| unsigned())?;
+        }
         Ok(())
     }
 
@@ -442,7 +479,16 @@ impl Run {
         self.feed(EventKind::Result(ToolResult { tool: tool.to_string(), result: result.to_string(), is_error, call_id: call_id.map(str::to_string) }))
     }
 
+    /// An approval an embedder obtained itself (the adapters use [`Run::apply_grant`]). Refused where
+    /// approvals must be signed: only a signed answer through the approval channel counts there.
     pub fn approval(&mut self, step: Option<&str>, call_sha256: Option<&str>, approver: &str, granted: bool) -> Result<Answer, RunError> {
+        if self.signers.is_some() || self.signed_approvals_required() {
+            return Err(RunError::Refused("this run's approvals must be signed: answer through the approval channel (`runbook-host approve --sign`)".into()));
+        }
+        self.feed_approval(step, call_sha256, approver, granted)
+    }
+
+    fn feed_approval(&mut self, step: Option<&str>, call_sha256: Option<&str>, approver: &str, granted: bool) -> Result<Answer, RunError> {
         self.feed(EventKind::Approval(Approval {
             step: step.map(str::to_string),
             call_sha256: call_sha256.map(str::to_string),
@@ -593,7 +639,7 @@ impl Run {
         };
         let approver = signed.as_ref().map(|(_, _, v)| v.principal.clone()).unwrap_or_else(|| grant.approver.clone());
         self.asked.retain(|(s, h)| !(s == &step && *h == grant.call_sha256));
-        let a = self.approval(step.as_deref(), Some(&grant.call_sha256), &approver, grant.granted)?;
+        let a = self.feed_approval(step.as_deref(), Some(&grant.call_sha256), &approver, grant.granted)?;
         if let Some((message, signature, v)) = signed {
             let line = serde_json::json!({"seq": a.decision.seq, "request": id, "message": message, "signature": signature,
                 "principal": v.principal, "fingerprint": v.fingerprint});

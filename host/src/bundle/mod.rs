@@ -317,6 +317,14 @@ impl Bundle {
         self.write_manifest()
     }
 
+    /// [`SIGNATURES`] as written so far (empty when no approval was signed).
+    pub fn signatures_bytes(&self) -> io::Result<Vec<u8>> {
+        match self.dir.read(SIGNATURES) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
+            r => r,
+        }
+    }
+
     /// Appends one line to [`SIGNATURES`] and syncs it (evidence: the receipt pins the file).
     pub fn append_signature(&mut self, line: &Value) -> io::Result<()> {
         let mut text = serde_json::to_string(line)?;
