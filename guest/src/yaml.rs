@@ -71,6 +71,11 @@ fn build(src: &str, issues: &mut Vec<ParseIssue>) -> Result<Node, ParseIssue> {
                     let pos = deep_flow_position(src).unwrap_or(pos);
                     return Err(issue("limit", pos, &[], format!("nesting deeper than {MAX_DEPTH} levels")));
                 }
+                // YAML indents with spaces only: a tab there is named, and the finding points at it.
+                if e.info().contains("tab") {
+                    let pos = indentation_tab(src, pos.line).unwrap_or(pos);
+                    return Err(issue("parse-error", pos, &stack, format!("invalid YAML: {}; indent with spaces, not tabs", e.info())));
+                }
                 return Err(issue("parse-error", pos, &stack, format!("invalid YAML: {}", e.info())));
             }
         };
@@ -174,6 +179,26 @@ fn build(src: &str, issues: &mut Vec<ParseIssue>) -> Result<Node, ParseIssue> {
         }
     }
     root.ok_or_else(|| ParseIssue { code: "parse-error", pos: Pos { line: 1, column: 1 }, pointer: String::new(), message: "the document is empty".into() })
+}
+
+/// The tab a scanner error is about: the first tab in the indentation of line `line` or, when that has
+/// none, of the next line with content (a plain scalar is reported where it starts, the tab that ended it
+/// is on a later line).
+fn indentation_tab(src: &str, line: u32) -> Option<Pos> {
+    let mut lines = src.split('\n').enumerate().skip(line.saturating_sub(1) as usize);
+    let tab_in = |(i, l): (usize, &str)| {
+        let lead = &l[..l.len() - l.trim_start_matches([' ', '\t']).len()];
+        lead.find('\t').map(|at| Pos { line: i as u32 + 1, column: at as u32 + 1 })
+    };
+    let first = lines.next()?;
+    if let Some(p) = tab_in(first) {
+        return Some(p);
+    }
+    let next = lines.find(|(_, l)| {
+        let t = l.trim_matches([' ', '\t', '\r']);
+        !t.is_empty() && !t.starts_with('#')
+    })?;
+    tab_in(next)
 }
 
 /// Where flow brackets first nest deeper than the limit (quotes and comments aside, which is enough for
@@ -317,6 +342,25 @@ mod tests {
         assert!(parse(&lol).node.is_none());
         let deep = format!("{}1{}", "[".repeat(100), "]".repeat(100));
         assert_eq!(parse(&deep).issues.last().unwrap().code, "limit");
+    }
+
+    #[test]
+    fn a_tab_in_the_indentation_is_named_and_pointed_at() {
+        for (src, line, column) in [
+            ("capabilities:\n\t- {name: a}\n", 2, 1),
+            ("capabilities:\n  - name: a\n\ttool: t\n", 3, 1),
+            ("capabilities:\n  - name: a\n\n  # c\n  \ttool: t\n", 5, 3),
+            ("id: x\n\tversion: 1\n", 2, 1),
+        ] {
+            let p = parse(src);
+            assert!(p.node.is_none(), "{src:?}");
+            let i = p.issues.last().unwrap();
+            assert_eq!(i.code, "parse-error");
+            assert!(i.message.starts_with("invalid YAML: ") && i.message.ends_with("; indent with spaces, not tabs"), "{src:?}: {}", i.message);
+            assert_eq!(i.pos, Pos { line, column }, "{src:?}: {}", i.message);
+        }
+        // A tab inside a value is no indentation: no such finding.
+        assert!(parse("a: x\ty\n").node.is_some());
     }
 
     #[test]

@@ -16,8 +16,9 @@ pub fn render(f: &Finding, path: &str, source: &str) -> String {
     out.push_str(&format!("{:gutter$}--> {path}:{}:{}\n", "", f.line, f.column));
     if let Some(text) = source.lines().nth(f.line.saturating_sub(1) as usize) {
         let text = text.trim_end_matches('\r');
-        // Tabs would misplace the caret: show them as single spaces.
-        let shown: String = text.chars().map(|c| if c == '\t' { ' ' } else { c }).collect();
+        // A tab is shown as one visible character (`→`), so that it can be seen (YAML refuses tabs as
+        // indentation) and the caret, one column a character, stays under its column.
+        let shown: String = text.chars().map(|c| if c == '\t' { '→' } else { c }).collect();
         out.push_str(&format!("{:gutter$} |\n", ""));
         out.push_str(&format!("{} | {shown}\n", f.line));
         out.push_str(&format!("{:gutter$} | {:col$}^\n", "", "", col = f.column.saturating_sub(1) as usize));

@@ -59,6 +59,55 @@ pub fn module_sha256() -> &'static str {
     env!("RUNBOOK_MODULE_SHA256")
 }
 
+/// The name of the binary, as a person types it when it is on `PATH`.
+pub const BIN_NAME: &str = "runbook-host";
+
+/// How a person runs this very binary from a shell: `runbook-host` when the first `runbook-host` on
+/// `PATH` is this executable (same canonical path), else the absolute path of the executable, quoted for
+/// a POSIX shell when it needs it. Every message that tells a person to run a command of this CLI
+/// (`approve`, `lint`, ...) names it this way, so that the command it prints can be pasted as it is.
+pub fn invocation() -> &'static str {
+    static INVOCATION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    INVOCATION.get_or_init(|| invocation_for(std::env::current_exe().ok().as_deref(), std::env::var_os("PATH").as_deref()))
+}
+
+/// [`invocation`] for a given executable and `PATH` value.
+pub fn invocation_for(exe: Option<&Path>, path: Option<&std::ffi::OsStr>) -> String {
+    let Some(exe) = exe else { return BIN_NAME.to_string() };
+    let exe = exe.canonicalize().unwrap_or_else(|_| exe.to_path_buf());
+    if let Some(path) = path {
+        // A relative entry (`.`, or an empty one) depends on the directory the person types in, which
+        // need not be this process's: only absolute entries are looked at.
+        for dir in std::env::split_paths(path).filter(|d| d.is_absolute()) {
+            let candidate = dir.join(BIN_NAME);
+            if !is_executable_file(&candidate) {
+                continue;
+            }
+            // The first one found is the one a shell runs: if it is another binary, the name will not do.
+            if candidate.canonicalize().is_ok_and(|c| c == exe) {
+                return BIN_NAME.to_string();
+            }
+            break;
+        }
+    }
+    shell_quote(&exe.to_string_lossy())
+}
+
+fn is_executable_file(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `s` as one word of a POSIX shell command line: as it is when it holds only characters no shell
+/// treats specially, else in single quotes.
+pub fn shell_quote(s: &str) -> String {
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./@=:,+".contains(&b)) {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
 /// What went wrong in the host, as opposed to a decision of the module.
 #[derive(Debug)]
 pub enum HostError {
@@ -459,6 +508,36 @@ mod tests {
     #[test]
     fn the_build_time_module_sha256_is_the_sha256_of_the_embedded_bytes() {
         assert_eq!(super::module_sha256(), hex::encode(Sha256::digest(super::COMPONENT)));
+    }
+
+    #[test]
+    fn invocation_is_the_name_only_when_path_finds_this_very_binary() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = std::env::temp_dir().join(format!("runbook-host-invocation-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        for sub in ["bin", "on-path", "other", "with space"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        let exe = d.join("bin/runbook-host");
+        std::fs::write(&exe, b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::symlink(&exe, d.join("on-path/runbook-host")).unwrap();
+        std::fs::write(d.join("other/runbook-host"), b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(d.join("other/runbook-host"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = |dirs: &[&str]| std::env::join_paths(dirs.iter().map(|s| d.join(s))).unwrap();
+        let abs = exe.canonicalize().unwrap().to_string_lossy().into_owned();
+        // On PATH through a symlink: the name.
+        assert_eq!(super::invocation_for(Some(&exe), Some(&path(&["on-path"]))), "runbook-host");
+        // Not on PATH, or another `runbook-host` first: the absolute path.
+        assert_eq!(super::invocation_for(Some(&exe), Some(&path(&["other", "on-path"]))), abs);
+        assert_eq!(super::invocation_for(Some(&exe), None), abs);
+        // A path a shell would split is quoted.
+        let spaced = d.join("with space/runbook-host");
+        std::fs::copy(&exe, &spaced).unwrap();
+        let shown = super::invocation_for(Some(&spaced), Some(&path(&["on-path"])));
+        assert_eq!(shown, format!("'{}'", spaced.canonicalize().unwrap().display()));
+        assert_eq!(super::shell_quote("it's"), r"'it'\''s'");
+        let _ = std::fs::remove_dir_all(&d);
     }
 
     #[test]

@@ -17,7 +17,7 @@ struct Cli {
 enum Command {
     /// Lint a runbook: findings with line and column (exit 1 on errors)
     Lint(commands::lint::Args),
-    /// Print the canonical policy envelope of a runbook
+    /// Print the canonical policy envelope of a runbook, as JSON (`--format` only changes how findings are reported)
     Envelope(commands::envelope::Args),
     /// Admission: would a run of this runbook be refused under this client's claim, and why
     Check(commands::check::Args),

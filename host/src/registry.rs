@@ -140,8 +140,10 @@ pub fn resolve(reference: &str, registry: &str) -> Result<Resolved, RegistryErro
         // A file literally named like `id@version` is still resolved from the registry: a reference of that
         // shape is always pinned (a local file is named by a path with `/` or an extension without `@`).
         let source = Source::open(registry)?;
-        let index = source.index()?;
-        let entry = lookup(&index, id, version)?;
+        // Which registry was looked in, for a person wondering why a runbook is not there.
+        let named = |e: RegistryError| RegistryError { message: format!("{} (looked in {})", e.message, shown(registry)), ..e };
+        let index = source.index().map_err(named)?;
+        let entry = lookup(&index, id, version).map_err(named)?;
         let bytes = source.get(&entry.path)?;
         let sha = sha256_hex(&bytes);
         if sha != entry.sha256 {
@@ -171,6 +173,18 @@ pub fn resolve(reference: &str, registry: &str) -> Result<Resolved, RegistryErro
         });
     }
     Err(RegistryError::new("unknown-runbook", format!("`{reference}` is neither `id@version` nor an existing file")))
+}
+
+/// A registry as a message names it: as given, and for a relative directory also where that is.
+fn shown(registry: &str) -> String {
+    let p = Path::new(registry);
+    if registry.contains("://") || p.is_absolute() {
+        return format!("the registry `{registry}`");
+    }
+    match std::path::absolute(p) {
+        Ok(abs) => format!("the registry `{registry}` ({})", abs.display()),
+        Err(_) => format!("the registry `{registry}`"),
+    }
 }
 
 /// One pinned entry of an index.
@@ -245,7 +259,7 @@ impl Source {
         let bytes = match self {
             Source::Dir(d) => read_bounded(d, "index.json", MAX_INDEX).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::NotFound {
-                    RegistryError::new("unreachable", "the registry has no index.json")
+                    RegistryError::new("unreachable", "the registry has no index.json (`registry add FILE` creates it)")
                 } else {
                     RegistryError::new("io", format!("index.json: {e}"))
                 }
@@ -436,7 +450,7 @@ fn read_index_or_empty(dir: &Dir) -> Result<Value, RegistryError> {
 /// Adding the same bytes again is a no-op; a different document at a pinned id@version is `conflict`.
 /// Returns (id, version, sha256).
 pub fn add(registry_dir: &Path, document: &Path) -> Result<(String, String, String), RegistryError> {
-    let bytes = std::fs::read(document).map_err(|e| RegistryError::new("io", format!("cannot read the document: {e}")))?;
+    let bytes = std::fs::read(document).map_err(|e| RegistryError::new("io", format!("cannot read `{}`: {e}", document.display())))?;
     add_bytes(registry_dir, &bytes)
 }
 

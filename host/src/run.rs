@@ -109,14 +109,26 @@ impl Guard {
         g
     }
 
-    /// Adds a path in the forms an agent may write it: as given (without a leading `./`) and absolute.
-    /// A form of 3 characters or fewer would match innocent text, so it is not added.
+    /// Adds a path in the forms an agent may write it: as given (without a leading `./`), absolute, and
+    /// relative to the current directory when it lies under it (an installed hook names its paths
+    /// absolutely; the agent, working in the project, writes `.runbook/runs`). A form of 3 characters or
+    /// fewer would match innocent text, so it is not added.
     pub fn add_path(&mut self, p: &Path) {
         let given = p.to_string_lossy();
         let given = given.trim_start_matches("./").trim_end_matches('/').to_string();
         let mut forms = vec![given];
         if let Ok(c) = p.canonicalize() {
             forms.push(c.to_string_lossy().into_owned());
+        }
+        if p.is_absolute() {
+            let cwd = std::env::current_dir().ok();
+            for base in cwd.iter().flat_map(|d| [Some(d.clone()), d.canonicalize().ok()]).flatten() {
+                for full in [Some(p.to_path_buf()), p.canonicalize().ok()].into_iter().flatten() {
+                    if let Ok(rel) = full.strip_prefix(&base) {
+                        forms.push(rel.to_string_lossy().into_owned());
+                    }
+                }
+            }
         }
         for f in forms {
             if f.len() > 3 && !self.needles.contains(&f) {
@@ -624,7 +636,10 @@ impl Run {
             (Some(signers), _) => {
                 let message = approvals::signed_message(self.run_id(), id, step.as_deref(), &grant.call_sha256, grant.granted);
                 let sig = grant.signature.as_deref().ok_or_else(|| {
-                    RunError::Refused(format!("the answer to request {id} is not signed, and this run's approvals must be signed (runbook-host approve --sign KEY)"))
+                    RunError::Refused(format!(
+                        "the answer to request {id} is not signed, and this run's approvals must be signed ({} approve --sign KEY)",
+                        crate::invocation()
+                    ))
                 })?;
                 let v = crate::sshsig::verify(&signers.set, None, approvals::SIGNATURE_NAMESPACE, message.as_bytes(), sig, now_ms() / 1000)
                     .map_err(|e| RunError::Refused(format!("the answer to request {id} is refused: {e}")))?;
@@ -659,9 +674,12 @@ impl Run {
         approvals::request(&dir, step, tool, arguments_json, call_sha256).map_err(ev)
     }
 
-    /// The command a human runs to approve the pending requests of this run.
+    /// The command a human runs to approve the pending requests of this run, naming this binary the way
+    /// the human can run it ([`crate::invocation`]) and the runs directory unless it is `approve`'s default.
     pub fn approve_command(&self, step: Option<&str>) -> String {
-        format!("runbook-host approve {} {}", self.run_id(), step.unwrap_or("-"))
+        let runs = self.dir().parent().filter(|r| *r != Path::new(".runbook/runs") && !r.as_os_str().is_empty());
+        let runs = runs.map(|r| format!(" --runs {}", crate::shell_quote(&r.to_string_lossy()))).unwrap_or_default();
+        format!("{} approve {} {}{runs}", crate::invocation(), self.run_id(), crate::shell_quote(step.unwrap_or("-")))
     }
 }
 

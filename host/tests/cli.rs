@@ -52,8 +52,25 @@ impl Sandbox {
     }
 
     fn run<S: AsRef<OsStr>>(&self, args: &[S]) -> Run {
+        self.run_with(args, &[], None)
+    }
+
+    /// [`Sandbox::run`] with more environment variables and, optionally, bytes on standard input.
+    fn run_with<S: AsRef<OsStr>>(&self, args: &[S], env: &[(&str, &OsStr)], stdin: Option<&[u8]>) -> Run {
         let shown: Vec<String> = args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
-        let mut child = self.command(args).spawn().expect("start runbook-host");
+        let mut cmd = self.command(args);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        if stdin.is_some() {
+            cmd.stdin(Stdio::piped());
+        }
+        let mut child = cmd.spawn().expect("start runbook-host");
+        if let Some(bytes) = stdin {
+            use std::io::Write as _;
+            let mut w = child.stdin.take().unwrap();
+            w.write_all(bytes).expect("write standard input");
+        }
         let mut out = child.stdout.take().unwrap();
         let mut err = child.stderr.take().unwrap();
         let out_reader = std::thread::spawn(move || {
@@ -777,4 +794,193 @@ fn closed_stdout_is_not_a_crash() {
         assert!(status.code().is_some(), "killed by a signal");
         assert!(!err.contains("panicked"), "`runbook-host {}`:\n{err}", args.join(" "));
     }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A newcomer's first hour: what a person meets before the product runs (issue 13, points 4 to 7)
+
+/// The binary's canonical path, as messages print it when `runbook-host` on PATH is not this binary.
+fn bin_path() -> String {
+    std::fs::canonicalize(BIN).unwrap().to_string_lossy().into_owned()
+}
+
+fn executable(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
+#[test]
+fn messages_name_the_binary_the_way_the_user_can_run_it() {
+    let sb = Sandbox::new("invocation");
+    sb.write("rb.yaml", variant("requires_approval", "requires_aproval"));
+    std::fs::create_dir_all(sb.dir.join("on-path")).unwrap();
+    std::os::unix::fs::symlink(BIN, sb.dir.join("on-path/runbook-host")).unwrap();
+    std::fs::create_dir_all(sb.dir.join("other")).unwrap();
+    executable(&sb.dir.join("other/runbook-host"), "#!/bin/sh\necho another runbook-host\n");
+    let check = |path: &OsStr| {
+        let run = sb.run_with(&["check", "rb.yaml", "--profile", "R2"], &[("PATH", path)], None);
+        run.expect_exit(1);
+        run.out()
+    };
+    let line = |shown: &str| format!("rb.yaml: refused\n  invalid-document: the document has lint errors (run `{shown} lint`)\n");
+    // `runbook-host` on PATH (through a symlink) is this binary: its name.
+    let on_path = std::env::join_paths([sb.dir.join("on-path"), "/usr/bin".into(), "/bin".into()]).unwrap();
+    assert_eq!(check(&on_path), line("runbook-host"));
+    // Not on PATH: the absolute path it can be run by.
+    assert_eq!(check(OsStr::new("/usr/bin:/bin")), line(&bin_path()));
+    // Another `runbook-host` first on PATH: the name would run that one, so the path again.
+    let shadowed = std::env::join_paths([sb.dir.join("other"), sb.dir.join("on-path")]).unwrap();
+    assert_eq!(check(&shadowed), line(&bin_path()));
+}
+
+/// A finished run made through the hook, as Claude Code would; returns its id.
+fn hook_run(sb: &Sandbox, session: &str, end: bool) -> String {
+    let env: [(&str, &OsStr); 2] = [("HOME", sb.dir.as_os_str()), ("CLAUDE_PROJECT_DIR", sb.dir.as_os_str())];
+    let mut events = vec!["SessionStart"];
+    if end {
+        events.push("SessionEnd");
+    }
+    for e in events {
+        let payload = format!(r#"{{"session_id":"{session}","hook_event_name":"{e}","source":"startup"}}"#);
+        sb.run_with(&["hook", "--runbook", "rotate.yaml"], &env, Some(payload.as_bytes())).expect_exit(0);
+    }
+    let latest: Value = serde_json::from_slice(&sb.read(".runbook/runs/latest.json")).unwrap();
+    latest["run_id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn verify_and_export_take_latest_an_id_or_a_path_and_refuse_the_runs_folder() {
+    let sb = Sandbox::new("run-references");
+    sb.write("rotate.yaml", ROTATE);
+    let id = hook_run(&sb, "s-refs", true);
+    for reference in [".runbook/runs/latest", "latest", id.as_str(), &format!(".runbook/runs/{id}")] {
+        let run = sb.run(&["verify", reference]);
+        run.expect_exit(0);
+        assert!(run.out().starts_with(&format!("verified: run {id} (2 events, outcome incomplete)")), "{}", run.context());
+    }
+    // The folder of all runs is not a run: say how to name one (a usage error), not `run.json: missing`.
+    for args in [vec!["verify", ".runbook/runs"], vec!["verify", ".runbook/runs/"], vec!["export", ".runbook/runs"]] {
+        let run = sb.run(&args);
+        run.expect_exit(2);
+        assert_eq!(
+            run.stderr,
+            format!("runbook-host: error: `{}` is the runs folder: name a run (its id or directory) or `latest`\n", args[1]),
+            "{}",
+            run.context()
+        );
+        assert!(run.stdout.is_empty(), "{}", run.context());
+    }
+    // export writes only redacted derivatives: `--redact` is implied, and accepted.
+    let run = sb.run(&["export", "latest"]);
+    run.expect_exit(0);
+    assert_eq!(run.out(), format!("wrote the redacted derivative of run {id} under .runbook/redacted; share safety: share_ready\n"));
+    assert!(sb.dir.join(format!(".runbook/redacted/{id}/derivation.json")).is_file());
+    let run = sb.run(&["export", "--redact", ".runbook/runs/latest", "--out", "shared"]);
+    run.expect_exit(0);
+    assert!(sb.dir.join(format!("shared/{id}/derivation.json")).is_file(), "{}", run.context());
+    let help = sb.run(&["export", "--help"]);
+    help.expect_exit(0);
+    assert!(help.out().contains("Accepted and implied: export only ever writes a redacted derivative"), "{}", help.out());
+}
+
+#[test]
+fn envelope_help_says_the_envelope_is_json_whatever_the_format() {
+    let sb = Sandbox::new("envelope-help");
+    sb.write("rotate.yaml", ROTATE);
+    let help = sb.run(&["envelope", "--help"]);
+    help.expect_exit(0);
+    let out = help.out();
+    assert!(out.contains("The envelope itself is always its canonical JSON bytes [default: text]"), "{out}");
+    assert!(out.contains("How a document without an envelope is reported: `text` renders the findings on stderr"), "{out}");
+    // And it is: the default format prints the envelope as JSON.
+    let run = sb.run(&["envelope", "rotate.yaml"]);
+    run.expect_exit(0);
+    assert_eq!(run.json()["schema"], "runbook-policy-envelope/v1");
+}
+
+#[test]
+fn registry_add_of_a_missing_file_names_it() {
+    let sb = Sandbox::new("registry-missing");
+    let run = sb.run(&["registry", "add", "rotate-creds.yaml"]);
+    run.expect_exit(2);
+    assert!(run.stderr.starts_with("runbook-host: registry: io: cannot read `rotate-creds.yaml`: "), "{}", run.context());
+}
+
+#[test]
+fn run_with_an_unknown_runbook_says_which_registry_it_looked_in() {
+    let sb = Sandbox::new("run-unknown");
+    sb.write("rotate.yaml", ROTATE);
+    sb.run(&["registry", "add", "rotate.yaml", "--registry", "reg"]).expect_exit(0);
+    let abs = std::fs::canonicalize(&sb.dir).unwrap().join("reg");
+    for (reference, said) in [
+        ("rotate-creds@9.9.9", "unknown-version: the registry has no version `9.9.9` of `rotate-creds`"),
+        ("nope@1.0.0", "unknown-runbook: the registry has no runbook `nope`"),
+    ] {
+        let run = sb.run(&["run", reference, "--registry", "reg", "--", "sh", "-c", "touch started"]);
+        run.expect_exit(1);
+        let want = format!("runbook-host run: runbook_failed:{said} (looked in the registry `reg` ({}))\n", abs.display());
+        assert!(run.stderr.starts_with(&want), "{}", run.context());
+    }
+    assert!(!sb.dir.join("started").exists(), "no server starts for a runbook that does not resolve");
+}
+
+#[test]
+fn run_refuses_a_destructive_runbook_before_starting_any_server() {
+    let sb = Sandbox::new("run-destructive");
+    sb.write("drop.yaml", DROP);
+    let run = sb.run(&["run", "drop.yaml", "--profile", "R2", "--", "sh", "-c", "touch started; sleep 30"]);
+    run.expect_exit(1);
+    let first = run.stderr.lines().next().unwrap_or_default().to_string();
+    assert!(first.starts_with("runbook-host run: runbook_failed:refused:coverage-incomplete: "), "{}", run.context());
+    assert!(
+        first.ends_with("(the MCP proxy cannot see the shell; destructive work needs the tool-call hook; nothing ran; no server was started)"),
+        "{}",
+        run.context()
+    );
+    assert!(!sb.dir.join("started").exists(), "a server was started for a run admission refuses\n{}", run.context());
+    assert!(!sb.dir.join(".runbook/runs").exists(), "nothing ran, so there is no run");
+    // Every refusal that does not depend on the servers is said at once.
+    let run = sb.run(&["run", "drop.yaml", "--profile", "R1", "--", "sh", "-c", "touch started; sleep 30"]);
+    run.expect_exit(1);
+    assert!(run.stderr.starts_with("runbook-host run: runbook_failed:refused:coverage-incomplete,profile-too-low: "), "{}", run.context());
+    assert!(!sb.dir.join("started").exists());
+}
+
+#[test]
+fn approve_with_nothing_pending_exits_1_and_says_so() {
+    let sb = Sandbox::new("approve-nothing");
+    sb.write("rotate.yaml", ROTATE);
+    let id = hook_run(&sb, "s-approve", false);
+    // On a pseudo-terminal (`script`, util-linux), as a person in another terminal runs it.
+    let cmd = format!("'{BIN}' approve latest rotate; echo \"exit=$?\"");
+    let o = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .current_dir(&sb.dir)
+        .env("RUNBOOK_HOST_CACHE", sb.dir.join("cache"))
+        .stdin(Stdio::null())
+        .output()
+        .expect("script(1) from util-linux (bsdutils)");
+    let shown = String::from_utf8_lossy(&o.stdout);
+    assert!(shown.contains(&format!("runbook-host: no call of step `rotate` awaits an answer in run {id}")), "{shown}");
+    assert!(shown.contains("exit=1"), "{shown}");
+}
+
+#[test]
+fn a_tab_in_the_indentation_is_shown_and_named() {
+    let sb = Sandbox::new("yaml-tab");
+    let source = ROTATE.replace("  - id: check\n", "\t- id: check\n");
+    sb.write("tab.yaml", &source);
+    let run = sb.run(&["lint", "tab.yaml"]);
+    run.expect_exit(1);
+    let lines: Vec<&str> = run.stderr.lines().collect();
+    assert_eq!(
+        lines[0],
+        "error[parse-error]: invalid YAML: tabs disallowed within this context (block indentation); indent with spaces, not tabs",
+        "{}",
+        run.context()
+    );
+    assert_eq!(lines[1], "  --> tab.yaml:11:1");
+    assert_eq!(lines[3], "11 | →- id: check", "the tab is visible\n{}", run.context());
+    assert_eq!(lines[4], "   | ^", "the caret is under the tab\n{}", run.context());
 }

@@ -5,7 +5,7 @@
 use runbook_host::approvals;
 use serde_json::{json, Value};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -334,6 +334,117 @@ fn install_merges_and_uninstall_removes_exactly_what_it_added() {
     run(&["hook", "--runbook", "rotate-credentials@1.3.0", "uninstall"]);
     let v: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
     assert_eq!(v, theirs);
+}
+
+/// Runs a command line through `sh -c` in `dir`, as Claude Code runs a hook's `command`, with `payload`
+/// on standard input.
+fn sh_hook(command: &str, dir: &Path, env: &[(&str, &std::ffi::OsStr)], payload: &Value) -> Out {
+    let mut c = Command::new("sh");
+    c.args(["-c", command]).current_dir(dir).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(payload.to_string().as_bytes()).unwrap();
+    let o = child.wait_with_output().unwrap();
+    Out { code: o.status.code().unwrap_or(-1), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
+}
+
+fn canonical(p: impl AsRef<Path>) -> String {
+    std::fs::canonicalize(p).unwrap().to_string_lossy().into_owned()
+}
+
+#[test]
+fn installed_hook_works_from_a_subdirectory_and_uninstall_needs_no_options() {
+    let w = work("install-absolute");
+    let settings = w.0.join(".claude/settings.json");
+    let cli = |args: &[&str]| {
+        let o = Command::new(BIN).args(args).current_dir(&w.0).output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    // A runbook file that is not there is refused now, not at the first session.
+    let (code, err) = cli(&["hook", "--runbook", "runbok.yaml", "install"]);
+    assert_eq!((code, err.as_str()), (Some(2), "runbook-host: error: --runbook `runbok.yaml` is neither `id@version` nor an existing file\n"));
+    assert!(!settings.exists());
+    let (code, err) = cli(&["hook", "--runbook", "runbook.yaml", "install"]);
+    assert_eq!(code, Some(0), "{err}");
+    let project = canonical(&w.0);
+    // The binary, the runbook file, the registry and the runs directory, all absolute.
+    let command = format!("{} hook --runbook {project}/runbook.yaml --registry {project}/.runbook/registry --runs {project}/.runbook/runs", canonical(BIN));
+    assert_eq!(err, format!("runbook-host hook: installed in `.claude/settings.json`: {command}\n"));
+    let v: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
+    for (event, _) in runbook_host::adapters::claude::claude::EVENTS {
+        let h = &v["hooks"][event][0]["hooks"][0];
+        assert_eq!((h["command"].as_str(), h["onFailure"].as_str(), h["timeout"].as_u64()), (Some(command.as_str()), Some("block"), Some(30)), "{event}: {v}");
+    }
+    // Claude Code started in a subdirectory runs the same command line there: it finds everything.
+    let sub = w.0.join("services/payments");
+    std::fs::create_dir_all(&sub).unwrap();
+    let env: [(&str, &std::ffi::OsStr); 1] = [("HOME", w.0.as_os_str())];
+    let o = sh_hook(&command, &sub, &env, &start("sess-sub"));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.json()["systemMessage"].as_str().unwrap().contains("supervising"), "{}", o.stdout);
+    assert!(w.runs().join("latest.json").is_file(), "the run is under the project's runs directory");
+    assert!(!sub.join(".runbook").exists(), "nothing is written relative to the subdirectory");
+    // The agent's relative spelling of the runs directory is still guarded.
+    let o = sh_hook(&command, &w.0, &env, &pre("sess-sub", "Bash", bash("cat .runbook/runs/latest.json"), "t1"));
+    assert!(o.denied().is_some_and(|r| r.contains("guarded")), "{}{}", o.stdout, o.stderr);
+    assert_eq!(sh_hook(&command, &sub, &env, &base("sess-sub", "SessionEnd")).code, 0);
+
+    // Uninstall, as the README writes it (no option repeated): how many it removed; the file held only
+    // our hooks, so it is gone rather than left as `{}`.
+    let (code, err) = cli(&["hook", "uninstall"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(err, "runbook-host hook: removed 6 hook entries from `.claude/settings.json`; it held nothing else and was deleted\n");
+    assert!(!settings.exists());
+    // Nothing left to remove: exit 1, and it says so.
+    let (code, err) = cli(&["hook", "uninstall"]);
+    assert_eq!((code, err.as_str()), (Some(1), "runbook-host hook: nothing to uninstall: `.claude/settings.json` does not exist\n"));
+    let theirs = json!({"model": "x", "hooks": {"PreToolUse": [{"matcher": "Edit", "hooks": [{"type": "command", "command": "lint-it"}]}]}});
+    std::fs::write(&settings, theirs.to_string()).unwrap();
+    let (code, err) = cli(&["hook", "uninstall"]);
+    assert_eq!((code, err.as_str()), (Some(1), "runbook-host hook: nothing to uninstall: `.claude/settings.json` holds no `runbook-host hook` entry\n"));
+    // An entry of an older install (a relative command) beside other settings: removed, the rest kept.
+    let mut old = theirs.clone();
+    old["hooks"]["Stop"] =
+        json!([{"hooks": [{"type": "command", "command": "./target/release/runbook-host hook --runbook rotate-credentials@1.3.0", "timeout": 30}]}]);
+    std::fs::write(&settings, old.to_string()).unwrap();
+    let (code, err) = cli(&["hook", "uninstall"]);
+    assert_eq!((code, err.as_str()), (Some(0), "runbook-host hook: removed 1 hook entries from `.claude/settings.json`\n"));
+    let v: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
+    assert_eq!(v, theirs);
+}
+
+#[test]
+fn a_gated_call_names_approve_the_way_the_user_can_run_it() {
+    let w = work("approve-invocation");
+    let s = "sess-invocation";
+    let runs = canonical(&w.0) + "/elsewhere/runs";
+    let on_path = w.0.join("bin");
+    std::fs::create_dir_all(&on_path).unwrap();
+    std::os::unix::fs::symlink(BIN, on_path.join("runbook-host")).unwrap();
+    let with_path = std::env::join_paths([on_path.clone(), "/usr/bin".into(), "/bin".into()]).unwrap();
+    let hook = |path: &std::ffi::OsStr, payload: Value| {
+        let cmd = format!("'{BIN}' hook --runbook runbook.yaml --runs '{runs}'");
+        sh_hook(&cmd, &w.0, &[("PATH", path), ("HOME", w.0.as_os_str())], &payload)
+    };
+    let plain = std::ffi::OsStr::new("/usr/bin:/bin");
+    assert_eq!(hook(plain, start(s)).code, 0);
+    let run_id =
+        std::fs::read_dir(&runs).unwrap().filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).find(|n| n.starts_with("r-")).unwrap();
+    let get = bash("kubectl -n payments get secret payments-db-credentials");
+    allowed(hook(plain, pre(s, "Bash", get.clone(), "t1")));
+    allowed(hook(plain, post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1")));
+    let meta = json!({"path": "database/creds/payments-app"});
+    allowed(hook(plain, pre(s, "mcp__vault__read_metadata", meta.clone(), "t2")));
+    allowed(hook(plain, post(s, "mcp__vault__read_metadata", meta, json!({"age_days": 97}), "t2")));
+    let rot = bash("vault write -f database/rotate-role/payments-app");
+    // Not on PATH: the binary's absolute path, and the runs directory the hook was given.
+    let r = hook(plain, pre(s, "Bash", rot.clone(), "t3")).denied().expect("gated");
+    assert!(r.contains(&format!("a person runs `{} approve {run_id} rotate --runs {runs}` in another terminal", canonical(BIN))), "{r}");
+    // On PATH as this very binary: its name.
+    let r = hook(&with_path, pre(s, "Bash", rot, "t4")).denied().expect("gated");
+    assert!(r.contains(&format!("a person runs `runbook-host approve {run_id} rotate --runs {runs}` in another terminal")), "{r}");
 }
 
 fn pct(v: &mut [u128], p: f64) -> u128 {

@@ -784,17 +784,17 @@ fn unknown_runbook_is_refused() {
 #[test]
 fn destructive_runbook_is_refused_by_the_mcp_proxy() {
     let w = work("destructive");
-    let mut c = Client::proxy(&w, "test-agent", &runbook("destructive.yaml"), &["--profile", "R2"], &[everything()]);
+    let marker = w.dir.join("server-started");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("destructive.yaml"), &["--profile", "R2"], &[everything_with_marker(&marker)]);
     let r = c.ask(json!({"op": "init"}));
     assert_eq!(r["ok"], false, "{r}");
     let m = r["error"]["message"].as_str().unwrap();
     assert!(m.starts_with("runbook_failed:refused:coverage-incomplete"), "{m}");
     assert_eq!(c.close(), Some(1));
-    // The refusal is evidence too: a bundle whose report says `refused`.
-    let rep = report(&w.latest());
-    assert_eq!(rep["outcome"], "refused");
-    assert_eq!(rep["refusals"], json!(["coverage-incomplete"]));
-    w.verify_all();
+    // Admission refuses it whatever the servers offer, so it is refused before any server starts, like a
+    // document that does not resolve: nothing ran, and there is no run.
+    assert!(!marker.exists(), "a server started for a run admission refuses");
+    assert!(w.run_dirs().is_empty());
 }
 
 #[test]

@@ -462,11 +462,16 @@ pub fn public_reference(reference: &str) -> String {
 
 /// The run a command was given, in any of the forms a person writes it: a bundle directory
 /// (`.runbook/runs/r-...`), `latest` or a run id (under `runs_root`), or a path ending in `latest` or
-/// `latest.json` (`.runbook/runs/latest`: the newest run of that runs directory).
+/// `latest.json` (`.runbook/runs/latest`: the newest run of that runs directory). The runs directory
+/// itself is refused with [`io::ErrorKind::InvalidInput`] and a message saying how to name a run.
 pub fn resolve_run(arg: &str, runs_root: &Path) -> io::Result<PathBuf> {
     let p = Path::new(arg);
-    // A directory is taken as the bundle it names (verify then says what is missing in it).
+    // A directory is taken as the bundle it names (verify then says what is missing in it), unless it
+    // is the folder of all runs.
     if p.is_dir() && !matches!(p.file_name().and_then(|f| f.to_str()), Some("latest")) {
+        if is_runs_root(p) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("`{arg}` is the runs folder: name a run (its id or directory) or `latest`")));
+        }
         return Ok(p.to_path_buf());
     }
     match p.file_name().and_then(|f| f.to_str()) {
@@ -477,6 +482,18 @@ pub fn resolve_run(arg: &str, runs_root: &Path) -> io::Result<PathBuf> {
         _ if !arg.contains('/') => find_run(runs_root, arg),
         _ => Err(io::Error::new(io::ErrorKind::NotFound, format!("`{arg}` is not a run bundle (no run.json there), a run id or `latest`"))),
     }
+}
+
+/// Whether `dir` is a folder of runs rather than one run: no `run.json` of its own, and a `latest.json`,
+/// a `history.ndjson` or a subdirectory holding a `run.json`.
+pub fn is_runs_root(dir: &Path) -> bool {
+    if dir.join("run.json").exists() {
+        return false;
+    }
+    if dir.join("latest.json").is_file() || dir.join("history.ndjson").is_file() {
+        return true;
+    }
+    std::fs::read_dir(dir).is_ok_and(|entries| entries.flatten().take(10_000).any(|e| e.path().join("run.json").is_file()))
 }
 
 /// The run directory named by `run` under `runs_root`: a run id, or `latest` (read from `latest.json`).

@@ -22,7 +22,7 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The run: its id, or `latest`
+    /// The run: its id, `latest`, or its directory (.runbook/runs/<run-id>, .runbook/runs/latest)
     pub run: String,
     /// The step whose gated calls to answer (`-` for calls without a step)
     pub step: String,

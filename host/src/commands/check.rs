@@ -45,16 +45,17 @@ pub fn refusal_code(r: Refusal) -> &'static str {
     }
 }
 
-fn explain(r: Refusal) -> &'static str {
-    match r {
+fn explain(r: Refusal) -> String {
+    let s = match r {
         Refusal::AutonomousAtR0 => "an agent-autonomous runbook needs at least R1",
         Refusal::CapabilityNotAllowed => "the runbook declares a tool that the client's allowlist does not allow",
         Refusal::CoverageIncomplete => "destructive work needs an adapter that sees every invocation",
-        Refusal::InvalidDocument => "the document has lint errors (run `runbook-host lint`)",
+        Refusal::InvalidDocument => return format!("the document has lint errors (run `{} lint`)", runbook_host::invocation()),
         Refusal::PrerequisiteUnmet => "a prerequisite is not available",
         Refusal::ProfileTooLow => "the runbook's minimum profile is above the client's",
         Refusal::RiskAboveCeiling => "the runbook reaches a risk above the client's ceiling",
-    }
+    };
+    s.to_string()
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {

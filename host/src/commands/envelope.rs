@@ -6,7 +6,8 @@ use std::process::ExitCode;
 pub struct Args {
     /// The runbook (JSON or YAML); `-` reads standard input
     pub document: String,
-    /// `json` prints the envelope, or on failure the findings as JSON on stdout
+    /// How a document without an envelope is reported: `text` renders the findings on stderr, `json`
+    /// prints them as JSON on stdout. The envelope itself is always its canonical JSON bytes.
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
 }
@@ -30,9 +31,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
                         eprintln!("{}", diag::render(f, &args.document, &source));
                     }
                     eprintln!(
-                        "{}: no envelope: the document has {} error(s) that leave it without a complete model (`runbook-host lint` lists every finding)",
+                        "{}: no envelope: the document has {} error(s) that leave it without a complete model (`{} lint` lists every finding)",
                         args.document,
-                        findings.len()
+                        findings.len(),
+                        runbook_host::invocation()
                     );
                 }
             }

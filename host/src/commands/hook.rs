@@ -4,11 +4,13 @@
 //! remove the client's hook configuration. The adapter lives in the library (`runbook_host::adapters::claude`).
 
 use runbook_host::adapters::claude as hook;
+use runbook_host::registry;
+use runbook_host::shell_quote as quote;
 
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -46,9 +48,11 @@ pub struct Args {
 
 #[derive(clap::Subcommand)]
 pub enum Action {
-    /// Write the client's hook configuration (merged with what is there)
+    /// Write the client's hook configuration (merged with what is there): this binary and every path
+    /// option as absolute paths, so the hook works from any directory
     Install(InstallArgs),
-    /// Remove exactly the hook configuration `install` added
+    /// Remove the hook configuration `install` added (every `runbook-host hook` entry, whatever its
+    /// options: none need repeating); exit 1 when there was none
     Uninstall(InstallArgs),
 }
 
@@ -62,27 +66,36 @@ pub struct InstallArgs {
     pub print: bool,
 }
 
-fn quote(s: &str) -> String {
-    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_./@=:".contains(&b)) {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
+/// A path as the installed hook names it: absolute (canonical when it exists), so that the hook finds
+/// it whatever directory Claude Code starts it in.
+fn absolute(p: &Path) -> Result<PathBuf> {
+    match p.canonicalize() {
+        Ok(c) => Ok(c),
+        Err(_) => std::path::absolute(p).with_context(|| format!("cannot make `{}` absolute", p.display())),
     }
 }
 
-/// The command line the client runs: this binary by the name it was invoked with, and the options given.
-fn hook_command(a: &Args) -> String {
-    let exe = std::env::args().next().unwrap_or_else(|| "runbook-host".into());
-    let mut c = vec![quote(&exe), "hook".into()];
+/// The command line the client runs: this binary by its canonical absolute path, and the options given,
+/// every path among them absolute. Absolute rather than relative to `$CLAUDE_PROJECT_DIR`: it needs no
+/// shell expansion, works from any directory Claude Code starts the hook in (a session opened in a
+/// subdirectory included), and names exactly the files the person installing meant from where they stood.
+fn hook_command(a: &Args) -> Result<String> {
+    let exe = std::env::current_exe().and_then(|e| e.canonicalize()).context("cannot find this executable's path")?;
+    let mut c = vec![quote(&exe.to_string_lossy()), "hook".into()];
     if let Some(r) = &a.runbook {
-        c.push(format!("--runbook {}", quote(r)));
+        // `id@version` is resolved from the registry; anything else is a file.
+        let r = if registry::parse_reference(r).is_some() {
+            r.clone()
+        } else if Path::new(r).is_file() {
+            absolute(Path::new(r))?.to_string_lossy().into_owned()
+        } else {
+            bail!("--runbook `{r}` is neither `id@version` nor an existing file");
+        };
+        c.push(format!("--runbook {}", quote(&r)));
     }
-    if a.registry != ".runbook/registry" {
-        c.push(format!("--registry {}", quote(&a.registry)));
-    }
-    if a.runs != PathBuf::from(".runbook/runs") {
-        c.push(format!("--runs {}", quote(&a.runs.to_string_lossy())));
-    }
+    let registry = if a.registry.contains("://") { a.registry.clone() } else { absolute(Path::new(&a.registry))?.to_string_lossy().into_owned() };
+    c.push(format!("--registry {}", quote(&registry)));
+    c.push(format!("--runs {}", quote(&absolute(&a.runs)?.to_string_lossy())));
     if a.profile != "R2" {
         c.push(format!("--profile {}", a.profile));
     }
@@ -93,42 +106,61 @@ fn hook_command(a: &Args) -> String {
         c.push(format!("--allowlist {}", quote(&list.join(","))));
     }
     if let Some(p) = &a.allowed_signers {
-        let p = std::path::absolute(p).unwrap_or_else(|_| p.clone());
-        c.push(format!("--allowed-signers {}", quote(&p.to_string_lossy())));
+        c.push(format!("--allowed-signers {}", quote(&absolute(p)?.to_string_lossy())));
     }
     if a.lock_timeout_ms != 10_000 {
         c.push(format!("--lock-timeout-ms {}", a.lock_timeout_ms));
     }
-    c.join(" ")
+    Ok(c.join(" "))
 }
 
 fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
-    let command = hook_command(a);
+    let shown = i.settings.display();
     let mut settings: Value = match std::fs::read(&i.settings) {
-        Ok(b) if !b.iter().all(u8::is_ascii_whitespace) => serde_json::from_slice(&b).with_context(|| format!("`{}` is not JSON", i.settings.display()))?,
+        Ok(b) if !b.iter().all(u8::is_ascii_whitespace) => serde_json::from_slice(&b).with_context(|| format!("`{shown}` is not JSON"))?,
         Ok(_) => serde_json::json!({}),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !install => {
+            eprintln!("runbook-host hook: nothing to uninstall: `{shown}` does not exist");
+            return Ok(ExitCode::from(1));
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::json!({}),
-        Err(e) => return Err(e).with_context(|| format!("cannot read `{}`", i.settings.display())),
+        Err(e) => return Err(e).with_context(|| format!("cannot read `{shown}`")),
     };
-    if install {
+    let held_anything_else;
+    let message = if install {
         if a.runbook.is_none() {
             bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
         }
+        let command = hook_command(a)?;
         hook::claude::install(&mut settings, &command).map_err(anyhow::Error::msg)?;
+        held_anything_else = true;
+        format!("installed in `{shown}`: {command}")
     } else {
-        let n = hook::claude::uninstall(&mut settings, &command);
-        eprintln!("runbook-host hook: removed {n} hook entries");
-    }
+        // Our entries are recognised by the command they run (`runbook-host hook ...`), so no option of
+        // the install has to be repeated here.
+        let n = hook::claude::uninstall(&mut settings);
+        if n == 0 {
+            eprintln!("runbook-host hook: nothing to uninstall: `{shown}` holds no `runbook-host hook` entry");
+            return Ok(ExitCode::from(1));
+        }
+        held_anything_else = settings.as_object().is_none_or(|o| !o.is_empty());
+        format!("removed {n} hook entries from `{shown}`")
+    };
     let mut text = serde_json::to_string_pretty(&settings)?;
     text.push('\n');
     if i.print {
         print!("{text}");
+        eprintln!("runbook-host hook: {message} (printed, not written)");
+    } else if !held_anything_else {
+        // The file held only our hooks: remove it rather than leave `{}` behind.
+        std::fs::remove_file(&i.settings).with_context(|| format!("cannot remove `{shown}`"))?;
+        eprintln!("runbook-host hook: {message}; it held nothing else and was deleted");
     } else {
         if let Some(d) = i.settings.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(d)?;
         }
-        std::fs::write(&i.settings, text).with_context(|| format!("cannot write `{}`", i.settings.display()))?;
-        eprintln!("runbook-host hook: {} `{}`: {command}", if install { "installed in" } else { "uninstalled from" }, i.settings.display());
+        std::fs::write(&i.settings, text).with_context(|| format!("cannot write `{shown}`"))?;
+        eprintln!("runbook-host hook: {message}");
     }
     Ok(ExitCode::SUCCESS)
 }

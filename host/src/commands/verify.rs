@@ -718,10 +718,20 @@ fn share_safety(dir: &Dir, cx: &mut Ctx) {
     }
 }
 
+/// The run a command was given (see [`bundle::resolve_run`]): a run id (or `latest`) names a run under
+/// .runbook/runs when no such directory exists here. Naming the runs folder itself is a usage error.
+fn resolve(arg: &std::path::Path) -> Result<std::path::PathBuf> {
+    bundle::resolve_run(&arg.to_string_lossy(), std::path::Path::new(".runbook/runs")).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::InvalidInput {
+            anyhow::anyhow!("{e}")
+        } else {
+            anyhow::anyhow!("cannot find the run `{}`: {e}", arg.display())
+        }
+    })
+}
+
 pub fn run(args: Args) -> Result<ExitCode> {
-    // A run id (or `latest`) names a run under .runbook/runs when no such directory exists here.
-    let run_dir = bundle::resolve_run(&args.run_dir.to_string_lossy(), std::path::Path::new(".runbook/runs"))
-        .map_err(|e| anyhow::anyhow!("cannot find the run `{}`: {e}", args.run_dir.display()))?;
+    let run_dir = resolve(&args.run_dir)?;
     let dir = match Dir::open_ambient_dir(&run_dir, cap_std::ambient_authority()) {
         Ok(d) => d,
         Err(e) => anyhow::bail!("cannot open the run directory `{}`: {e}", args.run_dir.display()),
@@ -791,13 +801,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(if o.failure.is_none() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-/// `runbook-host export RUN_DIR --redact [--out DIR]` (DESIGN 7.15): not yet wired into main.rs; see
-/// [`export`].
+/// `runbook-host export RUN [--redact] [--out DIR]` (DESIGN 7.15): see [`export`].
 #[derive(clap::Args)]
 pub struct ExportArgs {
     /// The run: its bundle directory, its id, `latest`, or .runbook/runs/latest
     pub run_dir: PathBuf,
-    /// Write the redacted derivative (arguments and results replaced by their digests); required
+    /// Accepted and implied: export only ever writes a redacted derivative (arguments and results
+    /// replaced by their digests), never a copy of the raw bundle
     #[arg(long)]
     pub redact: bool,
     /// Where the derivative goes: `<out>/<run-id>/`
@@ -810,11 +820,9 @@ pub struct ExportArgs {
 /// Verifies the source bundle (refusing one that does not verify), writes its redacted derivative
 /// (`runbook_host::bundle::export_redacted`) and verifies that: exit 0 when it verifies.
 pub fn export(args: ExportArgs) -> Result<ExitCode> {
-    if !args.redact {
-        anyhow::bail!("export writes only redacted derivatives: pass --redact");
-    }
-    let run_dir = bundle::resolve_run(&args.run_dir.to_string_lossy(), std::path::Path::new(".runbook/runs"))
-        .map_err(|e| anyhow::anyhow!("cannot find the run `{}`: {e}", args.run_dir.display()))?;
+    // `--redact` changes nothing: a redacted derivative is the only thing export writes.
+    let _ = args.redact;
+    let run_dir = resolve(&args.run_dir)?;
     let src = Dir::open_ambient_dir(&run_dir, cap_std::ambient_authority())
         .map_err(|e| anyhow::anyhow!("cannot open the run directory `{}`: {e}", args.run_dir.display()))?;
     if let Some(f) = verify_dir(&src).failure {
@@ -825,7 +833,7 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::from(1));
     }
-    let out = bundle::export_redacted(&args.run_dir, &args.out)?;
+    let out = bundle::export_redacted(&run_dir, &args.out)?;
     let o = verify_dir(&Dir::open_ambient_dir(&out, cap_std::ambient_authority())?);
     let status = match (&o.failure, o.reasons.is_empty()) {
         (Some(_), _) => "blocked",

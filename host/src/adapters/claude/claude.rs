@@ -64,7 +64,9 @@ pub const EVENTS: &[(&str, Option<&str>)] =
 /// The timeout, in seconds, `install` sets on each hook.
 pub const HOOK_TIMEOUT_S: u64 = 30;
 
-/// Merges our hooks into a settings document (idempotent: an entry with exactly our command is not added twice).
+/// Merges our hooks into a settings document. Idempotent, and one hook of ours per event: an entry that
+/// runs exactly `command` is kept, one of ours with another command (an earlier `install` with other
+/// options, or of another checkout) is replaced by it.
 pub fn install(settings: &mut Value, command: &str) -> Result<(), String> {
     if !settings.is_object() {
         return Err("the settings file is not a JSON object".into());
@@ -74,9 +76,11 @@ pub fn install(settings: &mut Value, command: &str) -> Result<(), String> {
     for (event, matcher) in EVENTS {
         let list = hooks.entry(*event).or_insert_with(|| json!([]));
         let list = list.as_array_mut().ok_or_else(|| format!("`hooks.{event}` is not an array"))?;
-        if list.iter().any(|g| ours(g, command)) {
+        let current = |g: &Value| ours(g) && g["hooks"][0]["command"] == command;
+        if list.iter().filter(|g| ours(g)).count() == 1 && list.iter().any(current) {
             continue;
         }
+        list.retain(|g| !ours(g));
         // `onFailure: block` (Claude Code 2.1.295 and later): a hook that cannot start (the binary is gone),
         // times out or dies with an unexpected exit code blocks the action instead of letting it through.
         // The timeout bounds a hung hook (the default is 600 s); a decision takes milliseconds.
@@ -89,12 +93,79 @@ pub fn install(settings: &mut Value, command: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn ours(group: &Value, command: &str) -> bool {
-    group["hooks"].as_array().is_some_and(|h| h.len() == 1 && h[0]["type"] == "command" && h[0]["command"] == command)
+/// Whether a hook group is one [`install`] wrote: a single command hook running `runbook-host hook`,
+/// whatever path names the binary and whatever options follow (so `uninstall` needs none of them).
+fn ours(group: &Value) -> bool {
+    group["hooks"].as_array().is_some_and(|h| h.len() == 1 && h[0]["type"] == "command" && h[0]["command"].as_str().is_some_and(is_hook_command))
 }
 
-/// Removes exactly the groups [`install`] added (and an event list or `hooks` left empty by that).
-pub fn uninstall(settings: &mut Value, command: &str) -> usize {
+/// Whether a command line runs this CLI's `hook`: its first word is a `runbook-host` binary (by name or
+/// by any path) and its second is `hook`.
+pub fn is_hook_command(command: &str) -> bool {
+    let words = shell_words(command);
+    let named = |w: &str| std::path::Path::new(w).file_name().is_some_and(|f| f == crate::BIN_NAME);
+    words.len() >= 2 && named(&words[0]) && words[1] == "hook"
+}
+
+/// The first words of a POSIX shell command line (single and double quotes, backslashes), enough to
+/// read back what [`crate::shell_quote`] wrote; anything it does not understand ends the words.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut chars = line.trim_start().chars().peekable();
+    let mut word = String::new();
+    let mut in_word = false;
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' if in_word => {
+                words.push(std::mem::take(&mut word));
+                in_word = false;
+            }
+            ' ' | '\t' => {}
+            '\'' => {
+                in_word = true;
+                for q in chars.by_ref() {
+                    if q == '\'' {
+                        break;
+                    }
+                    word.push(q);
+                }
+            }
+            '"' => {
+                in_word = true;
+                while let Some(q) = chars.next() {
+                    match q {
+                        '"' => break,
+                        '\\' => {
+                            if let Some(n) = chars.next() {
+                                word.push(n);
+                            }
+                        }
+                        _ => word.push(q),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                if let Some(n) = chars.next() {
+                    word.push(n);
+                }
+            }
+            ';' | '&' | '|' | '<' | '>' | '(' | ')' | '\n' => break,
+            _ => {
+                in_word = true;
+                word.push(c);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    words
+}
+
+/// Removes every group [`install`] added, whatever options it was installed with (and an event list or
+/// `hooks` left empty by that); returns how many it removed.
+pub fn uninstall(settings: &mut Value) -> usize {
     let mut removed = 0;
     let Some(hooks) = settings.get_mut("hooks").and_then(Value::as_object_mut) else {
         return 0;
@@ -102,7 +173,7 @@ pub fn uninstall(settings: &mut Value, command: &str) -> usize {
     for (event, _) in EVENTS {
         if let Some(list) = hooks.get_mut(*event).and_then(Value::as_array_mut) {
             let before = list.len();
-            list.retain(|g| !ours(g, command));
+            list.retain(|g| !ours(g));
             removed += before - list.len();
             if list.is_empty() && before > 0 {
                 hooks.remove(*event);
@@ -113,4 +184,30 @@ pub fn uninstall(settings: &mut Value, command: &str) -> usize {
         settings.as_object_mut().unwrap().remove("hooks");
     }
     removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_hook_is_recognised_however_it_was_installed() {
+        for c in [
+            "runbook-host hook",
+            "./target/release/runbook-host hook --runbook rotate-credentials@1.3.0",
+            "'/home/a b/runbook-host' hook --runbook 'x y.yaml' --registry /r",
+            "\"/opt/runbook-host\" hook",
+        ] {
+            assert!(is_hook_command(c), "{c}");
+        }
+        for c in ["lint-it", "runbook-host lint x.yaml", "my-runbook-host hook", "echo runbook-host hook", "", "runbook-host"] {
+            assert!(!is_hook_command(c), "{c}");
+        }
+        let mut s = json!({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "./runbook-host hook --runbook a.yaml"}]}]}});
+        install(&mut s, "/abs/runbook-host hook --runbook /p/a.yaml").unwrap();
+        assert_eq!(s["hooks"]["Stop"].as_array().unwrap().len(), 1, "{s}");
+        assert_eq!(s["hooks"]["Stop"][0]["hooks"][0]["command"], "/abs/runbook-host hook --runbook /p/a.yaml");
+        assert_eq!(uninstall(&mut s), EVENTS.len());
+        assert_eq!(s, json!({}));
+    }
 }

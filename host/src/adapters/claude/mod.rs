@@ -346,7 +346,7 @@ fn start(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<Answer> {
     }
     let envelope = match policy.envelope(&doc.bytes)? {
         Ok(e) => e,
-        Err(f) => bail!("the runbook {reference} does not lint clean ({} findings): run `runbook-host lint` on it", f.len()),
+        Err(f) => bail!("the runbook {reference} does not lint clean ({} findings): run `{} lint` on it", f.len(), crate::invocation()),
     };
     let env_v: Value = serde_json::from_str(&envelope)?;
     let claim = Claim {

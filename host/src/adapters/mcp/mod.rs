@@ -18,7 +18,7 @@ use crate::registry::{self, Resolved};
 use crate::run::{Answer, Claim, Guard, Run, RunError, Signers};
 use crate::{wire, Coverage, EndReason, Phase, Policy, Profile, Risk};
 use serde_json::{json, Value};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -246,7 +246,7 @@ impl Shared {
                 } else {
                     let d = Dec::from(a);
                     let codes = if d.refusals.is_empty() { d.reason.clone().unwrap_or_else(|| "refused".into()) } else { d.refusals.join(",") };
-                    Err(Failure { code: format!("refused:{codes}"), message: format!("{} (run {run_id}; {})", d.explanation, self.refusal_hint(&d.refusals)) })
+                    Err(Failure { code: format!("refused:{codes}"), message: format!("{} (run {run_id}; {})", d.explanation, refusal_hint(&d.refusals)) })
                 }
             }
         };
@@ -263,26 +263,6 @@ impl Shared {
             self.spawn_deadline_timer();
         }
         result
-    }
-
-    /// What the proxy can say beyond the module's sentence: which of its own options changes a refusal.
-    fn refusal_hint(&self, codes: &[String]) -> String {
-        let hints: Vec<&str> = codes
-            .iter()
-            .filter_map(|c| match c.as_str() {
-                "coverage-incomplete" => Some("the MCP proxy cannot see the shell; destructive work needs the tool-call hook"),
-                "profile-too-low" => Some("try --profile R2"),
-                "risk-above-ceiling" => Some("see --risk-ceiling"),
-                "capability-not-allowed" => Some("no server behind the proxy provides a tool the runbook needs"),
-                "invalid-document" => Some("run `runbook-host lint` on the runbook"),
-                _ => None,
-            })
-            .collect();
-        if hints.is_empty() {
-            "nothing ran".into()
-        } else {
-            format!("{}; nothing ran", hints.join("; "))
-        }
     }
 
     /// One timer for the run's checkpoint deadlines: it sleeps until the module's next deadline and then
@@ -409,14 +389,55 @@ impl Shared {
 
     /// The approval command a human runs for this run.
     pub fn approve_command(&self, st: &RunState, step: Option<&str>) -> String {
-        let cmd = st.run.as_ref().map(|r| r.approve_command(step)).unwrap_or_default();
-        let runs = if self.runs == Path::new(".runbook/runs") { String::new() } else { format!(" --runs {}", self.runs.display()) };
-        format!("{cmd}{runs}")
+        st.run.as_ref().map(|r| r.approve_command(step)).unwrap_or_default()
     }
 
     pub fn run_dir(&self, st: &RunState) -> Option<PathBuf> {
         st.run.as_ref().map(|r| r.dir().to_path_buf())
     }
+}
+
+/// What the proxy can say beyond the module's sentence: which of its own options changes a refusal.
+fn refusal_hint(codes: &[String]) -> String {
+    let hints: Vec<String> = codes
+        .iter()
+        .filter_map(|c| match c.as_str() {
+            "coverage-incomplete" => Some("the MCP proxy cannot see the shell; destructive work needs the tool-call hook".to_string()),
+            "profile-too-low" => Some("try --profile R2".into()),
+            "risk-above-ceiling" => Some("see --risk-ceiling".into()),
+            "capability-not-allowed" => Some("no server behind the proxy provides a tool the runbook needs".into()),
+            "invalid-document" => Some(format!("run `{} lint` on the runbook", crate::invocation())),
+            _ => None,
+        })
+        .collect();
+    if hints.is_empty() {
+        "nothing ran".into()
+    } else {
+        format!("{}; nothing ran", hints.join("; "))
+    }
+}
+
+/// The refusals admission gives a run of `document` before any server has started, asked of the module
+/// with the claim the proxy will make (its profile and risk ceiling, blind to the shell). The servers'
+/// tools are not known yet, so the claim allows every tool and the two refusals that depend on them
+/// (`capability-not-allowed`, `prerequisite-unmet`) are left to the admission at `initialize`; any
+/// other refusal there would be the same, so the proxy says it now and starts nothing.
+pub fn refusals_before_servers(policy: &Policy, document: &[u8], profile: Profile, risk_ceiling: Risk) -> Result<Vec<String>, crate::HostError> {
+    let mut session = policy.session(document)?;
+    let claim = crate::StartClaim {
+        run_id: "preflight".into(),
+        profile,
+        allowlist: vec!["*".into()],
+        risk_ceiling,
+        coverage: Coverage::Blind(vec![BLIND_TO.to_string()]),
+        agent: "mcp-client".into(),
+        available: None,
+    };
+    let d = session.handle(&crate::Event { at: 0, kind: crate::EventKind::Start(claim) });
+    if let Some(t) = session.trapped() {
+        return Err(crate::HostError::Trap(t.to_string()));
+    }
+    Ok(d.refusals.into_iter().map(wire::code).filter(|c| c != "capability-not-allowed" && c != "prerequisite-unmet").collect())
 }
 
 /// Runs the proxy until the client leaves, a server exits or a signal arrives; returns the exit code.
@@ -446,6 +467,17 @@ pub async fn main(config: Config) -> u8 {
         Ok(Err(_)) => None,
         Err(e) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
     };
+    // A run admission would refuse whatever the servers offer (destructive work behind a proxy that cannot
+    // see the shell, a profile too low, a risk above the ceiling): said now, before any server starts.
+    match refusals_before_servers(&policy, &doc.bytes, config.profile, config.risk_ceiling) {
+        Ok(codes) if !codes.is_empty() => {
+            let sentences: Vec<String> = codes.iter().filter_map(|c| policy.explain("refusal", c).ok().flatten()).collect();
+            let message = format!("{} ({}; no server was started)", sentences.join("; "), refusal_hint(&codes));
+            return refuse(Failure { code: format!("refused:{}", codes.join(",")), message }).await;
+        }
+        Ok(_) => {}
+        Err(e) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
+    }
     let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
     let upstream = match Upstream::start(&config.servers, exit_tx).await {
         Ok(u) => u,
