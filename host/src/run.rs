@@ -216,19 +216,8 @@ impl Run {
             .map_err(|e| RunError::Evidence(format!("cannot create the run bundle under {}: {e}", runs.display())))?;
         guard.add_path(bundle.dir());
         let session = policy.session(&doc.bytes)?;
-        let mut run = Run {
-            policy,
-            session,
-            bundle,
-            guard,
-            t0_ms: now_ms(),
-            last_at: 0,
-            broken: None,
-            state: None,
-            asked: Vec::new(),
-            last_step: None,
-            signers: None,
-        };
+        let mut run =
+            Run { policy, session, bundle, guard, t0_ms: now_ms(), last_at: 0, broken: None, state: None, asked: Vec::new(), last_step: None, signers: None };
         let start = EventKind::Start(StartClaim {
             run_id,
             profile: claim.profile,
@@ -265,10 +254,7 @@ impl Run {
         }
         if let Some(p) = pin {
             if p.document_sha256 != doc_sha || p.chain_h0 != h0 {
-                return Err(tampered(format!(
-                    "the document is not the one pinned when the run began (sha256 {doc_sha}, pinned {})",
-                    p.document_sha256
-                )));
+                return Err(tampered(format!("the document is not the one pinned when the run began (sha256 {doc_sha}, pinned {})", p.document_sha256)));
             }
         }
         let bytes = b.events_bytes().map_err(ev)?;
@@ -349,7 +335,8 @@ impl Run {
         if !bytes.windows(10).any(|w| w == b"\"approval\"") {
             return Ok(());
         }
-        let signatures: Vec<Value> = String::from_utf8_lossy(&self.bundle.signatures_bytes().map_err(ev)?).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+        let signatures: Vec<Value> =
+            String::from_utf8_lossy(&self.bundle.signatures_bytes().map_err(ev)?).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
         let records = bundle::read_events(&bytes).map_err(|(n, m)| tampered(format!("events.ndjson:{n}: {m}")))?;
         for (i, r) in records.iter().enumerate() {
             if !r.event_line.contains("\"approval\"") || r.decision_line.starts_with("{\"decision\":\"halt\"") {
@@ -369,8 +356,15 @@ impl Run {
                 e["granted"] == true,
             );
             let approver = e["approver"].as_str().unwrap_or_default();
-            crate::sshsig::verify(&signers.set, Some(approver), approvals::SIGNATURE_NAMESPACE, message.as_bytes(), sig["signature"].as_str().unwrap_or_default(), now_ms() / 1000)
-                .map_err(|_| unsigned())?;
+            crate::sshsig::verify(
+                &signers.set,
+                Some(approver),
+                approvals::SIGNATURE_NAMESPACE,
+                message.as_bytes(),
+                sig["signature"].as_str().unwrap_or_default(),
+                now_ms() / 1000,
+            )
+            .map_err(|_| unsigned())?;
         }
         Ok(())
     }

@@ -337,7 +337,8 @@ fn signed_approvals_are_a_humans() {
             head = session.replay_line(&e["event"].to_string(), &head).unwrap().1;
         }
         let at = ev.last().unwrap()["event"]["at"].as_u64().unwrap() + 1;
-        let forged = json!({"type": "approval", "at": at, "step": "rotate", "call_sha256": p.call_sha256, "approver": "alice@example.com", "granted": true}).to_string();
+        let forged =
+            json!({"type": "approval", "at": at, "step": "rotate", "call_sha256": p.call_sha256, "approver": "alice@example.com", "granted": true}).to_string();
         let (decision, link) = session.replay_line(&forged, &head).unwrap();
         assert!(decision.starts_with("{\"decision\":\"allow\""), "{decision}");
         let mut f = std::fs::OpenOptions::new().append(true).open(&events_path).unwrap();
@@ -411,11 +412,7 @@ fn signed_approvals_are_a_humans() {
 #[test]
 fn a_registry_can_require_signed_approvals() {
     let w = work("registry-signed");
-    let o = Command::new(BIN)
-        .current_dir(&w.0)
-        .args(["registry", "add", "runbook.yaml", "--signed-approvals"])
-        .output()
-        .unwrap();
+    let o = Command::new(BIN).current_dir(&w.0).args(["registry", "add", "runbook.yaml", "--signed-approvals"]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("approvals must be signed"));
     let index: Value = serde_json::from_slice(&std::fs::read(w.0.join(".runbook/registry/index.json")).unwrap()).unwrap();

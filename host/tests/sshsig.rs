@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use base64ct::{Base64, Encoding};
-use ssh_key::sha2::{Digest, Sha256, Sha512};
 use runbook_host::sshsig::{self, AllowedSigners, SigError, Verified};
+use ssh_key::sha2::{Digest, Sha256, Sha512};
 use tempfile::TempDir;
 
 const NOW: u64 = 1_700_000_000;

@@ -505,10 +505,11 @@ fn report_against_decisions(s: &Seen) -> Result<(), Failure> {
         .as_array()
         .map(|a| a.iter().map(|d| (d["seq"].as_u64().unwrap_or(u64::MAX), d["class"].as_str().unwrap_or("").to_string())).collect())
         .unwrap_or_default();
-    let mut decided: Vec<(u64, String)> =
-        recs.iter().filter_map(|(_, d)| Some((d["seq"].as_u64()?, d["deviation"].as_str()?.to_string()))).collect();
+    let mut decided: Vec<(u64, String)> = recs.iter().filter_map(|(_, d)| Some((d["seq"].as_u64()?, d["deviation"].as_str()?.to_string()))).collect();
     // `terminal-not-reached` is judged at the end and recorded without a decision of its own.
-    decided.extend(claimed.iter().filter(|(q, c)| c == "terminal-not-reached" && Some(*q) == end_seq && end.is_some_and(|(_, d)| d["reason"] == "run-ended")).cloned());
+    decided.extend(
+        claimed.iter().filter(|(q, c)| c == "terminal-not-reached" && Some(*q) == end_seq && end.is_some_and(|(_, d)| d["reason"] == "run-ended")).cloned(),
+    );
     claimed.sort();
     decided.sort();
     if claimed != decided {
@@ -541,9 +542,13 @@ fn report_against_decisions(s: &Seen) -> Result<(), Failure> {
         _ => &["failed"],
     };
     if !allowed.contains(&outcome.as_str()) {
-        return fail("report.json", format!("`outcome` is {outcome}, but the run was ended by a `halt` with reason {reason}, which gives {}", allowed.join(" or ")));
+        return fail(
+            "report.json",
+            format!("`outcome` is {outcome}, but the run was ended by a `halt` with reason {reason}, which gives {}", allowed.join(" or ")),
+        );
     }
-    let terminals: Vec<&str> = s.env_v.as_ref().and_then(|e| e["terminals"].as_array()).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let terminals: Vec<&str> =
+        s.env_v.as_ref().and_then(|e| e["terminals"].as_array()).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     let ended_at = code(&end["step"]).filter(|st| terminals.contains(&st.as_str()));
     if code(&report["terminal"]) != ended_at {
         return fail("report.json", format!("`terminal` is {}, but the run ended at {}", report["terminal"], end["step"]));

@@ -133,4 +133,3 @@ pub fn allowed(o: Out) {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.denied().is_none(), "denied: {}", o.stdout);
 }
-

@@ -197,7 +197,8 @@ fn load_state(runs: &Path, session: &str) -> Result<SessionState> {
     }
     let run_id = v["run_id"].as_str().filter(|r| bundle::is_safe_name(r)).ok_or_else(|| anyhow!("the hook state names no usable run"))?.to_string();
     let t0_ms = v["t0_ms"].as_u64().ok_or_else(|| anyhow!("the hook state has no t0_ms"))?;
-    let hex = |k: &str| v[k].as_str().filter(|h| h.len() == 64).map(str::to_string).ok_or_else(|| anyhow!("the hook state of session `{session}` has no {k} pin"));
+    let hex =
+        |k: &str| v[k].as_str().filter(|h| h.len() == 64).map(str::to_string).ok_or_else(|| anyhow!("the hook state of session `{session}` has no {k} pin"));
     let pin = Pin { document_sha256: hex("document_sha256")?, chain_h0: hex("chain_h0")? };
     Ok(SessionState { run_id, t0_ms, pin })
 }
