@@ -1,9 +1,13 @@
-//! `runbook-host hook`: the tool-call hook for agent CLIs (Claude Code), run by the client as a new
-//! process per hook event, one JSON payload on stdin. It fails closed: any error answers exit 2 with the
-//! reason on stderr, which the client treats as a block. `hook install` / `hook uninstall` write or
-//! remove the client's hook configuration. The adapter lives in the library (`runbook_host::adapters::claude`).
+//! `runbook-host hook`: the tool-call hook for agent CLIs (Claude Code), in two modes. As a command, the
+//! client runs it as a new process per hook event, one JSON payload on stdin; with `--port` the process
+//! hands the payload to the resident server (`hook serve`, started when none answers), which is how the
+//! server mode's SessionStart (a command hook by Claude Code's rules) reaches it. It fails closed: any
+//! error answers exit 2 with the reason on stderr, which the client treats as a block. `hook install` /
+//! `hook uninstall` write or remove the client's hook configuration; `hook status` and `hook stop` ask
+//! the server. The adapter lives in the library (`runbook_host::adapters::claude`).
 
 use runbook_host::adapters::claude as hook;
+use runbook_host::adapters::claude::server;
 use runbook_host::registry;
 use runbook_host::shell_quote as quote;
 
@@ -44,6 +48,11 @@ pub struct Args {
     /// `allowed_signers` file (ssh-keygen's format; keep it where the agent cannot write)
     #[arg(long, value_name = "FILE", global = true)]
     pub allowed_signers: Option<PathBuf>,
+    /// Decide through the resident hook server on 127.0.0.1:PORT (started when none answers); for
+    /// `hook serve`, the port to listen on (0: any free port); for `install`, the server mode's port
+    /// (default: a free port chosen now)
+    #[arg(long, global = true)]
+    pub port: Option<u16>,
 }
 
 #[derive(clap::Subcommand)]
@@ -51,9 +60,36 @@ pub enum Action {
     /// Write the client's hook configuration (merged with what is there): this binary and every path
     /// option as absolute paths, so the hook works from any directory
     Install(InstallArgs),
-    /// Remove the hook configuration `install` added (every `runbook-host hook` entry, whatever its
-    /// options: none need repeating); exit 1 when there was none
+    /// Remove the hook configuration `install` added (every `runbook-host hook` entry and every http
+    /// hook of a hook server, whatever its options: none need repeating); exit 1 when there was none
     Uninstall(InstallArgs),
+    /// Run the resident hook server in the foreground (SessionStart starts one in the background when
+    /// none answers): one per runs directory, on 127.0.0.1 only
+    Serve,
+    /// Show the hook server of the runs directory: its pid and port, each open session with its run,
+    /// step and last decision; exit 1 when none answers
+    Status(StatusArgs),
+    /// Ask the hook server of the runs directory to stop (open sessions resume from their bundles when
+    /// the next server starts); exit 1 when none answers
+    Stop,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// Print the server's status document (JSON) as it answered
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum InstallMode {
+    /// The server mode where the installed Claude Code has http hooks with onFailure (2.1.295 and
+    /// later), else command hooks
+    Auto,
+    /// Claude Code's http hooks to the resident server (SessionStart stays a command hook)
+    Http,
+    /// A process per hook event
+    Command,
 }
 
 #[derive(clap::Args)]
@@ -64,6 +100,9 @@ pub struct InstallArgs {
     /// Print the resulting settings instead of writing them
     #[arg(long)]
     pub print: bool,
+    /// How the client reaches the hook (install only)
+    #[arg(long, value_enum, default_value = "auto")]
+    pub mode: InstallMode,
 }
 
 /// A path as the installed hook names it: absolute (canonical when it exists), so that the hook finds
@@ -114,54 +153,297 @@ fn hook_command(a: &Args) -> Result<String> {
     Ok(c.join(" "))
 }
 
+/// Reads a settings file: `{}` when it is missing or blank (None when missing and `must_exist`).
+fn read_settings(path: &Path, must_exist: bool) -> Result<Option<Value>> {
+    let shown = path.display();
+    match std::fs::read(path) {
+        Ok(b) if !b.iter().all(u8::is_ascii_whitespace) => Ok(Some(serde_json::from_slice(&b).with_context(|| format!("`{shown}` is not JSON"))?)),
+        Ok(_) => Ok(Some(serde_json::json!({}))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && must_exist => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Some(serde_json::json!({}))),
+        Err(e) => Err(e).with_context(|| format!("cannot read `{shown}`")),
+    }
+}
+
+/// Writes a settings file, or deletes it when nothing is left in it; `private` files (the token's) are
+/// made readable by their owner only.
+fn write_settings(path: &Path, settings: &Value, private: bool) -> Result<&'static str> {
+    let shown = path.display();
+    if settings.as_object().is_some_and(|o| o.is_empty()) {
+        // The file held only what we added: remove it rather than leave `{}` behind.
+        std::fs::remove_file(path).with_context(|| format!("cannot remove `{shown}`"))?;
+        return Ok("; it held nothing else and was deleted");
+    }
+    if let Some(d) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(d)?;
+    }
+    let mut text = serde_json::to_string_pretty(settings)?;
+    text.push('\n');
+    std::fs::write(path, text).with_context(|| format!("cannot write `{shown}`"))?;
+    if private {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    }
+    Ok("")
+}
+
+/// Claude Code's personal settings file beside the shared one (not committed: Claude Code keeps it out
+/// of git), where the server mode puts the token the http hooks send.
+fn local_settings(settings: &Path) -> PathBuf {
+    settings.with_file_name("settings.local.json")
+}
+
+/// The version of the `claude` on PATH, when there is one that answers `--version`.
+fn claude_version() -> Option<(u64, u64, u64)> {
+    let out = std::process::Command::new("claude").arg("--version").stdin(std::process::Stdio::null()).output().ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut parts = text.split_whitespace().next()?.split('.').map(|p| p.parse::<u64>().ok());
+    Some((parts.next()??, parts.next()??, parts.next()??))
+}
+
+/// The first Claude Code with `http` hooks that block on failure (`onFailure`).
+const HTTP_HOOKS_SINCE: (u64, u64, u64) = (2, 1, 295);
+
+fn choose_mode(m: InstallMode) -> (bool, String) {
+    match m {
+        InstallMode::Http => (true, "server mode (--mode http)".into()),
+        InstallMode::Command => (false, "command mode (--mode command)".into()),
+        InstallMode::Auto => match claude_version() {
+            Some(v) if v >= HTTP_HOOKS_SINCE => {
+                (true, format!("server mode: the claude on PATH is {}.{}.{}, which has http hooks with onFailure", v.0, v.1, v.2))
+            }
+            Some(v) => (false, format!("command mode: the claude on PATH is {}.{}.{}, older than 2.1.295 (no http hooks with onFailure)", v.0, v.1, v.2)),
+            None => (
+                false,
+                "command mode: no `claude` on PATH answered --version, so its support of http hooks is unknown (pass --mode http for the server mode)".into(),
+            ),
+        },
+    }
+}
+
 fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
     let shown = i.settings.display();
-    let mut settings: Value = match std::fs::read(&i.settings) {
-        Ok(b) if !b.iter().all(u8::is_ascii_whitespace) => serde_json::from_slice(&b).with_context(|| format!("`{shown}` is not JSON"))?,
-        Ok(_) => serde_json::json!({}),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !install => {
-            eprintln!("runbook-host hook: nothing to uninstall: `{shown}` does not exist");
-            return Ok(ExitCode::from(1));
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::json!({}),
-        Err(e) => return Err(e).with_context(|| format!("cannot read `{shown}`")),
+    let Some(mut settings) = read_settings(&i.settings, !install)? else {
+        eprintln!("runbook-host hook: nothing to uninstall: `{shown}` does not exist");
+        return Ok(ExitCode::from(1));
     };
-    let held_anything_else;
+    let local = local_settings(&i.settings);
+    let mut token_edit: Option<Value> = None;
     let message = if install {
         if a.runbook.is_none() {
             bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
         }
         let command = hook_command(a)?;
-        hook::claude::install(&mut settings, &command).map_err(anyhow::Error::msg)?;
-        held_anything_else = true;
-        format!("installed in `{shown}`: {command}")
+        let (http, why) = choose_mode(i.mode);
+        if http {
+            let port = match a.port {
+                Some(p) if p != 0 => p,
+                // A free port now; the server binds it at the first SessionStart (one that is taken by
+                // then fails closed with the reason: reinstall with --port).
+                _ => std::net::TcpListener::bind(("127.0.0.1", 0)).and_then(|l| l.local_addr()).context("cannot find a free port")?.port(),
+            };
+            let start_command = format!("{command} --port {port}");
+            let url = format!("http://127.0.0.1:{port}{}", server::HOOK_PATH);
+            hook::claude::install(&mut settings, &hook::claude::Mode::Http { start_command: &start_command, url: &url }).map_err(anyhow::Error::msg)?;
+            // The token the http hooks send, in the personal settings' `env` (Claude Code fills the
+            // header from its environment; allowedEnvVars names the one variable it may use).
+            std::fs::create_dir_all(&a.runs).with_context(|| format!("cannot create the runs directory {}", a.runs.display()))?;
+            let token = server::token(&a.runs, true)?;
+            let mut l = if local == i.settings { settings.clone() } else { read_settings(&local, false)?.unwrap_or_default() };
+            let env = l
+                .as_object_mut()
+                .ok_or_else(|| anyhow::anyhow!("`{}` is not a JSON object", local.display()))?
+                .entry("env")
+                .or_insert_with(|| serde_json::json!({}));
+            env.as_object_mut()
+                .ok_or_else(|| anyhow::anyhow!("`env` in `{}` is not an object", local.display()))?
+                .insert(server::TOKEN_ENV.into(), token.into());
+            token_edit = Some(l);
+            format!(
+                "installed in `{shown}` ({why}): SessionStart runs {start_command}; every other event is posted to {url}, with the token from `{}`",
+                local.display()
+            )
+        } else {
+            hook::claude::install(&mut settings, &hook::claude::Mode::Command { command: &command }).map_err(anyhow::Error::msg)?;
+            // A token of an earlier server-mode install is no longer used.
+            if let Some(mut l) = read_settings(&local, true)? {
+                if remove_token(&mut l) {
+                    token_edit = Some(l);
+                }
+            }
+            format!("installed in `{shown}` ({why}): {command}")
+        }
     } else {
-        // Our entries are recognised by the command they run (`runbook-host hook ...`), so no option of
-        // the install has to be repeated here.
+        // Our entries are recognised by the command they run (`runbook-host hook ...`) or the server URL
+        // they post to, so no option of the install has to be repeated here.
         let n = hook::claude::uninstall(&mut settings);
+        if let Some(mut l) = read_settings(&local, true)? {
+            if remove_token(&mut l) {
+                token_edit = Some(l);
+            }
+        }
         if n == 0 {
             eprintln!("runbook-host hook: nothing to uninstall: `{shown}` holds no `runbook-host hook` entry");
             return Ok(ExitCode::from(1));
         }
-        held_anything_else = settings.as_object().is_none_or(|o| !o.is_empty());
         format!("removed {n} hook entries from `{shown}`")
     };
-    let mut text = serde_json::to_string_pretty(&settings)?;
-    text.push('\n');
     if i.print {
-        print!("{text}");
+        print!("{}", serde_json::to_string_pretty(&settings)? + "\n");
         eprintln!("runbook-host hook: {message} (printed, not written)");
-    } else if !held_anything_else {
-        // The file held only our hooks: remove it rather than leave `{}` behind.
-        std::fs::remove_file(&i.settings).with_context(|| format!("cannot remove `{shown}`"))?;
-        eprintln!("runbook-host hook: {message}; it held nothing else and was deleted");
-    } else {
-        if let Some(d) = i.settings.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(d)?;
-        }
-        std::fs::write(&i.settings, text).with_context(|| format!("cannot write `{shown}`"))?;
-        eprintln!("runbook-host hook: {message}");
+        return Ok(ExitCode::SUCCESS);
     }
+    if let Some(l) = &token_edit {
+        if local == i.settings {
+            settings = l.clone();
+        } else {
+            write_settings(&local, l, true)?;
+        }
+    }
+    let deleted = write_settings(&i.settings, &settings, local == i.settings)?;
+    eprintln!("runbook-host hook: {message}{deleted}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Removes the server token from a settings document's `env` (and an `env` left empty); whether it did.
+fn remove_token(settings: &mut Value) -> bool {
+    let Some(env) = settings.get_mut("env").and_then(Value::as_object_mut) else {
+        return false;
+    };
+    if env.remove(server::TOKEN_ENV).is_none() {
+        return false;
+    }
+    if env.is_empty() {
+        settings.as_object_mut().unwrap().remove("env");
+    }
+    true
+}
+
+fn config(a: &Args) -> hook::Config {
+    let project = std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    hook::Config {
+        runbook: a.runbook.clone().or_else(|| std::env::var("RUNBOOK_HOOK_RUNBOOK").ok().filter(|s| !s.is_empty())),
+        registry: a.registry.clone(),
+        runs: a.runs.clone(),
+        profile: match a.profile.as_str() {
+            "R0" => runbook_host::Profile::R0,
+            "R1" => runbook_host::Profile::R1,
+            _ => runbook_host::Profile::R2,
+        },
+        keep_working: a.keep_working,
+        lock_timeout: std::time::Duration::from_millis(a.lock_timeout_ms),
+        allowed_signers: a.allowed_signers.clone(),
+        allowlist: a.allowlist.clone(),
+        settings: hook::permissions::settings_files(&project, home.as_deref()),
+    }
+}
+
+/// The options a started server gets: the ones this process was given (paths as given: the server
+/// starts in this process's directory).
+fn server_args(a: &Args, port: u16) -> Vec<String> {
+    let mut v: Vec<String> = vec!["hook".into(), "serve".into(), "--port".into(), port.to_string()];
+    v.extend(["--registry".into(), a.registry.clone(), "--runs".into(), a.runs.to_string_lossy().into_owned(), "--profile".into(), a.profile.clone()]);
+    if let Some(r) = &a.runbook {
+        v.extend(["--runbook".into(), r.clone()]);
+    }
+    if a.keep_working {
+        v.push("--keep-working".into());
+    }
+    if let Some(l) = &a.allowlist {
+        v.extend(["--allowlist".into(), l.join(",")]);
+    }
+    if let Some(p) = &a.allowed_signers {
+        v.extend(["--allowed-signers".into(), p.to_string_lossy().into_owned()]);
+    }
+    v.extend(["--lock-timeout-ms".into(), a.lock_timeout_ms.to_string()]);
+    v
+}
+
+/// Starts a server in the background, in a process group of its own (a client that ends its hook's
+/// group does not end the server), its log appended to `log`.
+fn spawn_server(a: &Args, port: u16, log: &Path) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("cannot find this executable's path")?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(log).with_context(|| format!("cannot open {}", log.display()))?;
+    std::process::Command::new(exe)
+        .args(server_args(a, port))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .context("cannot start the hook server")?;
+    Ok(())
+}
+
+/// A hook event handed to the server (started when none answers); its answer printed as the client reads it.
+fn through_server(a: &Args, port: u16, payload: &[u8]) -> Result<Option<String>> {
+    let client = server::ensure(&a.runs, port, std::time::Duration::from_secs(10), |log| spawn_server(a, port, log))?;
+    let (status, body) = client.hook(payload).map_err(|e| anyhow::anyhow!("the hook server on 127.0.0.1:{port} did not answer: {e}"))?;
+    if status != 200 {
+        bail!("the hook server answered {status}: {}", body.trim());
+    }
+    Ok((!body.trim().is_empty()).then(|| body.trim().to_string()))
+}
+
+fn serve(a: &Args) -> Result<ExitCode> {
+    let policy = super::policy()?;
+    let port = a.port.unwrap_or(0);
+    server::serve(policy, config(a), port, |port| eprintln!("runbook-host hook serve: listening on 127.0.0.1:{port} for {}", a.runs.display()))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The server of the runs directory, by `--port` or the port its `server.json` records.
+fn client(a: &Args) -> Result<Option<server::Client>> {
+    let Some(port) = a.port.or_else(|| server::read_info(&a.runs).map(|i| i.port)) else {
+        return Ok(None);
+    };
+    let c = server::Client::new(&a.runs, port, std::time::Duration::from_secs(10))?;
+    Ok(c.serves(&a.runs).then_some(c))
+}
+
+fn status(a: &Args, s: &StatusArgs) -> Result<ExitCode> {
+    let Some(c) = client(a)? else {
+        eprintln!("runbook-host hook: no hook server answers for {} (the next SessionStart of a server-mode install starts one)", a.runs.display());
+        return Ok(ExitCode::from(1));
+    };
+    let (_, body) = c.status().map_err(|e| anyhow::anyhow!("{e}"))?;
+    if s.json {
+        outln!("{}", body.trim());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let v: Value = serde_json::from_str(&body)?;
+    outln!("hook server pid {} on 127.0.0.1:{}, since {}, {} events decided", v["pid"], v["port"], v["started"].as_str().unwrap_or("?"), v["decided"]);
+    let sessions = v["sessions"].as_array().cloned().unwrap_or_default();
+    if sessions.is_empty() {
+        outln!("no open session");
+    }
+    for x in sessions {
+        if x["busy"] == true {
+            outln!("  session {}: deciding an event now", x["session"].as_str().unwrap_or("?"));
+            continue;
+        }
+        outln!(
+            "  session {}: run {}, step {}{}, {} events, last: {}",
+            x["session"].as_str().unwrap_or("?"),
+            x["run_id"].as_str().unwrap_or("?"),
+            x["step"].as_str().unwrap_or("(none)"),
+            if x["finished"] == true { " (finished)" } else { "" },
+            x["events"],
+            x["last"].as_str().unwrap_or("(none yet)")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn stop(a: &Args) -> Result<ExitCode> {
+    let Some(c) = client(a)? else {
+        eprintln!("runbook-host hook: no hook server answers for {}", a.runs.display());
+        return Ok(ExitCode::from(1));
+    };
+    c.shutdown().map_err(|e| anyhow::anyhow!("{e}"))?;
+    eprintln!("runbook-host hook: the hook server of {} is stopping", a.runs.display());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -169,38 +451,28 @@ pub fn run(a: Args) -> Result<ExitCode> {
     match &a.action {
         Some(Action::Install(i)) => return settings_edit(&a, i, true),
         Some(Action::Uninstall(i)) => return settings_edit(&a, i, false),
+        Some(Action::Serve) => return serve(&a),
+        Some(Action::Status(s)) => return status(&a, s),
+        Some(Action::Stop) => return stop(&a),
         None => {}
     }
     let t = std::time::Instant::now();
     let mut timing = hook::Timing::default();
     // A panic must not become an exit code the client treats as "go ahead" (only 2 blocks): it is
     // caught and fails closed like any other error.
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(String, hook::Answer)> {
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(String, Option<String>)> {
         let mut input = Vec::new();
         std::io::stdin().take(16 << 20).read_to_end(&mut input).context("reading the hook payload")?;
         let ev = hook::claude::parse(&input).map_err(anyhow::Error::msg)?;
+        if let Some(port) = a.port {
+            return Ok((ev.name().to_string(), through_server(&a, port, &input)?));
+        }
         let t_load = std::time::Instant::now();
         let policy = super::policy()?;
         timing.load_us = t_load.elapsed().as_micros();
-        let project = std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
-        let home = std::env::var_os("HOME").map(PathBuf::from);
-        let cfg = hook::Config {
-            runbook: a.runbook.clone().or_else(|| std::env::var("RUNBOOK_HOOK_RUNBOOK").ok().filter(|s| !s.is_empty())),
-            registry: a.registry.clone(),
-            runs: a.runs.clone(),
-            profile: match a.profile.as_str() {
-                "R0" => runbook_host::Profile::R0,
-                "R1" => runbook_host::Profile::R1,
-                _ => runbook_host::Profile::R2,
-            },
-            keep_working: a.keep_working,
-            lock_timeout: std::time::Duration::from_millis(a.lock_timeout_ms),
-            allowed_signers: a.allowed_signers.clone(),
-            allowlist: a.allowlist.clone(),
-            settings: hook::permissions::settings_files(&project, home.as_deref()),
-        };
+        let cfg = config(&a);
         let answer = hook::handle(policy, &cfg, &ev, &mut timing)?;
-        Ok((ev.name().to_string(), answer))
+        Ok((ev.name().to_string(), hook::claude::render(ev.name(), &answer).map(|v| v.to_string())))
     }))
     .unwrap_or_else(|_| Err(anyhow::anyhow!("the hook panicked")));
     if std::env::var_os("RUNBOOK_HOOK_TIMING").is_some() {
@@ -216,8 +488,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         );
     }
     match result {
-        Ok((event, answer)) => {
-            if let Some(v) = hook::claude::render(&event, &answer) {
+        Ok((_event, answer)) => {
+            if let Some(v) = answer {
                 println!("{v}");
             }
             Ok(ExitCode::SUCCESS)

@@ -54,4 +54,5 @@ pub fn all_streams() -> Vec<(PathBuf, PathBuf)> {
     assert!(out.len() >= 9, "the bundled examples are there");
     out
 }
+pub mod claude_cli;
 pub mod hooks;

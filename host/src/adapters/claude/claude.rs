@@ -31,6 +31,7 @@ pub fn parse(bytes: &[u8]) -> Result<HookEvent, String> {
             input()?;
             HookEvent::PostToolUse { session, tool: tool()?, response, call_id, failed: true }
         }
+        "PermissionRequest" => HookEvent::PermissionRequest { session, tool: tool()?, input: input()? },
         "Stop" | "SubagentStop" => HookEvent::Stop { session, again: v["stop_hook_active"].as_bool().unwrap_or(false) },
         "SessionEnd" => HookEvent::SessionEnd { session },
         other => {
@@ -49,6 +50,9 @@ pub fn is_error(response: &Value) -> bool {
 pub fn render(event: &str, answer: &Answer) -> Option<Value> {
     match answer {
         Answer::Pass => None,
+        Answer::Deny(reason) if event == "PermissionRequest" => Some(json!({
+            "hookSpecificOutput": {"hookEventName": event, "decision": {"behavior": "deny", "message": reason}}
+        })),
         Answer::Deny(reason) => Some(json!({
             "hookSpecificOutput": {"hookEventName": event, "permissionDecision": "deny", "permissionDecisionReason": reason}
         })),
@@ -57,46 +61,100 @@ pub fn render(event: &str, answer: &Answer) -> Option<Value> {
     }
 }
 
-/// The hook events `install` registers, with their matcher (tool events match every tool).
+/// The hook events `install` registers in command mode, with their matcher (tool events match every tool).
 pub const EVENTS: &[(&str, Option<&str>)] =
     &[("SessionStart", None), ("PreToolUse", Some("*")), ("PostToolUse", Some("*")), ("PostToolUseFailure", Some("*")), ("Stop", None), ("SessionEnd", None)];
+
+/// The events the server mode adds: PermissionRequest is judged by the server's memory of the calls the
+/// module allowed (a command process has none).
+pub const SERVER_EVENTS: &[(&str, Option<&str>)] = &[("PermissionRequest", Some("*"))];
 
 /// The timeout, in seconds, `install` sets on each hook.
 pub const HOOK_TIMEOUT_S: u64 = 30;
 
-/// Merges our hooks into a settings document. Idempotent, and one hook of ours per event: an entry that
-/// runs exactly `command` is kept, one of ours with another command (an earlier `install` with other
-/// options, or of another checkout) is replaced by it.
-pub fn install(settings: &mut Value, command: &str) -> Result<(), String> {
+/// How the client reaches the hook.
+pub enum Mode<'a> {
+    /// A process per event: `command` is the whole command line.
+    Command { command: &'a str },
+    /// The resident server at `url` for every event but SessionStart, which Claude Code runs only as a
+    /// command (`start_command`): it starts the server when none answers and opens the session in it.
+    Http { start_command: &'a str, url: &'a str },
+}
+
+/// Merges our hooks into a settings document. Idempotent, and one hook of ours per event: a group of
+/// ours that is exactly the one to write is kept, any other of ours (an earlier `install` with other
+/// options or the other mode, or of another checkout) is replaced.
+pub fn install(settings: &mut Value, mode: &Mode) -> Result<(), String> {
     if !settings.is_object() {
         return Err("the settings file is not a JSON object".into());
     }
     let hooks = settings.as_object_mut().unwrap().entry("hooks").or_insert_with(|| json!({}));
     let hooks = hooks.as_object_mut().ok_or("`hooks` in the settings file is not an object")?;
-    for (event, matcher) in EVENTS {
-        let list = hooks.entry(*event).or_insert_with(|| json!([]));
-        let list = list.as_array_mut().ok_or_else(|| format!("`hooks.{event}` is not an array"))?;
-        let current = |g: &Value| ours(g) && g["hooks"][0]["command"] == command;
-        if list.iter().filter(|g| ours(g)).count() == 1 && list.iter().any(current) {
-            continue;
+    let events: Vec<_> = match mode {
+        Mode::Command { .. } => EVENTS.to_vec(),
+        Mode::Http { .. } => EVENTS.iter().chain(SERVER_EVENTS).copied().collect(),
+    };
+    // Events of ours the chosen mode does not use (PermissionRequest when going back to command mode).
+    for (event, _) in SERVER_EVENTS {
+        if !events.iter().any(|(e, _)| e == event) {
+            if let Some(list) = hooks.get_mut(*event).and_then(Value::as_array_mut) {
+                list.retain(|g| !ours(g));
+                if list.is_empty() {
+                    hooks.remove(*event);
+                }
+            }
         }
-        list.retain(|g| !ours(g));
-        // `onFailure: block` (Claude Code 2.1.295 and later): a hook that cannot start (the binary is gone),
-        // times out or dies with an unexpected exit code blocks the action instead of letting it through.
-        // The timeout bounds a hung hook (the default is 600 s); a decision takes milliseconds.
-        let mut group = json!({"hooks": [{"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S, "onFailure": "block"}]});
+    }
+    for (event, matcher) in events {
+        // `onFailure: block` (Claude Code 2.1.295 and later): a hook that cannot start (the binary is gone)
+        // or cannot reach the server, times out, dies with an unexpected exit code or answers non-2xx or
+        // something invalid blocks the action instead of letting it through. The timeout bounds a hung
+        // hook (the default is 600 s); a decision takes milliseconds.
+        let hook = match mode {
+            Mode::Command { command } => json!({"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S, "onFailure": "block"}),
+            Mode::Http { start_command, .. } if event == "SessionStart" => {
+                json!({"type": "command", "command": start_command, "timeout": HOOK_TIMEOUT_S, "onFailure": "block"})
+            }
+            Mode::Http { url, .. } => json!({
+                "type": "http", "url": url, "timeout": HOOK_TIMEOUT_S, "onFailure": "block",
+                "headers": {"Authorization": format!("Bearer ${}", super::server::TOKEN_ENV)},
+                "allowedEnvVars": [super::server::TOKEN_ENV],
+            }),
+        };
+        let mut group = json!({"hooks": [hook]});
         if let Some(m) = matcher {
             group["matcher"] = json!(m);
         }
+        let list = hooks.entry(event).or_insert_with(|| json!([]));
+        let list = list.as_array_mut().ok_or_else(|| format!("`hooks.{event}` is not an array"))?;
+        if list.iter().filter(|g| ours(g)).count() == 1 && list.contains(&group) {
+            continue;
+        }
+        list.retain(|g| !ours(g));
         list.push(group);
     }
     Ok(())
 }
 
 /// Whether a hook group is one [`install`] wrote: a single command hook running `runbook-host hook`,
-/// whatever path names the binary and whatever options follow (so `uninstall` needs none of them).
+/// whatever path names the binary and whatever options follow (so `uninstall` needs none of them), or a
+/// single `http` hook posting to a loopback server's [`super::server::HOOK_PATH`].
 fn ours(group: &Value) -> bool {
-    group["hooks"].as_array().is_some_and(|h| h.len() == 1 && h[0]["type"] == "command" && h[0]["command"].as_str().is_some_and(is_hook_command))
+    let Some([h]) = group["hooks"].as_array().map(Vec::as_slice) else {
+        return false;
+    };
+    match h["type"].as_str() {
+        Some("command") => h["command"].as_str().is_some_and(is_hook_command),
+        Some("http") => h["url"].as_str().is_some_and(is_server_url),
+        _ => false,
+    }
+}
+
+/// Whether a URL is a hook server's: `http://127.0.0.1:PORT/runbook-hook`.
+pub fn is_server_url(url: &str) -> bool {
+    url.strip_prefix("http://127.0.0.1:")
+        .and_then(|r| r.strip_suffix(super::server::HOOK_PATH))
+        .is_some_and(|port| !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Whether a command line runs this CLI's `hook`: its first word is a `runbook-host` binary (by name or
@@ -170,7 +228,7 @@ pub fn uninstall(settings: &mut Value) -> usize {
     let Some(hooks) = settings.get_mut("hooks").and_then(Value::as_object_mut) else {
         return 0;
     };
-    for (event, _) in EVENTS {
+    for (event, _) in EVENTS.iter().chain(SERVER_EVENTS) {
         if let Some(list) = hooks.get_mut(*event).and_then(Value::as_array_mut) {
             let before = list.len();
             list.retain(|g| !ours(g));
@@ -204,10 +262,25 @@ mod tests {
             assert!(!is_hook_command(c), "{c}");
         }
         let mut s = json!({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "./runbook-host hook --runbook a.yaml"}]}]}});
-        install(&mut s, "/abs/runbook-host hook --runbook /p/a.yaml").unwrap();
+        install(&mut s, &Mode::Command { command: "/abs/runbook-host hook --runbook /p/a.yaml" }).unwrap();
         assert_eq!(s["hooks"]["Stop"].as_array().unwrap().len(), 1, "{s}");
         assert_eq!(s["hooks"]["Stop"][0]["hooks"][0]["command"], "/abs/runbook-host hook --runbook /p/a.yaml");
         assert_eq!(uninstall(&mut s), EVENTS.len());
         assert_eq!(s, json!({}));
+        // The server mode replaces the command hooks (SessionStart stays a command) and adds
+        // PermissionRequest; going back to command mode removes it again.
+        let http = Mode::Http { start_command: "/abs/runbook-host hook --port 4000", url: "http://127.0.0.1:4000/runbook-hook" };
+        install(&mut s, &Mode::Command { command: "/abs/runbook-host hook" }).unwrap();
+        install(&mut s, &http).unwrap();
+        let before = s.clone();
+        install(&mut s, &http).unwrap();
+        assert_eq!(s, before, "idempotent");
+        assert_eq!(s["hooks"]["PreToolUse"].as_array().unwrap().len(), 1);
+        assert_eq!(s["hooks"]["PreToolUse"][0]["hooks"][0]["type"], "http");
+        assert_eq!(s["hooks"]["SessionStart"][0]["hooks"][0]["type"], "command");
+        assert_eq!(s["hooks"]["PermissionRequest"][0]["hooks"][0]["url"], "http://127.0.0.1:4000/runbook-hook");
+        install(&mut s, &Mode::Command { command: "/abs/runbook-host hook" }).unwrap();
+        assert!(s["hooks"].get("PermissionRequest").is_none(), "{s}");
+        assert!(!is_server_url("http://127.0.0.1:4000/other") && !is_server_url("http://10.0.0.1:4000/runbook-hook"));
     }
 }

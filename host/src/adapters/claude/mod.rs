@@ -1,23 +1,29 @@
-//! The Claude Code hook adapter (DESIGN 5, 9.19-9.24): one process per hook event, each a thin
-//! translation between the client's hook payload and [`Run`]. Between processes the run lives in its
-//! bundle; a process resumes it (from the resume record when it describes the events on disk exactly,
-//! else by a full replay checked link by link) under the session's file lock, so the events of one session
-//! are decided one at a time, in the order they are recorded.
+//! The Claude Code hook adapter (DESIGN 5, 9.19-9.24): a thin translation between the client's hook
+//! payloads and [`Run`], in two modes that decide the same way, byte for byte:
+//!
+//! - **command** (`runbook-host hook`): one process per hook event. Between processes the run lives in
+//!   its bundle; a process resumes it by a full replay checked link by link ([`Run::resume`]) under the
+//!   session's file lock, so the events of one session are decided one at a time, in recorded order.
+//! - **server** (`runbook-host hook serve`, [`server`]): one resident process per runs directory that
+//!   keeps each session's run in memory and holds its lock while the session is open; Claude Code's
+//!   `http` hooks POST the same payloads to it.
 //!
 //! ```text
-//! <runs>/.hook/<session>.json      runbook-hook-session/v1: {schema, session_id, run_id, t0_ms}
+//! <runs>/.hook/<session>.json      runbook-hook-session/v1: {schema, session_id, run_id, t0_ms, pins}
 //! <runs>/.hook/<session>.lock      the session's lock file (made at SessionStart; a missing one denies)
-//! <runs>/.hook/<session>.snapshot  runbook-resume/v1 (see crate::run::RESUME_SCHEMA): a cache
+//! <runs>/.hook/server/             the resident server's token, state and log (see [`server`])
 //! ```
 
 pub mod claude;
 pub mod permissions;
+pub mod server;
 
 use crate::registry;
 use crate::run::{Answer as RunAnswer, Claim, Guard, Pin, Run, Signers};
 use crate::{bundle, Coverage, DecisionKind, EndReason, Policy, Profile, Risk};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
+use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -48,6 +54,12 @@ pub enum HookEvent {
         call_id: Option<String>,
         failed: bool,
     },
+    /// The client is about to ask its user whether a tool call may run (its own permission rules).
+    PermissionRequest {
+        session: String,
+        tool: String,
+        input: Value,
+    },
     /// `again`: the client is already continuing because of an earlier block of its stop.
     Stop {
         session: String,
@@ -64,6 +76,7 @@ impl HookEvent {
             HookEvent::SessionStart { session }
             | HookEvent::PreToolUse { session, .. }
             | HookEvent::PostToolUse { session, .. }
+            | HookEvent::PermissionRequest { session, .. }
             | HookEvent::Stop { session, .. }
             | HookEvent::SessionEnd { session } => session,
         }
@@ -72,7 +85,9 @@ impl HookEvent {
         match self {
             HookEvent::SessionStart { .. } => "SessionStart",
             HookEvent::PreToolUse { .. } => "PreToolUse",
-            HookEvent::PostToolUse { .. } => "PostToolUse",
+            HookEvent::PostToolUse { failed: false, .. } => "PostToolUse",
+            HookEvent::PostToolUse { failed: true, .. } => "PostToolUseFailure",
+            HookEvent::PermissionRequest { .. } => "PermissionRequest",
             HookEvent::Stop { .. } => "Stop",
             HookEvent::SessionEnd { .. } => "SessionEnd",
         }
@@ -189,7 +204,7 @@ struct SessionState {
 }
 
 fn load_state(runs: &Path, session: &str) -> Result<SessionState> {
-    let p = hook_dir(runs).join(format!("{session}.json"));
+    let p = state_path(runs, session);
     let bytes = std::fs::read(&p).with_context(|| format!("no hook state for session `{session}` (was SessionStart run?)"))?;
     let v: Value = serde_json::from_slice(&bytes).context("the hook state file is not JSON")?;
     if v["schema"] != STATE_SCHEMA || v["session_id"] != session {
@@ -233,7 +248,7 @@ pub fn handle(policy: Arc<Policy>, cfg: &Config, ev: &HookEvent, timing: &mut Ti
     let _lock = lock(&cfg.runs, session, false, cfg.lock_timeout)?;
     let mut run = resume(policy, cfg, session, timing)?;
     let (t, calls) = (Instant::now(), crate::component_calls());
-    let answer = decide(cfg, ev, &mut run)?;
+    let answer = decide(cfg, ev, &mut run, None)?;
     timing.decide_us = t.elapsed().as_micros();
     timing.decide_calls = crate::component_calls() - calls;
     Ok(answer)
@@ -243,7 +258,16 @@ fn agent_text(a: &RunAnswer) -> String {
     format!("runbook: {}", a.explanation)
 }
 
-fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run) -> Result<Answer> {
+/// The key under which the server remembers a call the module allowed (see [`decide`]).
+fn call_key(tool: &str, input: &Value) -> String {
+    format!("{tool}\u{0}{input}")
+}
+
+/// Decides one event on a run. `allowed`: the calls of this process's lifetime whose last PreToolUse
+/// the module allowed (the server keeps it; a command process has none), which is all a
+/// PermissionRequest is judged by: it records nothing, and a call the module did not allow, or that
+/// this process never saw allowed, is denied (a server restarted since asks the agent to retry).
+pub(crate) fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run, mut allowed: Option<&mut HashSet<String>>) -> Result<Answer> {
     let finished =
         |run: &Run| format!("runbook: run {} is finished and its evidence is sealed; no further tool call is supervised in this session.", run.run_id());
     match ev {
@@ -254,6 +278,14 @@ fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run) -> Result<Answer> {
             }
             run.apply_answered_approval_for(tool, input)?;
             let a = run.invoke(tool, input, call_id.as_deref(), None)?;
+            if let Some(m) = allowed.as_deref_mut() {
+                let key = call_key(tool, input);
+                if a.kind() == DecisionKind::Allow {
+                    m.insert(key);
+                } else {
+                    m.remove(&key);
+                }
+            }
             match a.kind() {
                 DecisionKind::Allow => Ok(Answer::Pass),
                 DecisionKind::NeedsApproval => {
@@ -282,6 +314,18 @@ fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run) -> Result<Answer> {
                 return Ok(Answer::Block(format!("{}{outcome} Stop and tell the user.", agent_text(&a))));
             }
             Ok(Answer::Pass)
+        }
+        HookEvent::PermissionRequest { tool, input, .. } => {
+            if run.finished() {
+                return Ok(Answer::Deny(finished(run)));
+            }
+            if allowed.is_some_and(|m| m.contains(&call_key(tool, input))) {
+                // The module allowed this very call: the client's own prompt may go ahead.
+                return Ok(Answer::Pass);
+            }
+            Ok(Answer::Deny(format!(
+                "runbook: `{tool}` with these arguments was not allowed by the policy module in this session (a denied or gated call, or one it never saw); retry the call so that it is decided."
+            )))
         }
         HookEvent::Stop { again, .. } => {
             if run.finished() {
@@ -331,15 +375,30 @@ fn allowlist(cfg: &Config, envelope: &Value) -> Result<Vec<String>> {
     Ok(permissions::allowed(&tools, &deny))
 }
 
+fn state_path(runs: &Path, session: &str) -> PathBuf {
+    hook_dir(runs).join(format!("{session}.json"))
+}
+
+/// Whether the session has state (a run begun at an earlier SessionStart). A symlink in the state
+/// file's place is not a session: it is replaced when the session starts, never followed.
+fn has_state(runs: &Path, session: &str) -> bool {
+    std::fs::symlink_metadata(state_path(runs, session)).is_ok_and(|m| m.is_file())
+}
+
 fn start(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<Answer> {
     let _lock = lock(&cfg.runs, session, true, cfg.lock_timeout)?;
-    let state_path = hook_dir(&cfg.runs).join(format!("{session}.json"));
-    // A symlink in the state file's place is not a session: it is replaced below, never followed.
-    if std::fs::symlink_metadata(&state_path).is_ok_and(|m| m.is_file()) {
+    if has_state(&cfg.runs, session) {
         // A resumed session (`--resume`, `/clear`, compaction) keeps its run.
         load_state(&cfg.runs, session)?;
         return Ok(Answer::Pass);
     }
+    Ok(create(policy, cfg, session)?.0)
+}
+
+/// Begins the session's run (the caller holds the session's lock): resolves and pins the runbook,
+/// claims, and writes the session's state. A refused start is an error (the client blocks).
+fn create(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<(Answer, Run)> {
+    let state_path = state_path(&cfg.runs, session);
     let reference = cfg.runbook.as_deref().ok_or_else(|| anyhow!("no runbook is configured: pass --runbook REF (or set RUNBOOK_HOOK_RUNBOOK)"))?;
     let doc = registry::resolve(reference, &cfg.registry).map_err(|e| anyhow!("{e}"))?;
     if doc.signed_approvals && cfg.allowed_signers.is_none() {
@@ -372,10 +431,11 @@ fn start(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<Answer> {
         "document_sha256": pin.document_sha256, "chain_h0": pin.chain_h0}))?;
     state.push('\n');
     write_atomic(&state_path, state.as_bytes())?;
-    Ok(Answer::Note(format!(
+    let note = Answer::Note(format!(
         "runbook: supervising this session with {} (run {}, profile {}); the policy module decides every tool call.",
         doc.reference,
         run.run_id(),
         crate::wire::profile(cfg.profile)
-    )))
+    ));
+    Ok((note, run))
 }

@@ -1,0 +1,505 @@
+//! `runbook-host hook serve`: the resident hook server. Claude Code's `http` hooks POST the payloads a
+//! command hook reads on stdin; the server keeps each open session's [`Run`] in memory (no replay per
+//! event), holds the session's lock while it is open, and records every event and its decision durably
+//! (the bundle's `fdatasync`) before it answers. Decisions are made by the same [`super::decide`] as the
+//! command hook, so the two modes write the same bytes.
+//!
+//! ```text
+//! <runs>/.hook/server/token        the bearer token (0600; made when the server first starts)
+//! <runs>/.hook/server/server.json  runbook-hook-server/v1: {schema, pid, port, runs, started}
+//! <runs>/.hook/server/serve.lock   held by the running server: one server per runs directory
+//! <runs>/.hook/server/start.lock   held while a SessionStart starts a server: never two at once
+//! <runs>/.hook/server/log          what the server logged (rejected requests, errors)
+//! ```
+//!
+//! Only loopback: the listener binds 127.0.0.1, and a request is decided only when its `Host` names
+//! that address and port, it carries no `Origin` (a web page, DNS rebinding) and its bearer token is
+//! the server's; anything else is answered 401/403 and logged, never decided.
+
+use super::{claude, create, decide, has_state, hook_dir, lock, open_nofollow, resume, Answer, Config, HookEvent, Timing};
+use crate::run::Run;
+use crate::{bundle, Policy};
+use anyhow::{anyhow, bail, Context, Result};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde_json::{json, Value};
+use std::collections::{HashMap, HashSet};
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Write};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub const SERVER_SCHEMA: &str = "runbook-hook-server/v1";
+/// Where the hooks POST (the path also marks an `http` hook as ours in the client's settings).
+pub const HOOK_PATH: &str = "/runbook-hook";
+pub const STATUS_PATH: &str = "/runbook-hook/status";
+pub const SHUTDOWN_PATH: &str = "/runbook-hook/shutdown";
+/// The environment variable the client's hook configuration reads the token from.
+pub const TOKEN_ENV: &str = "RUNBOOK_HOOK_TOKEN";
+/// The largest payload decided (the command hook reads as much): a tool's whole response can be large.
+pub const BODY_LIMIT: usize = 16 << 20;
+
+pub fn server_dir(runs: &Path) -> PathBuf {
+    hook_dir(runs).join("server")
+}
+
+fn checked_server_dir(runs: &Path) -> Result<PathBuf> {
+    let d = super::hook_dir_checked(runs, true)?.join("server");
+    std::fs::create_dir_all(&d).context("cannot create the hook server's directory")?;
+    if std::fs::symlink_metadata(&d)?.file_type().is_symlink() {
+        bail!("{} is a symlink; the hook server's state must be a directory of its own", d.display());
+    }
+    Ok(d)
+}
+
+/// The server's bearer token: read from its 0600 file, made (from the operating system's random source)
+/// when there is none and `create`. A token file others may read is refused.
+pub fn token(runs: &Path, create: bool) -> Result<String> {
+    let p = checked_server_dir(runs)?.join("token");
+    match OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&p) {
+        Ok(mut f) => {
+            if f.metadata()?.permissions().mode() & 0o077 != 0 {
+                bail!("{} can be read by other users; remove it (a new one is made with mode 0600)", p.display());
+            }
+            let mut t = String::new();
+            f.read_to_string(&mut t)?;
+            let t = t.trim().to_string();
+            if t.len() < 32 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+                bail!("{} does not hold a token; remove it (a new one is made)", p.display());
+            }
+            Ok(t)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && create => {
+            let mut bytes = [0u8; 32];
+            getrandom::fill(&mut bytes).map_err(|e| anyhow!("the operating system's random source failed: {e}"))?;
+            let t = hex::encode(bytes);
+            match OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(&p) {
+                Ok(mut f) => {
+                    f.write_all(format!("{t}\n").as_bytes())?;
+                    f.sync_all()?;
+                    Ok(t)
+                }
+                // Made by another process meanwhile: use that one.
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => token(runs, false),
+                Err(e) => Err(e).with_context(|| format!("cannot write {}", p.display())),
+            }
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read the hook server's token {}", p.display())),
+    }
+}
+
+/// What `server.json` says of the running server.
+#[derive(Debug, Clone)]
+pub struct Info {
+    pub pid: u32,
+    pub port: u16,
+}
+
+pub fn read_info(runs: &Path) -> Option<Info> {
+    let v: Value = serde_json::from_slice(&std::fs::read(server_dir(runs).join("server.json")).ok()?).ok()?;
+    (v["schema"] == SERVER_SCHEMA).then_some(())?;
+    Some(Info { pid: v["pid"].as_u64()? as u32, port: u16::try_from(v["port"].as_u64()?).ok()? })
+}
+
+/// One open session: its run, its lock (held while the server keeps the session), and what the status
+/// shows.
+struct Open {
+    run: Run,
+    _lock: File,
+    /// The calls whose last PreToolUse the module allowed (what a PermissionRequest is judged by).
+    allowed: HashSet<String>,
+    last: Option<String>,
+    events: u64,
+}
+
+#[derive(Default)]
+struct Slot {
+    open: Option<Open>,
+}
+
+struct Shared {
+    policy: Arc<Policy>,
+    cfg: Config,
+    token: String,
+    port: u16,
+    runs: PathBuf,
+    started: String,
+    sessions: Mutex<HashMap<String, Arc<Mutex<Slot>>>>,
+    shutdown: tokio::sync::Notify,
+    decided: std::sync::atomic::AtomicU64,
+}
+
+fn log(msg: impl std::fmt::Display) {
+    eprintln!("{} runbook-host hook serve: {msg}", crate::bundle::now_rfc3339());
+}
+
+/// A slot whose holder panicked: its run may be half-way through an event, so it is dropped and the
+/// session resumed from its bundle (checked by replay) at its next event.
+fn lock_slot(slot: &Mutex<Slot>) -> MutexGuard<'_, Slot> {
+    slot.lock().unwrap_or_else(|poisoned| {
+        slot.clear_poison();
+        let mut g = poisoned.into_inner();
+        g.open = None;
+        g
+    })
+}
+
+impl Shared {
+    fn slot(&self, session: &str) -> Arc<Mutex<Slot>> {
+        let mut m = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(session.to_string()).or_default().clone()
+    }
+
+    /// Whether a request may be decided: from this machine's loopback, for this server, by a holder
+    /// of its token, and not from a web page.
+    fn admit(&self, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
+        if let Some(o) = headers.get(header::ORIGIN) {
+            return Err((StatusCode::FORBIDDEN, format!("a request with an Origin ({}) is never decided", String::from_utf8_lossy(o.as_bytes()))));
+        }
+        let host = headers.get(header::HOST).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned()).unwrap_or_default();
+        if host != format!("127.0.0.1:{}", self.port) && host != format!("localhost:{}", self.port) {
+            return Err((StatusCode::FORBIDDEN, format!("Host `{host}` is not this server's (127.0.0.1:{})", self.port)));
+        }
+        let given = headers.get(header::AUTHORIZATION).and_then(|a| a.to_str().ok()).and_then(|a| a.strip_prefix("Bearer ")).unwrap_or("");
+        if !constant_time_eq(given.trim().as_bytes(), self.token.as_bytes()) {
+            let why = if given.is_empty() { "no bearer token" } else { "a wrong bearer token" };
+            return Err((StatusCode::UNAUTHORIZED, format!("{why}: the hook configuration passes ${TOKEN_ENV} (see `runbook-host hook install`)")));
+        }
+        Ok(())
+    }
+
+    /// Decides one event (blocking: the run's writes are synchronous and durable).
+    fn handle(&self, ev: &HookEvent) -> Result<Answer> {
+        let session = ev.session();
+        if !bundle::is_safe_name(session) {
+            bail!("`{session}` is not a usable session id");
+        }
+        let slot = self.slot(session);
+        let mut g = lock_slot(&slot);
+        let cfg = &self.cfg;
+        let mut answer = None;
+        if g.open.is_none() {
+            let is_start = matches!(ev, HookEvent::SessionStart { .. });
+            if !is_start && !has_state(&cfg.runs, session) {
+                bail!("session `{session}` was never started: no SessionStart of it reached runbook-host (is the SessionStart command hook installed?)");
+            }
+            let lock = lock(&cfg.runs, session, is_start, cfg.lock_timeout)?;
+            let run = if has_state(&cfg.runs, session) {
+                resume(self.policy.clone(), cfg, session, &mut Timing::default())?
+            } else {
+                let (note, run) = create(self.policy.clone(), cfg, session)?;
+                answer = Some(note);
+                run
+            };
+            g.open = Some(Open { run, _lock: lock, allowed: HashSet::new(), last: None, events: 0 });
+        }
+        let open = g.open.as_mut().expect("opened above");
+        let answer = match (ev, answer) {
+            (HookEvent::SessionStart { .. }, Some(note)) => note,
+            // A resumed session (`--resume`, `/clear`, compaction) keeps its run.
+            (HookEvent::SessionStart { .. }, None) => Answer::Pass,
+            (_, _) => decide(cfg, ev, &mut open.run, Some(&mut open.allowed))?,
+        };
+        open.events += 1;
+        let what = match &answer {
+            Answer::Pass => "pass",
+            Answer::Deny(_) => "deny",
+            Answer::Block(_) => "block",
+            Answer::Note(_) => "note",
+        };
+        open.last = Some(match ev {
+            HookEvent::PreToolUse { tool, .. } | HookEvent::PostToolUse { tool, .. } | HookEvent::PermissionRequest { tool, .. } => {
+                format!("{} {tool}: {what}", ev.name())
+            }
+            _ => format!("{}: {what}", ev.name()),
+        });
+        self.decided.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if matches!(ev, HookEvent::SessionEnd { .. }) {
+            // The session is over: its run is finished and its lock released.
+            g.open = None;
+            drop(g);
+            let mut m = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            if m.get(session).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
+                m.remove(session);
+            }
+        }
+        Ok(answer)
+    }
+
+    /// Resumes every session left open (by a server that was killed, or by command hooks), so that
+    /// each holds its lock again and answers at once. A run that cannot be resumed is logged and left
+    /// to its next event, which fails closed with the reason.
+    fn resume_open(&self) -> usize {
+        let Ok(entries) = std::fs::read_dir(hook_dir(&self.cfg.runs)) else {
+            return 0;
+        };
+        let mut n = 0;
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(session) = name.strip_suffix(".json").filter(|s| bundle::is_safe_name(s)) else {
+                continue;
+            };
+            if !has_state(&self.cfg.runs, session) {
+                continue;
+            }
+            let slot = self.slot(session);
+            let mut g = lock_slot(&slot);
+            let opened = (|| -> Result<Option<Open>> {
+                let lock = lock(&self.cfg.runs, session, false, self.cfg.lock_timeout)?;
+                let run = resume(self.policy.clone(), &self.cfg, session, &mut Timing::default())?;
+                Ok((!run.finished()).then(|| Open { run, _lock: lock, allowed: HashSet::new(), last: None, events: 0 }))
+            })();
+            match opened {
+                Ok(Some(o)) => {
+                    log(format_args!("resumed session {session} (run {}) from its bundle", o.run.run_id()));
+                    g.open = Some(o);
+                    n += 1;
+                }
+                Ok(None) => {
+                    drop(g);
+                    self.sessions.lock().unwrap_or_else(|p| p.into_inner()).remove(session);
+                }
+                Err(e) => log(format_args!("session {session} could not be resumed: {e:#}")),
+            }
+        }
+        n
+    }
+
+    fn status(&self) -> Value {
+        let slots: Vec<(String, Arc<Mutex<Slot>>)> = {
+            let m = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+            let mut v: Vec<_> = m.iter().map(|(k, s)| (k.clone(), s.clone())).collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        let sessions: Vec<Value> = slots
+            .iter()
+            .filter_map(|(session, slot)| {
+                // A session being decided right now is shown as busy rather than waited for.
+                let Ok(mut g) = slot.try_lock() else {
+                    return Some(json!({"session": session, "busy": true}));
+                };
+                let o = g.open.as_mut()?;
+                let st = o.run.state().ok();
+                Some(json!({
+                    "session": session,
+                    "run_id": o.run.run_id(),
+                    "step": st.as_ref().and_then(|s| s.step.clone()),
+                    "finished": o.run.finished(),
+                    "events": o.events,
+                    "last": o.last,
+                }))
+            })
+            .collect();
+        json!({
+            "schema": SERVER_SCHEMA,
+            "pid": std::process::id(),
+            "port": self.port,
+            "runs": self.runs.to_string_lossy(),
+            "started": self.started,
+            "decided": self.decided.load(std::sync::atomic::Ordering::Relaxed),
+            "sessions": sessions,
+        })
+    }
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn refused((status, why): (StatusCode, String)) -> Response {
+    log(format_args!("refused ({}): {why}", status.as_u16()));
+    (status, format!("runbook-host hook serve: {why}\n")).into_response()
+}
+
+/// An answer that fails closed for the event: a tool call or a permission denied, a tool's aftermath
+/// or a stop blocked (as the command hook's exit 2 does), with the reason.
+fn fail_closed(event: &str, why: &str) -> Response {
+    let reason = format!("runbook-host hook: denied (fail closed): {why}");
+    let answer = match event {
+        "PreToolUse" | "PermissionRequest" => Answer::Deny(reason),
+        "SessionEnd" | "SessionStart" => return (StatusCode::INTERNAL_SERVER_ERROR, format!("{reason}\n")).into_response(),
+        _ => Answer::Block(reason),
+    };
+    json_answer(claude::render(event, &answer))
+}
+
+fn json_answer(v: Option<Value>) -> Response {
+    match v {
+        Some(v) => ([(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response(),
+        None => StatusCode::OK.into_response(),
+    }
+}
+
+async fn on_hook(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+    if let Err(r) = sh.admit(&headers) {
+        return refused(r);
+    }
+    let ev = match claude::parse(&body) {
+        Ok(ev) => ev,
+        Err(e) => {
+            log(format_args!("bad payload: {e}"));
+            return (StatusCode::BAD_REQUEST, format!("runbook-host hook serve: {e}\n")).into_response();
+        }
+    };
+    let event = ev.name();
+    let worker = sh.clone();
+    match tokio::task::spawn_blocking(move || worker.handle(&ev)).await {
+        Ok(Ok(answer)) => json_answer(claude::render(event, &answer)),
+        Ok(Err(e)) => {
+            log(format_args!("{event}: {e:#}"));
+            fail_closed(event, &format!("{e:#}"))
+        }
+        Err(_) => {
+            log(format_args!("{event}: the decision panicked"));
+            fail_closed(event, "the hook server panicked while deciding")
+        }
+    }
+}
+
+async fn on_status(State(sh): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Err(r) = sh.admit(&headers) {
+        return refused(r);
+    }
+    let worker = sh.clone();
+    match tokio::task::spawn_blocking(move || worker.status()).await {
+        Ok(v) => json_answer(Some(v)),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+async fn on_shutdown(State(sh): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Err(r) = sh.admit(&headers) {
+        return refused(r);
+    }
+    log("shutting down on request");
+    sh.shutdown.notify_one();
+    StatusCode::OK.into_response()
+}
+
+/// Serves until asked to shut down. `port` 0 takes any free port. `ready` is called with the port once
+/// the server answers.
+pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, ready: impl FnOnce(u16)) -> Result<()> {
+    let dir = checked_server_dir(&cfg.runs)?;
+    let serve_lock = open_nofollow(&dir.join("serve.lock"), true).context("cannot open the server's lock")?;
+    if serve_lock.try_lock().is_err() {
+        let at = read_info(&cfg.runs).map(|i| format!(" (pid {}, port {})", i.pid, i.port)).unwrap_or_default();
+        bail!("a hook server already serves {}{at}", cfg.runs.display());
+    }
+    let token = token(&cfg.runs, true)?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
+        let port = listener.local_addr()?.port();
+        let runs = cfg.runs.canonicalize().unwrap_or_else(|_| cfg.runs.clone());
+        let shared = Arc::new(Shared {
+            policy,
+            cfg,
+            token,
+            port,
+            runs,
+            started: crate::bundle::now_rfc3339(),
+            sessions: Mutex::new(HashMap::new()),
+            shutdown: tokio::sync::Notify::new(),
+            decided: Default::default(),
+        });
+        let t = Instant::now();
+        let sh = shared.clone();
+        let resumed = tokio::task::spawn_blocking(move || sh.resume_open()).await?;
+        log(format_args!("listening on 127.0.0.1:{port} (pid {}); {resumed} open sessions resumed in {} ms", std::process::id(), t.elapsed().as_millis()));
+        let info = json!({"schema": SERVER_SCHEMA, "pid": std::process::id(), "port": port, "runs": shared.runs.to_string_lossy(), "started": shared.started});
+        super::write_atomic(&dir.join("server.json"), format!("{info}\n").as_bytes())?;
+        let app = Router::new()
+            .route(HOOK_PATH, post(on_hook))
+            .route(STATUS_PATH, get(on_status))
+            .route(SHUTDOWN_PATH, post(on_shutdown))
+            .layer(DefaultBodyLimit::max(BODY_LIMIT))
+            .with_state(shared.clone());
+        ready(port);
+        let sh = shared.clone();
+        axum::serve(listener, app).with_graceful_shutdown(async move { sh.shutdown.notified().await }).await?;
+        let _ = std::fs::remove_file(dir.join("server.json"));
+        drop(serve_lock);
+        Ok(())
+    })
+}
+
+/// A client of the server on this machine (the SessionStart command hook, `hook status`, `hook stop`).
+pub struct Client {
+    agent: ureq::Agent,
+    port: u16,
+    token: String,
+}
+
+impl Client {
+    pub fn new(runs: &Path, port: u16, timeout: Duration) -> Result<Client> {
+        let config = ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).max_redirects(0).build();
+        Ok(Client { agent: config.into(), port, token: token(runs, true)? })
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// POSTs a hook payload; the status and the body.
+    pub fn hook(&self, payload: &[u8]) -> std::result::Result<(u16, String), ureq::Error> {
+        let mut r =
+            self.agent.post(&self.url(HOOK_PATH)).header("Authorization", &format!("Bearer {}", self.token)).content_type("application/json").send(payload)?;
+        Ok((r.status().as_u16(), r.body_mut().read_to_string()?))
+    }
+
+    pub fn status(&self) -> std::result::Result<(u16, String), ureq::Error> {
+        let mut r = self.agent.get(&self.url(STATUS_PATH)).header("Authorization", &format!("Bearer {}", self.token)).call()?;
+        Ok((r.status().as_u16(), r.body_mut().read_to_string()?))
+    }
+
+    pub fn shutdown(&self) -> std::result::Result<u16, ureq::Error> {
+        let r = self.agent.post(&self.url(SHUTDOWN_PATH)).header("Authorization", &format!("Bearer {}", self.token)).send_empty()?;
+        Ok(r.status().as_u16())
+    }
+
+    /// Whether this server answers as the server of `runs`.
+    pub fn serves(&self, runs: &Path) -> bool {
+        let want = runs.canonicalize().unwrap_or_else(|_| runs.to_path_buf());
+        match self.status() {
+            Ok((200, body)) => serde_json::from_str::<Value>(&body).is_ok_and(|v| v["runs"].as_str() == Some(&*want.to_string_lossy())),
+            _ => false,
+        }
+    }
+}
+
+/// Makes sure a server of `runs` answers on `port`, starting one with `start` when none does: under
+/// `start.lock`, so that two sessions starting at once never start two servers. Waits up to `wait` for
+/// the new server to answer.
+pub fn ensure(runs: &Path, port: u16, wait: Duration, start: impl FnOnce(&Path) -> Result<()>) -> Result<Client> {
+    let client = Client::new(runs, port, Duration::from_secs(30))?;
+    if client.serves(runs) {
+        return Ok(client);
+    }
+    let dir = checked_server_dir(runs)?;
+    let start_lock = open_nofollow(&dir.join("start.lock"), true).context("cannot open the server's start lock")?;
+    let deadline = Instant::now() + wait;
+    while start_lock.try_lock().is_err() {
+        if Instant::now() > deadline {
+            bail!("another SessionStart has been starting the hook server for {} ms", wait.as_millis());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if client.serves(runs) {
+        return Ok(client);
+    }
+    start(&dir.join("log"))?;
+    while Instant::now() < deadline {
+        if client.serves(runs) {
+            return Ok(client);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    bail!("the hook server did not answer on 127.0.0.1:{port} within {} ms; see {}", wait.as_millis(), dir.join("log").display())
+}
