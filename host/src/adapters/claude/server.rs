@@ -20,8 +20,8 @@ use super::{claude, create, decide, has_state, hook_dir, lock, open_nofollow, re
 use crate::run::Run;
 use crate::{bundle, Policy};
 use anyhow::{anyhow, bail, Context, Result};
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::body::{Body, Bytes};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -185,19 +185,31 @@ impl Shared {
         let cfg = &self.cfg;
         let mut answer = None;
         if g.open.is_none() {
-            let is_start = matches!(ev, HookEvent::SessionStart { .. });
-            if !is_start && !has_state(&cfg.runs, session) {
-                bail!("session `{session}` was never started: no SessionStart of it reached runbook-host (is the SessionStart command hook installed?)");
+            let opened = (|| -> Result<Open> {
+                let is_start = matches!(ev, HookEvent::SessionStart { .. });
+                if !is_start && !has_state(&cfg.runs, session) {
+                    bail!("session `{session}` was never started: no SessionStart of it reached runbook-host (is the SessionStart command hook installed?)");
+                }
+                let lock = lock(&cfg.runs, session, is_start, cfg.lock_timeout)?;
+                let run = if has_state(&cfg.runs, session) {
+                    resume(self.policy.clone(), cfg, session, &mut Timing::default())?
+                } else {
+                    let (note, run) = create(self.policy.clone(), cfg, session)?;
+                    answer = Some(note);
+                    run
+                };
+                Ok(Open { run, _lock: lock, allowed: HashSet::new(), last: None, events: 0 })
+            })();
+            match opened {
+                Ok(o) => g.open = Some(o),
+                Err(e) => {
+                    // Nothing is kept of a session that could not be opened (a request naming sessions
+                    // that do not exist grows nothing).
+                    drop(g);
+                    self.forget(session, &slot);
+                    return Err(e);
+                }
             }
-            let lock = lock(&cfg.runs, session, is_start, cfg.lock_timeout)?;
-            let run = if has_state(&cfg.runs, session) {
-                resume(self.policy.clone(), cfg, session, &mut Timing::default())?
-            } else {
-                let (note, run) = create(self.policy.clone(), cfg, session)?;
-                answer = Some(note);
-                run
-            };
-            g.open = Some(Open { run, _lock: lock, allowed: HashSet::new(), last: None, events: 0 });
         }
         let open = g.open.as_mut().expect("opened above");
         let answer = match (ev, answer) {
@@ -224,12 +236,16 @@ impl Shared {
             // The session is over: its run is finished and its lock released.
             g.open = None;
             drop(g);
-            let mut m = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-            if m.get(session).is_some_and(|s| Arc::ptr_eq(s, &slot)) {
-                m.remove(session);
-            }
+            self.forget(session, &slot);
         }
         Ok(answer)
+    }
+
+    fn forget(&self, session: &str, slot: &Arc<Mutex<Slot>>) {
+        let mut m = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        if m.get(session).is_some_and(|s| Arc::ptr_eq(s, slot) && s.try_lock().is_ok_and(|g| g.open.is_none())) {
+            m.remove(session);
+        }
     }
 
     /// Resumes every session left open (by a server that was killed, or by command hooks), so that
@@ -337,10 +353,21 @@ fn json_answer(v: Option<Value>) -> Response {
     }
 }
 
-async fn on_hook(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
+async fn on_hook(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+    // Who asks is checked before anything is read, and a body declared over the bound is refused
+    // before it is read: no request that will not be decided makes the server buffer it.
     if let Err(r) = sh.admit(&headers) {
         return refused(r);
     }
+    let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+    let body: Option<Bytes> = match declared {
+        Some(n) if n > BODY_LIMIT as u64 => None,
+        _ => axum::body::to_bytes(body, BODY_LIMIT).await.ok(),
+    };
+    let Some(body) = body else {
+        log(format_args!("refused (413): a body over {BODY_LIMIT} bytes"));
+        return (StatusCode::PAYLOAD_TOO_LARGE, format!("runbook-host hook serve: a hook payload is at most {BODY_LIMIT} bytes\n")).into_response();
+    };
     let ev = match claude::parse(&body) {
         Ok(ev) => ev,
         Err(e) => {
@@ -415,12 +442,8 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, ready: impl FnOnce(u16
         log(format_args!("listening on 127.0.0.1:{port} (pid {}); {resumed} open sessions resumed in {} ms", std::process::id(), t.elapsed().as_millis()));
         let info = json!({"schema": SERVER_SCHEMA, "pid": std::process::id(), "port": port, "runs": shared.runs.to_string_lossy(), "started": shared.started});
         super::write_atomic(&dir.join("server.json"), format!("{info}\n").as_bytes())?;
-        let app = Router::new()
-            .route(HOOK_PATH, post(on_hook))
-            .route(STATUS_PATH, get(on_status))
-            .route(SHUTDOWN_PATH, post(on_shutdown))
-            .layer(DefaultBodyLimit::max(BODY_LIMIT))
-            .with_state(shared.clone());
+        let app =
+            Router::new().route(HOOK_PATH, post(on_hook)).route(STATUS_PATH, get(on_status)).route(SHUTDOWN_PATH, post(on_shutdown)).with_state(shared.clone());
         ready(port);
         let sh = shared.clone();
         axum::serve(listener, app).with_graceful_shutdown(async move { sh.shutdown.notified().await }).await?;

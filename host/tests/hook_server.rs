@@ -1,0 +1,459 @@
+//! `runbook-host hook serve`, the resident hook server, over real HTTP with a keep-alive client (one
+//! `ureq` agent per test, its connections pooled): the same payloads Claude Code's `http` hooks POST,
+//! the rejections of requests that must never be decided, concurrency within and across sessions, a
+//! kill -9 and the resume of every open run, and the same decisions, byte for byte, as the command hook.
+
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::hooks::*;
+
+/// A server started in a work directory (`hook serve --port 0`), killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+    token: String,
+    agent: ureq::Agent,
+    dir: PathBuf,
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(Duration::from_secs(60))).build().into()
+}
+
+impl Server {
+    fn start(w: &Work, extra: &[&str]) -> Server {
+        let info = w.runs().join(".hook/server/server.json");
+        let _ = std::fs::remove_file(&info);
+        std::fs::create_dir_all(w.runs()).unwrap();
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(w.0.join("serve.log")).unwrap();
+        let child = Command::new(BIN)
+            .args(["hook", "serve", "--port", "0", "--runbook", "runbook.yaml"])
+            .args(extra)
+            .current_dir(&w.0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let t = Instant::now();
+        let v: Value = loop {
+            if let Some(v) = std::fs::read(&info).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).filter(|v| v["pid"] == child.id()) {
+                break v;
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "the server did not start: {}", std::fs::read_to_string(w.0.join("serve.log")).unwrap_or_default());
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let token = std::fs::read_to_string(w.runs().join(".hook/server/token")).unwrap().trim().to_string();
+        Server { child, port: v["port"].as_u64().unwrap() as u16, token, agent: agent(), dir: w.0.clone() }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/runbook-hook", self.port)
+    }
+
+    /// POSTs bytes with the server's token; the status and the body.
+    fn post(&self, body: &[u8]) -> (u16, String) {
+        let mut r =
+            self.agent.post(&self.url()).header("Authorization", &format!("Bearer {}", self.token)).content_type("application/json").send(body).unwrap();
+        (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
+    }
+
+    /// A hook event answered as the client reads it: a 200 is the command hook's exit 0 with the body
+    /// as its stdout; anything else blocks (the command hook's exit 2).
+    fn hook(&self, payload: Value) -> Out {
+        let (status, body) = self.post(payload.to_string().as_bytes());
+        if status == 200 {
+            Out { code: 0, stdout: body, stderr: String::new() }
+        } else {
+            Out { code: 2, stdout: String::new(), stderr: format!("{status}: {body}") }
+        }
+    }
+
+    fn status(&self) -> Value {
+        let mut r = self.agent.get(&format!("{}/status", self.url())).header("Authorization", &format!("Bearer {}", self.token)).call().unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("serve.log")).unwrap_or_default()
+    }
+
+    fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A raw HTTP/1.1 request (for what a well-behaved client never sends: a foreign Host, an Origin).
+fn raw(port: u16, head: &str, body: &[u8]) -> u16 {
+    raw_declared(port, head, body, body.len())
+}
+
+/// [`raw`] declaring `length` bytes of body, whatever it sends.
+fn raw_declared(port: u16, head: &str, body: &[u8], length: usize) -> u16 {
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(format!("{head}Content-Length: {length}\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+    s.write_all(body).unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0)
+}
+
+/// One scripted session, sent through `send` (the command hook or the server).
+type Send<'a> = &'a dyn Fn(Value) -> Out;
+
+/// The credential rotation to its terminal, the gated rotation approved by a human on a
+/// pseudo-terminal (`runbook-host approve` under `script`).
+fn rotation(w: &Work, send: Send, s: &str) {
+    assert_eq!(send(start(s)).code, 0);
+    let run_id = w.run_dir(s).file_name().unwrap().to_string_lossy().to_string();
+    let get = bash("kubectl -n payments get secret payments-db-credentials");
+    allowed(send(pre(s, "Bash", get.clone(), "t1")));
+    allowed(send(post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1")));
+    let meta = json!({"path": "database/creds/payments-app"});
+    allowed(send(pre(s, "mcp__vault__read_metadata", meta.clone(), "t2")));
+    allowed(send(post(s, "mcp__vault__read_metadata", meta, json!({"age_days": 97}), "t2")));
+    let rot = bash("vault write -f database/rotate-role/payments-app");
+    assert!(send(pre(s, "Bash", rot.clone(), "t3")).denied().unwrap().contains("needs-approval"));
+    approve_on_a_terminal(&w.runs(), &run_id, "rotate");
+    allowed(send(pre(s, "Bash", rot.clone(), "t4")));
+    allowed(send(post(s, "Bash", rot, out("Success! Data written to: database/rotate-role/payments-app\n"), "t4")));
+    for (i, (tool, input, resp)) in [
+        ("Bash", bash("kubectl -n payments rollout restart deployment/payments-api"), out("deployment.apps/payments-api restarted\n")),
+        (
+            "Bash",
+            bash("kubectl -n payments rollout status deployment/payments-api --timeout=300s"),
+            out("deployment \"payments-api\" successfully rolled out\n"),
+        ),
+        ("mcp__slack__post_message", json!({"channel": "#payments-oncall", "text": "rotated"}), json!({"ok": true})),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let id = format!("u{i}");
+        allowed(send(pre(s, tool, input.clone(), &id)));
+        allowed(send(post(s, tool, input, resp, &id)));
+    }
+    assert_eq!(send(base(s, "Stop")).code, 0);
+    assert_eq!(send(base(s, "SessionEnd")).code, 0);
+}
+
+/// The executive snapshot (a checkpointed document without steps) to completion: its one tool call, then
+/// the final answer at Stop.
+fn snapshot(_w: &Work, send: Send, s: &str) {
+    assert_eq!(send(start(s)).code, 0);
+    let args = json!({"start_date": "2024-07-01", "end_date": "2024-09-30", "accounting_method": "Accrual"});
+    allowed(send(pre(s, "quickbooks_profit_and_loss", args.clone(), "q1")));
+    allowed(send(post(s, "quickbooks_profit_and_loss", args, json!({"net_income": 372256.45}), "q1")));
+    assert_eq!(send(base(s, "Stop")).code, 0);
+    assert_eq!(send(base(s, "SessionEnd")).code, 0);
+}
+
+/// A session of denials: an undeclared command, a tool out of its step, the approval channel reached for
+/// through the shell, a failed call, then the session ends short of a terminal.
+fn denials(w: &Work, send: Send, s: &str) {
+    assert_eq!(send(start(s)).code, 0);
+    let run_id = w.run_dir(s).file_name().unwrap().to_string_lossy().to_string();
+    assert!(send(pre(s, "Bash", bash("rm -rf /var/lib/postgres"), "d1")).denied().unwrap().contains("undeclared-tool"));
+    assert!(send(pre(s, "mcp__slack__post_message", json!({"channel": "#x", "text": "done"}), "d2")).denied().unwrap().contains("out-of-scope"));
+    assert!(send(pre(s, "Bash", bash(&format!("runbook-host approve {run_id} rotate")), "d3")).denied().unwrap().contains("guarded"));
+    let get = bash("kubectl -n payments get secret payments-db-credentials");
+    allowed(send(pre(s, "Bash", get.clone(), "d4")));
+    let mut failed = post(s, "Bash", get, json!("Exit code 1\nerror: forbidden"), "d4");
+    failed["hook_event_name"] = json!("PostToolUseFailure");
+    failed["error"] = failed["tool_response"].take();
+    assert_eq!(send(failed).code, 0);
+    assert_eq!(send(base(s, "Stop")).code, 0);
+    assert_eq!(send(base(s, "SessionEnd")).code, 0);
+}
+
+/// Runs `runbook-host approve RUN STEP` on a pseudo-terminal (`script` from util-linux) and answers `y`.
+fn approve_on_a_terminal(runs: &Path, run_id: &str, step: &str) {
+    let cmd = format!("{BIN} approve {run_id} {step} --runs {}", runs.display());
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1)");
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = stdin.write_all(b"y\n");
+    let _ = stdin.flush();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    assert!(o.status.success(), "approve: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+}
+
+/// What must be the same in both modes: every decision line, and the report with the run's own
+/// identity and wall-clock times masked.
+fn outcome(w: &Work, s: &str) -> (Vec<String>, Value) {
+    let decisions = w.events(s).iter().map(|e| e["decision"].to_string()).collect();
+    let mut report: Value = serde_json::from_slice(&std::fs::read(w.run_dir(s).join("report.json")).unwrap()).unwrap();
+    fn mask(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    if k == "run_id" || k.ends_with("_at") || k == "at" || k.ends_with("_ms") {
+                        *x = json!("(masked)");
+                    } else {
+                        mask(x);
+                    }
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(mask),
+            _ => {}
+        }
+    }
+    mask(&mut report);
+    let (ok, text) = verify(&w.run_dir(s));
+    assert!(ok, "{text}");
+    (decisions, report)
+}
+
+#[test]
+fn the_server_decides_byte_for_byte_as_the_command_hook() {
+    type Script = fn(&Work, Send, &str);
+    let sessions: [(&str, Script, &str, &[&str]); 3] = [
+        ("rotation", rotation, "examples/rotate-credentials/runbook.yaml", &[]),
+        ("snapshot", snapshot, "examples/executive-snapshot/runbook.json", &["--profile", "R1"]),
+        ("denials", denials, "examples/rotate-credentials/runbook.yaml", &[]),
+    ];
+    for (name, script, doc, extra) in sessions {
+        let (wc, ws) = (work(&format!("same-command-{name}")), work(&format!("same-server-{name}")));
+        for w in [&wc, &ws] {
+            std::fs::copy(root().join(doc), w.0.join("runbook.yaml")).unwrap();
+        }
+        let s = format!("sess-{name}");
+        script(&wc, &|p| wc.hook_with(extra, p.to_string().as_bytes()), &s);
+        let server = Server::start(&ws, extra);
+        script(&ws, &|p| server.hook(p), &s);
+        let (cd, cr) = outcome(&wc, &s);
+        let (sd, sr) = outcome(&ws, &s);
+        assert_eq!(cd, sd, "{name}: the decision lines differ");
+        assert_eq!(cr, sr, "{name}: the reports differ");
+        eprintln!("{name}: {} decisions, outcome {}, the same in both modes", cd.len(), cr["outcome"]);
+        match name {
+            "rotation" => assert_eq!((&cr["outcome"], &cr["terminal"]), (&json!("completed"), &json!("rotated")), "{cr}"),
+            "snapshot" => assert_eq!(cr["outcome"], "completed", "{cr}"),
+            _ => assert_ne!(cr["outcome"], "completed", "{cr}"),
+        }
+    }
+}
+
+#[test]
+fn every_event_kind_over_http() {
+    let w = work("srv-events");
+    let server = Server::start(&w, &[]);
+    let fx = |n: &str| std::fs::read(root().join(format!("host/tests/fixtures/hook/{n}.json"))).unwrap();
+    let (status, body) = server.post(&fx("session-start"));
+    assert_eq!(status, 200);
+    assert!(body.contains("supervising"), "{body}");
+    for f in ["pre-tool-use", "post-tool-use"] {
+        assert_eq!(server.post(&fx(f)), (200, String::new()), "{f}: allowed, no opinion written");
+    }
+    // PermissionRequest: the call the module allowed may go on to the client's own prompt (no opinion);
+    // any other is denied in the PermissionRequest decision shape.
+    let s = "fixture-session";
+    let allowed_call: Value = serde_json::from_slice(&fx("pre-tool-use")).unwrap();
+    let mut pr = base(s, "PermissionRequest");
+    pr["tool_name"] = allowed_call["tool_name"].clone();
+    pr["tool_input"] = allowed_call["tool_input"].clone();
+    pr["permission_suggestions"] = json!([]);
+    assert_eq!(server.post(pr.to_string().as_bytes()), (200, String::new()));
+    pr["tool_input"] = bash("rm -rf /");
+    let (status, body) = server.post(pr.to_string().as_bytes());
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((status, &v["hookSpecificOutput"]["decision"]["behavior"]), (200, &json!("deny")), "{body}");
+    let events_before = w.events(s).len();
+    assert_eq!(events_before, 3, "a PermissionRequest records nothing");
+    // PostToolUseFailure (the fixture's call, in this session): a result with is_error.
+    let failure: Value = serde_json::from_slice(&fx("post-tool-use-failure")).unwrap();
+    let f = failure["session_id"].as_str().unwrap();
+    assert_eq!(server.hook(start(f)).code, 0);
+    allowed(server.hook(pre(f, failure["tool_name"].as_str().unwrap(), failure["tool_input"].clone(), failure["tool_use_id"].as_str().unwrap())));
+    // The failed call fails the step's check: the run halts, and the agent is told to stop.
+    let (status, body) = server.post(failure.to_string().as_bytes());
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!((status, &v["decision"]), (200, &json!("block")), "{body}");
+    assert!(body.contains("assert-failed"), "{body}");
+    assert_eq!(w.events(f).last().unwrap()["event"]["is_error"], true);
+    let (status, body) = server.post(&fx("stop"));
+    assert!(status == 200 && body.contains("not at a terminal"), "{body}");
+    assert_eq!(server.post(&fx("session-end")).0, 200);
+    let (ok, text) = verify(&w.run_dir(s));
+    assert!(ok, "{text}");
+    // A finished session takes no more calls (resumed from its bundle: the server closed it at SessionEnd).
+    assert!(server.hook(serde_json::from_slice(&fx("pre-tool-use")).unwrap()).denied().unwrap().contains("finished"));
+}
+
+#[test]
+fn requests_that_must_never_be_decided_are_refused_and_logged_and_others_still_served() {
+    let w = work("srv-reject");
+    let server = Server::start(&w, &[]);
+    let s = "sess-ok";
+    assert_eq!(server.hook(start(s)).code, 0);
+    let body = pre(s, "Bash", bash("kubectl -n payments get pods"), "x1").to_string();
+    let post_with = |auth: Option<&str>| {
+        let mut r = server.agent.post(&server.url()).content_type("application/json");
+        if let Some(a) = auth {
+            r = r.header("Authorization", a);
+        }
+        r.send(body.as_bytes()).unwrap().status().as_u16()
+    };
+    assert_eq!(post_with(None), 401, "no token");
+    assert_eq!(post_with(Some("Bearer 0000")), 401, "a wrong token");
+    assert_eq!(post_with(Some(&format!("Basic {}", server.token))), 401, "not a bearer token");
+    let auth = format!("Authorization: Bearer {}\r\nContent-Type: application/json\r\n", server.token);
+    let head = |host: &str, extra: &str| format!("POST /runbook-hook HTTP/1.1\r\nHost: {host}\r\n{auth}{extra}");
+    assert_eq!(raw(server.port, &head(&format!("127.0.0.1:{}", server.port), "Origin: http://evil.example\r\n"), body.as_bytes()), 403, "an Origin");
+    assert_eq!(raw(server.port, &head(&format!("attacker.example:{}", server.port), ""), body.as_bytes()), 403, "DNS rebinding: a foreign Host");
+    assert_eq!(raw(server.port, &head("127.0.0.1:1", ""), body.as_bytes()), 403, "another port's Host");
+    // None of these was decided.
+    assert_eq!(w.events(s).len(), 1);
+    // Bad payloads: 400 (the client, with onFailure block, blocks), never an allow.
+    let ok_head = head(&format!("127.0.0.1:{}", server.port), "");
+    assert_eq!(raw_declared(server.port, &ok_head, b"{", (16 << 20) + 1), 413, "a body over the bound (refused before it is read)");
+    assert_eq!(server.post(b"{not json").0, 400);
+    assert_eq!(server.post(base(s, "UserPromptSubmit").to_string().as_bytes()).0, 400, "an event this adapter does not handle");
+    assert_eq!(server.post(json!({"hook_event_name": "PreToolUse"}).to_string().as_bytes()).0, 400, "no session");
+    // A session the server never opened: denied (fail closed), in the client's own deny shape.
+    let r = server.hook(pre("sess-never-started", "Bash", bash("ls"), "n1")).denied().unwrap();
+    assert!(r.contains("never started"), "{r}");
+    assert!(!w.runs().join(".hook/sess-never-started.json").exists());
+    // The server still serves the open session, and recorded only what it decided.
+    allowed(server.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), "x3")));
+    assert_eq!(w.events(s).len(), 2);
+    let log = server.log();
+    for needle in [
+        "refused (401): no bearer token",
+        "refused (401): a wrong bearer token",
+        "refused (403): a request with an Origin",
+        "refused (403): Host `attacker.example",
+        "bad payload",
+        "never started",
+    ] {
+        assert!(log.contains(needle), "the log does not say `{needle}`:\n{log}");
+    }
+}
+
+#[test]
+fn twelve_parallel_calls_of_one_session_are_decided_one_at_a_time() {
+    let w = work("srv-parallel");
+    let server = Server::start(&w, &[]);
+    let s = "sess-par";
+    assert_eq!(server.hook(start(s)).code, 0);
+    let n = 12;
+    let outs: Vec<Out> = std::thread::scope(|sc| {
+        let server = &server;
+        let hs: Vec<_> = (0..n).map(|i| sc.spawn(move || server.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), &format!("p{i}"))))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for o in outs {
+        allowed(o);
+    }
+    let ev = w.events(s);
+    assert_eq!(ev.len(), 1 + n, "every call recorded once");
+    for (i, e) in ev.iter().enumerate() {
+        assert_eq!(e["decision"]["seq"], i as u64, "one recorded order");
+    }
+    let mut ids: Vec<&str> = ev[1..].iter().map(|e| e["event"]["call_id"].as_str().unwrap()).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n);
+    assert_eq!(server.hook(base(s, "SessionEnd")).code, 0);
+    let (ok, text) = verify(&w.run_dir(s));
+    assert!(ok, "{text}");
+}
+
+#[test]
+fn four_sessions_at_once_keep_their_own_runs() {
+    let w = work("srv-four");
+    let server = Server::start(&w, &[]);
+    std::thread::scope(|sc| {
+        for k in 0..4 {
+            let (server, w) = (&server, &w);
+            sc.spawn(move || {
+                let s = format!("sess-{k}");
+                assert_eq!(server.hook(start(&s)).code, 0);
+                for i in 0..5 {
+                    allowed(server.hook(pre(&s, "Bash", bash("kubectl -n payments get pods"), &format!("{k}-{i}"))));
+                }
+                assert!(server.hook(pre(&s, "Bash", bash("rm -rf /"), "bad")).denied().is_some());
+                assert_eq!(server.hook(base(&s, "SessionEnd")).code, 0);
+                let ev = w.events(&s);
+                assert_eq!(ev.len(), 1 + 5 + 1 + 1, "{s}");
+                assert_eq!(ev[0]["event"]["agent"], format!("claude-code:{s}"));
+                assert!(ev.iter().all(|e| e["event"]["call_id"].as_str().is_none_or(|c| c.starts_with(&format!("{k}-")) || c == "bad")), "{s}: {ev:?}");
+            });
+        }
+    });
+    let dirs: std::collections::HashSet<PathBuf> = (0..4).map(|k| w.run_dir(&format!("sess-{k}"))).collect();
+    assert_eq!(dirs.len(), 4);
+    for d in dirs {
+        let (ok, text) = verify(&d);
+        assert!(ok, "{text}");
+    }
+}
+
+#[test]
+fn a_killed_server_loses_nothing_and_the_next_resumes_every_open_run() {
+    let w = work("srv-kill");
+    let mut server = Server::start(&w, &[]);
+    let get = bash("kubectl -n payments get secret payments-db-credentials");
+    for s in ["sess-a", "sess-b"] {
+        assert_eq!(server.hook(start(s)).code, 0);
+        allowed(server.hook(pre(s, "Bash", get.clone(), "k1")));
+    }
+    allowed(server.hook(post("sess-a", "Bash", get.clone(), out("payments-db-credentials   Opaque   2   97d\n"), "k1")));
+    // The server holds each open session's lock: a command hook of the same session waits, then denies.
+    let o = w.hook_with(&["--lock-timeout-ms", "200"], pre("sess-a", "Bash", get.clone(), "k2").to_string().as_bytes());
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("lock is still held"), "{}", o.stderr);
+    let answered = [w.events("sess-a").len(), w.events("sess-b").len()];
+    assert_eq!(answered, [3, 2]);
+    server.kill9();
+    // While no server runs, the client cannot reach one (with onFailure block it blocks every call).
+    let refused = server.agent.post(&server.url()).send(b"{}");
+    assert!(refused.is_err(), "nothing answers after kill -9");
+    // The next server resumes both runs from their bundles, each checked by replay.
+    let server = Server::start(&w, &[]);
+    let st = server.status();
+    let steps: Vec<(String, String)> =
+        st["sessions"].as_array().unwrap().iter().map(|x| (x["session"].as_str().unwrap().into(), x["step"].as_str().unwrap().into())).collect();
+    assert_eq!(steps, [("sess-a".into(), "check-age".into()), ("sess-b".into(), "inspect".into())], "{st}");
+    assert!(server.log().contains("resumed session sess-a"), "{}", server.log());
+    // Nothing the client was told about was lost: the runs go on from where they were.
+    assert_eq!([w.events("sess-a").len(), w.events("sess-b").len()], answered);
+    allowed(server.hook(post("sess-b", "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "k1")));
+    for s in ["sess-a", "sess-b"] {
+        assert_eq!(server.hook(base(s, "SessionEnd")).code, 0);
+        let (ok, text) = verify(&w.run_dir(s));
+        assert!(ok, "{s}: {text}");
+    }
+    assert_eq!(w.events("sess-b").len(), 4);
+}
+
+#[test]
+fn one_server_per_runs_directory() {
+    let w = work("srv-one");
+    let _server = Server::start(&w, &[]);
+    let o = Command::new(BIN).args(["hook", "serve", "--port", "0", "--runbook", "runbook.yaml"]).current_dir(&w.0).output().unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a hook server already serves"), "{}", String::from_utf8_lossy(&o.stderr));
+}
