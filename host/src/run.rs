@@ -137,6 +137,13 @@ impl Guard {
         }
     }
 
+    /// Adds a literal needle (a name that is not a path: an environment variable, a URL path).
+    pub fn add_name(&mut self, name: &str) {
+        if name.len() > 3 && !self.needles.iter().any(|n| n == name) {
+            self.needles.push(name.to_string());
+        }
+    }
+
     /// Whether any string of the call (its tool name, its arguments' keys and values) names a needle.
     pub fn names(&self, tool: &str, arguments: &Value) -> bool {
         self.needles.iter().any(|n| tool.contains(n.as_str())) || bundle::names_any(arguments, &self.needles)

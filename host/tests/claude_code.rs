@@ -260,3 +260,37 @@ fn the_server_killed_mid_session_blocks_every_call_and_the_resumed_session_compl
     let log = std::fs::read_to_string(p.join(".runbook/runs/.hook/server/log")).unwrap();
     assert!(log.contains(&format!("resumed session {session}")), "{log}");
 }
+
+#[test]
+fn install_chooses_the_server_mode_only_for_a_claude_that_has_http_hooks() {
+    // `--mode auto` (the default) asks the `claude` on PATH for its version: the real CLI (2.1.332) gets
+    // the server mode; an older one (a stand-in script answering 2.1.200) and none at all get command
+    // hooks, never an option the client would reject; the message says which and why.
+    let t = Tmp::new("claude-code-auto");
+    let (p, _) = project(&t);
+    let old = t.0.join("old-claude");
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::write(old.join("claude"), "#!/bin/sh\necho '2.1.200 (Claude Code)'\n").unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(old.join("claude"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let real = claude_cli::claude().parent().unwrap().to_path_buf();
+    for (path, kind, why) in [
+        (real.as_path(), "http", "server mode: the claude on PATH is 2.1.332"),
+        (old.as_path(), "command", "command mode: the claude on PATH is 2.1.200, older than 2.1.295"),
+        (Path::new("/nonexistent"), "command", "command mode: no `claude` on PATH answered --version"),
+    ] {
+        let o = Command::new(BIN)
+            .args(["hook", "--runbook", "runbook.yaml", "install"])
+            .current_dir(&p)
+            .env("PATH", format!("{}:/usr/bin:/bin", path.display()))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success() && err.contains(why), "{err}");
+        let settings: Value = serde_json::from_slice(&std::fs::read(p.join(".claude/settings.json")).unwrap()).unwrap();
+        assert_eq!(settings["hooks"]["PreToolUse"][0]["hooks"][0]["type"], kind, "{settings}");
+        assert_eq!(settings["hooks"]["PreToolUse"].as_array().unwrap().len(), 1, "one hook of ours per event, whatever the mode before");
+        assert_eq!(settings["hooks"].get("PermissionRequest").is_some(), kind == "http", "{settings}");
+        assert_eq!(p.join(".claude/settings.local.json").exists(), kind == "http", "the token only where http hooks send it");
+    }
+}

@@ -366,12 +366,12 @@ fn installed_hook_works_from_a_subdirectory_and_uninstall_needs_no_options() {
     let (code, err) = cli(&["hook", "--runbook", "runbok.yaml", "install"]);
     assert_eq!((code, err.as_str()), (Some(2), "runbook-host: error: --runbook `runbok.yaml` is neither `id@version` nor an existing file\n"));
     assert!(!settings.exists());
-    let (code, err) = cli(&["hook", "--runbook", "runbook.yaml", "install"]);
+    let (code, err) = cli(&["hook", "--runbook", "runbook.yaml", "install", "--mode", "command"]);
     assert_eq!(code, Some(0), "{err}");
     let project = canonical(&w.0);
     // The binary, the runbook file, the registry and the runs directory, all absolute.
     let command = format!("{} hook --runbook {project}/runbook.yaml --registry {project}/.runbook/registry --runs {project}/.runbook/runs", canonical(BIN));
-    assert_eq!(err, format!("runbook-host hook: installed in `.claude/settings.json`: {command}\n"));
+    assert_eq!(err, format!("runbook-host hook: installed in `.claude/settings.json` (command mode, as asked): {command}\n"));
     let v: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
     for (event, _) in runbook_host::adapters::claude::claude::EVENTS {
         let h = &v["hooks"][event][0]["hooks"][0];

@@ -170,6 +170,19 @@ fn denials(w: &Work, send: Send, s: &str) {
     assert!(send(pre(s, "Bash", bash("rm -rf /var/lib/postgres"), "d1")).denied().unwrap().contains("undeclared-tool"));
     assert!(send(pre(s, "mcp__slack__post_message", json!({"channel": "#x", "text": "done"}), "d2")).denied().unwrap().contains("out-of-scope"));
     assert!(send(pre(s, "Bash", bash(&format!("runbook-host approve {run_id} rotate")), "d3")).denied().unwrap().contains("guarded"));
+    // The hook's own configuration and the server, reached for through the shell: guarded too (the
+    // guard, not only the missing capability, denies them: the event is marked).
+    for (i, cmd) in [
+        "curl -s -H \"Authorization: Bearer $RUNBOOK_HOOK_TOKEN\" -d @forged.json http://127.0.0.1:4000/runbook-hook",
+        "cat .claude/settings.local.json",
+        "sed -i /hooks/d .claude/settings.json",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        assert!(send(pre(s, "Bash", bash(cmd), &format!("g{i}"))).denied().unwrap().contains("guarded"), "{cmd}");
+        assert_eq!(w.events(s).last().unwrap()["event"]["guard"], true, "{cmd}");
+    }
     let get = bash("kubectl -n payments get secret payments-db-credentials");
     allowed(send(pre(s, "Bash", get.clone(), "d4")));
     let mut failed = post(s, "Bash", get, json!("Exit code 1\nerror: forbidden"), "d4");

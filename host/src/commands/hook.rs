@@ -206,8 +206,8 @@ const HTTP_HOOKS_SINCE: (u64, u64, u64) = (2, 1, 295);
 
 fn choose_mode(m: InstallMode) -> (bool, String) {
     match m {
-        InstallMode::Http => (true, "server mode (--mode http)".into()),
-        InstallMode::Command => (false, "command mode (--mode command)".into()),
+        InstallMode::Http => (true, "server mode, as asked".into()),
+        InstallMode::Command => (false, "command mode, as asked".into()),
         InstallMode::Auto => match claude_version() {
             Some(v) if v >= HTTP_HOOKS_SINCE => {
                 (true, format!("server mode: the claude on PATH is {}.{}.{}, which has http hooks with onFailure", v.0, v.1, v.2))

@@ -218,8 +218,14 @@ fn load_state(runs: &Path, session: &str) -> Result<SessionState> {
     Ok(SessionState { run_id, t0_ms, pin })
 }
 
+/// The driver's guard, and what names the hook's own configuration: the client's settings files (where
+/// the hooks and the server's token are written), the token's variable and the server's URL path.
 fn guard(cfg: &Config) -> Guard {
-    Guard::new(&cfg.runs, Some(&cfg.registry))
+    let mut g = Guard::new(&cfg.runs, Some(&cfg.registry));
+    for name in [".claude/settings", server::TOKEN_ENV, server::HOOK_PATH] {
+        g.add_name(name);
+    }
+    g
 }
 
 /// Resumes the run of `session` (see [`Run::resume`]).
