@@ -6,7 +6,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -676,9 +676,57 @@ fn replay_text_format_summarises() {
     let run = sb.run(&["replay", "--format", "text", "rotate.yaml", "run.ndjson"]);
     run.expect_exit(0);
     let out = run.out();
-    assert_eq!(out.lines().count(), 10);
-    assert_eq!(out.lines().last(), Some("outcome: completed"));
-    assert!(out.lines().nth(8).unwrap().contains("reason=run-ended"), "{out}");
+    assert!(!out.contains('\x1b'), "no colour when piped: {out}");
+    assert!(out.starts_with("Replaying run.ndjson against rotate.yaml\n"), "{out}");
+    assert!(out.contains("Outcome:     completed at terminal `done`"), "{out}");
+    assert!(out.contains("Deviations:  none") && out.contains("Approvals:   ") && out.contains("Checkpoints: "), "{out}");
+    assert!(out.lines().any(|l| l.contains("start") && l.contains("allowed")), "{out}");
+}
+
+#[test]
+fn replay_text_names_refusals_failed_asserts_and_deviations() {
+    let sb = Sandbox::new("replay-text-failures");
+    sb.write("rotate.yaml", ROTATE);
+    // A refused start: an R1 claim whose coverage is the shell only, for the P2 credential rotation.
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples/rotate-credentials");
+    let doc = example.join("runbook.yaml");
+    sb.write("refused.ndjson", "{\"type\":\"start\",\"at\":0,\"run_id\":\"r\",\"profile\":\"R1\",\"allowlist\":[\"*\"],\"risk_ceiling\":\"irreversible\",\"coverage\":[\"shell\"],\"agent\":\"a\"}\n");
+    let run = sb.run(&["replay", "--format", "text", doc.to_str().unwrap(), "refused.ndjson"]);
+    run.expect_exit(1);
+    let out = run.out();
+    assert!(out.contains("refused [coverage-incomplete]") && out.contains("refused [profile-too-low]"), "every refusal code, in words: {out}");
+    assert!(out.contains("Outcome:     refused"), "{out}");
+    // The bundled stream with deviations and a failed rotation.
+    let events = example.join("events-deviations.ndjson");
+    let out = sb.run(&["replay", "--format", "text", doc.to_str().unwrap(), events.to_str().unwrap()]).out();
+    assert!(out.lines().any(|l| l.contains("ASSERT FAILED") && l.contains("result")), "a failed assert is a failure: {out}");
+    assert!(out.lines().any(|l| l.contains("DENIED [undeclared-tool]")), "{out}");
+    assert!(out.lines().any(|l| l.contains("NEEDS APPROVAL")), "{out}");
+    assert!(out.contains("Deviations:  3 (undeclared-tool 2, out-of-scope-tool 1)"), "{out}");
+}
+
+#[test]
+fn replay_speaks_to_a_terminal_and_prints_json_to_a_pipe() {
+    let sb = Sandbox::new("replay-tty");
+    sb.write("rotate.yaml", ROTATE);
+    sb.write("run.ndjson", COMPLETED_RUN);
+    // Piped: the exact wire format, decision lines then the report.
+    let piped = sb.run(&["replay", "rotate.yaml", "run.ndjson"]).out();
+    assert!(piped.lines().all(|l| l.starts_with('{')), "{piped}");
+    // On a terminal (a pseudo-terminal from `script`): words and colour, none with NO_COLOR.
+    let on_tty = |no_color: bool| {
+        let cmd = format!("{} replay rotate.yaml run.ndjson", env!("CARGO_BIN_EXE_runbook-host"));
+        let mut c = std::process::Command::new("script");
+        c.args(["-qec", &cmd, "/dev/null"]).current_dir(&sb.dir).env_remove("NO_COLOR");
+        if no_color {
+            c.env("NO_COLOR", "1");
+        }
+        String::from_utf8_lossy(&c.output().expect("script(1)").stdout).into_owned()
+    };
+    let colour = on_tty(false);
+    assert!(colour.contains("Outcome:") && colour.contains("\x1b[32mcompleted"), "{colour}");
+    let plain = on_tty(true);
+    assert!(plain.contains("Outcome:     completed") && !plain.contains('\x1b'), "{plain}");
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -983,4 +1031,27 @@ fn a_tab_in_the_indentation_is_shown_and_named() {
     assert_eq!(lines[1], "  --> tab.yaml:11:1");
     assert_eq!(lines[3], "11 | →- id: check", "the tab is visible\n{}", run.context());
     assert_eq!(lines[4], "   | ^", "the caret is under the tab\n{}", run.context());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// the README's two commands
+
+#[test]
+fn the_readme_starts_with_two_commands_and_the_first_says_what_happened() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let block = readme.split("```sh\n").nth(1).and_then(|b| b.split("```").next()).expect("a shell block");
+    let commands: Vec<&str> = block.lines().map(|l| l.split('#').next().unwrap().trim()).filter(|l| !l.is_empty()).collect();
+    assert_eq!(commands, ["bash tools/demo", "bash tools/test"], "the README's first shell block");
+    let ci = std::fs::read_to_string(root.join(".ci/run")).unwrap();
+    assert!(ci.lines().any(|l| l.trim() == "exec bash tools/test"), "CI runs the second command: {ci}");
+    // The first, as a newcomer runs it. Its build is the one this test run made (the same cargo command),
+    // so it compiles nothing, and it prints the replay and the outcome in words.
+    let o = std::process::Command::new("bash").arg("tools/demo").current_dir(root).env("NO_COLOR", "1").output().unwrap();
+    let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "tools/demo: {out}{err}");
+    assert!(!err.contains("Compiling"), "tools/demo rebuilt what the tests built: {err}");
+    assert!(out.contains("NEEDS APPROVAL [awaiting-approval]"), "{out}");
+    assert!(out.contains("Outcome:     completed at terminal `rotated`"), "{out}");
+    assert!(out.contains("Deviations:  none") && out.contains("Approvals:   1 answered, 1 accepted"), "{out}");
 }

