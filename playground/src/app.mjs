@@ -2,7 +2,8 @@
 // Every answer comes from the policy component (policy.mjs); this file only moves text in and out of it.
 
 import { loadPolicy, ModuleMismatch, Policy, sha256Hex, utf8Bytes } from './policy.mjs';
-import { drawGraph, routeOrder } from './graph.mjs';
+import { drawGraph, fitGraph, routeOrder } from './graph.mjs';
+import { createEditor } from './editor.mjs';
 
 const $ = (id) => document.getElementById(id);
 const h = (tag, attrs = {}, children = []) => {
@@ -102,80 +103,12 @@ async function copy(text, what) {
   }
 }
 
-/** The JS string offset of 1-based (line, column in Unicode scalar values) in `text`. */
-function offsetOf(text, line, column) {
-  const lines = text.split('\n');
-  const l = Math.min(Math.max(line, 1), lines.length);
-  let off = 0;
-  for (let i = 0; i < l - 1; i++) off += lines[i].length + 1;
-  const chars = Array.from(lines[l - 1]);
-  return off + chars.slice(0, Math.max(0, Math.min(column - 1, chars.length))).join('').length;
-}
+// ---- the editor (editor.mjs: CodeMirror), findings ---------------------------------------------------------
 
-// ---- the editor: gutter, highlighted lines, findings ------------------------------------------------------
-
-function findingsByLine(findings, lineCount) {
-  const m = new Map();
-  for (const f of findings) {
-    const line = Math.min(Math.max(f.line, 1), lineCount);
-    if (!m.has(line)) m.set(line, []);
-    m.get(line).push(f);
-  }
-  return m;
-}
-
-function renderEditorMarks(text, findings) {
-  const lines = text.split('\n');
-  const by = findingsByLine(findings, lines.length);
-  const gutter = $('gutter');
-  const backdrop = $('backdrop');
-  const gFrag = document.createDocumentFragment();
-  const bFrag = document.createDocumentFragment();
-  lines.forEach((content, i) => {
-    const n = i + 1;
-    const fs = by.get(n);
-    const sev = fs ? (fs.some((f) => f.severity === 'error') ? 'error' : 'warning') : null;
-    gFrag.append(h('div', { class: `gl${sev ? ` has-${sev}` : ''}`, 'data-line': n, title: fs ? fs.map((f) => `${f.severity} ${f.code}: ${f.message}`).join('\n') : null }, String(n)));
-    const row = h('div', { class: `bl${sev ? ` line-${sev}` : ''}`, 'data-line': n });
-    if (fs) {
-      // A mark under the character at each finding's column.
-      const chars = Array.from(content);
-      const cols = [...new Set(fs.map((f) => Math.max(1, f.column)))].sort((a, b) => a - b);
-      let at = 0;
-      for (const c of cols) {
-        const idx = Math.min(c - 1, chars.length);
-        if (idx < at) continue;
-        row.append(chars.slice(at, idx).join(''));
-        row.append(h('mark', { class: `col-mark ${sev}`, 'data-column': c }, idx < chars.length ? chars[idx] : ' '));
-        at = idx + 1;
-      }
-      row.append(chars.slice(at).join(''));
-    } else {
-      row.textContent = content;
-    }
-    if (content === '' && !fs) row.textContent = ' ';
-    bFrag.append(row);
-  });
-  gutter.replaceChildren(gFrag);
-  backdrop.replaceChildren(bFrag);
-  syncScroll();
-}
-
-function syncScroll() {
-  const ta = $('doc');
-  $('gutter').scrollTop = ta.scrollTop;
-  $('backdrop').scrollTop = ta.scrollTop;
-  $('backdrop').scrollLeft = ta.scrollLeft;
-}
+let editor = null;
 
 function jumpTo(line, column) {
-  const ta = $('doc');
-  const off = offsetOf(ta.value, line, column);
-  ta.focus();
-  ta.setSelectionRange(off, off);
-  const lh = parseFloat(getComputedStyle(ta).lineHeight) || 20;
-  ta.scrollTop = Math.max(0, (line - 1) * lh - ta.clientHeight / 3);
-  syncScroll();
+  editor.jumpTo(line, column);
   showCaretFindings();
 }
 
@@ -190,7 +123,7 @@ function renderFindings(report) {
   $('structure').dataset.structure = report.structure ? report.structure.toUpperCase() : '';
   for (const f of report.findings) {
     ol.append(h('li', { class: `finding ${f.severity}`, 'data-line': f.line, 'data-column': f.column, 'data-code': f.code, 'data-severity': f.severity, 'data-pointer': f.pointer }, [
-      h('button', { type: 'button', class: 'jump', 'aria-label': `Go to line ${f.line}, column ${f.column}`, onclick: () => jumpTo(f.line, f.column) }, `${f.line}:${f.column}`),
+      h('button', { type: 'button', class: 'jump', 'aria-label': `${f.line}:${f.column}, go to line ${f.line}, column ${f.column}`, onclick: () => jumpTo(f.line, f.column) }, `${f.line}:${f.column}`),
       ' ',
       h('span', { class: `sev ${f.severity}` }, f.severity),
       ' ',
@@ -206,9 +139,8 @@ function renderFindings(report) {
 
 let lastCaretText = '';
 function showCaretFindings() {
-  const ta = $('doc');
-  const before = ta.value.slice(0, ta.selectionStart);
-  const line = before.split('\n').length;
+  if (!editor) return;
+  const { line } = editor.caret();
   const fs = (doc.lint?.findings ?? []).filter((f) => f.line === line);
   const text = fs.length ? `Line ${line}: ${fs.map((f) => `${f.severity} ${f.code} at column ${f.column}: ${f.message}`).join(' · ')}` : '';
   if (text !== lastCaretText) {
@@ -248,7 +180,9 @@ function renderPicture() {
     return;
   }
   const overlay = sim.run ? { current: sim.status?.step ?? null, report: sim.report ? JSON.parse(sim.report) : null } : null;
-  box.replaceChildren(drawGraph(doc.env, overlay));
+  const svg = drawGraph(doc.env, overlay);
+  box.replaceChildren(svg);
+  fitGraph(svg);
   renderStepsTable(doc.env);
 }
 
@@ -656,7 +590,7 @@ function scheduleUpdate() {
 let firstEnvelope = true;
 async function update() {
   clearTimeout(updateTimer);
-  const text = $('doc').value;
+  const text = editor.text;
   const generation = ++doc.generation;
   doc.text = text;
   document.body.dataset.updating = 'yes';
@@ -667,7 +601,7 @@ async function update() {
     doc.sha256 = lint.sha256;
     $('doc-sha').textContent = `document sha256 ${lint.sha256}`;
     renderFindings(lint);
-    renderEditorMarks(text, lint.findings);
+    editor.setFindings(lint.findings);
     showCaretFindings();
     const env = await policy.envelope(text);
     if (generation !== doc.generation) return;
@@ -715,10 +649,7 @@ async function loadExample(ex, { focus = false } = {}) {
   const text = await exampleText(ex.document);
   currentExample = ex;
   for (const b of $('examples').querySelectorAll('button')) b.setAttribute('aria-pressed', String(b.dataset.example === ex.name));
-  $('doc').value = text;
-  $('doc').setSelectionRange(0, 0);
-  $('doc').scrollTop = 0;
-  $('doc').scrollLeft = 0;
+  editor.replace(text);
   renderStreamButtons();
   closeRun();
   sim.events = [];
@@ -726,11 +657,7 @@ async function loadExample(ex, { focus = false } = {}) {
   renderLog(true);
   renderSimState();
   await update();
-  if (focus) {
-    $('doc').focus({ preventScroll: true });
-    $('doc').scrollTop = 0;
-    syncScroll();
-  }
+  if (focus) editor.focus();
 }
 
 function renderStreamButtons() {
@@ -762,15 +689,18 @@ async function importStream() {
 // ---- start-up ---------------------------------------------------------------------------------------------
 
 function wire() {
-  const ta = $('doc');
-  ta.addEventListener('input', () => {
-    currentExample = null;
-    for (const b of $('examples').querySelectorAll('button')) b.setAttribute('aria-pressed', 'false');
-    renderStreamButtons();
-    scheduleUpdate();
+  editor = createEditor($('editor'), {
+    contentAttributes: { id: 'doc', tabindex: '0', 'aria-labelledby': 'editor-h', 'aria-describedby': 'doc-hint caret-findings' },
+    onChange: () => {
+      currentExample = null;
+      for (const b of $('examples').querySelectorAll('button')) b.setAttribute('aria-pressed', 'false');
+      renderStreamButtons();
+      scheduleUpdate();
+    },
+    onCaret: showCaretFindings,
   });
-  ta.addEventListener('scroll', syncScroll);
-  for (const ev of ['keyup', 'click', 'select', 'focus']) ta.addEventListener(ev, showCaretFindings);
+  // The editor for the tests and the console: `playground.editor` is the CodeMirror EditorView.
+  globalThis.playground = { editor: editor.view };
 
   $('share').addEventListener('click', async () => {
     const url = shareUrl();
@@ -850,8 +780,8 @@ function wire() {
   });
   window.addEventListener('hashchange', async () => {
     const text = docFromHash();
-    if (text !== null && text !== $('doc').value) {
-      $('doc').value = text;
+    if (text !== null && text !== editor.text) {
+      editor.replace(text);
       currentExample = null;
       renderStreamButtons();
       await update();
@@ -894,7 +824,7 @@ async function main() {
     type: 'button', 'data-example': ex.name, 'aria-pressed': 'false', onclick: () => loadExample(ex, { focus: true }),
   }, ex.name))));
   if (fromHash !== null) {
-    $('doc').value = fromHash;
+    editor.replace(fromHash);
     await update();
   } else if (examples.length) {
     await loadExample(examples[0]);

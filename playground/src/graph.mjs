@@ -1,11 +1,11 @@
 // The picture of a runbook: its step graph drawn as SVG from the policy envelope (and, during a simulation,
 // the run's status and report).
 //
-// Layout (no library): the steps stand in one column in route order (the `next` chain from the first step,
-// then the steps that branches reach); an arrow straight down is `next` to the step below. Other routes run
-// in lanes: forward ones on the right, backward ones (and retries) on the left, each in the first lane free
-// over its span. Terminals stand in a column on the right at the height of the steps that reach them; the
-// end of the main chain sits under the column.
+// Layout: dagre (a maintained layered-graph layout) places the start marker, the steps, the terminals and the
+// labels of the routes, top to bottom, each box as wide as its own text; the SVG's viewBox is the whole
+// drawing, so the page scales it down (or scrolls) and never cuts a box off.
+
+import dagre from '@dagrejs/dagre';
 
 const NS = 'http://www.w3.org/2000/svg';
 const CHAR = 7.25; // width of one character of the 12px monospace font, estimated
@@ -13,8 +13,6 @@ const SMALL_CHAR = 6.4; // 11px sans, estimated
 const MAX_CHARS = 58;
 const LINE = 16;
 const HEAD = 30;
-const GAP = 46;
-const LANE = 16;
 const PAD = 20;
 
 // Colours and fonts are presentation attributes, not CSS, so the SVG stands on its own (downloaded, or
@@ -122,137 +120,64 @@ function stepLines(env, id, sim) {
 
 /**
  * Draws the step graph of `env` (a parsed envelope). `sim`: `{current, report}` of a simulated run, or null.
- * Returns the <svg> element.
+ * Returns the <svg> element; its viewBox holds every box, route and label (fitGraph widens it further to what
+ * the browser measured once the SVG is in the page).
  */
 export function drawGraph(env, sim = null) {
   const ids = routeOrder(env);
   const title = `Step graph of ${env.document.runbook_id} ${env.document.version}`;
   if (ids.length === 0) return drawNoSteps(env, title);
 
-  const stepIndex = new Map(ids.map((id, i) => [id, i]));
-  const all = routes(env);
+  const stepSet = new Set(ids);
+  const all = routes(env).filter((r) => stepSet.has(r.from));
   const terminalNames = new Set(env.terminals);
   // Route targets that are neither steps nor terminals (lint says `unknown-route`): drawn as ghosts.
-  const unknown = [...new Set(all.map((r) => r.to).filter((t) => !stepIndex.has(t) && !terminalNames.has(t)))].sort();
+  const unknown = [...new Set(all.map((r) => r.to).filter((t) => !stepSet.has(t) && !terminalNames.has(t)))].sort();
+  const terms = [...env.terminals, ...unknown];
 
-  // ---- step boxes ----
+  // ---- sizes: each box as wide as its own text ----
   const lines = new Map(ids.map((id) => [id, stepLines(env, id, sim)]));
-  const headChars = (id) => id.length + 2 + env.steps[id].risk.length + (env.steps[id].gated ? 8 : 0) + 8;
-  const widest = Math.max(...ids.map((id) => Math.max(headChars(id), ...lines.get(id).map((l) => Math.min(l.text.length, MAX_CHARS) + (l.flag ? 3 : 0)))));
-  const W = Math.max(230, Math.ceil(widest * CHAR) + 28);
-  const heights = ids.map((id) => HEAD + lines.get(id).length * LINE + 8);
-
-  // ---- lanes for routes that are not "down to the next box" ----
-  const last = ids[ids.length - 1];
-  const bottomTerminal = env.steps[last].next !== null && !stepIndex.has(env.steps[last].next) ? env.steps[last].next : null;
-  const edges = all.map((r) => {
-    const fi = stepIndex.get(r.from);
-    const ti = stepIndex.get(r.to);
-    let shape;
-    if (fi === undefined) shape = 'none';
-    else if (ti === undefined) shape = r.to === bottomTerminal && r.from === last && r.kind === 'next' ? 'down-terminal' : 'terminal';
-    else if (ti === fi) shape = 'self';
-    else if (ti === fi + 1 && r.kind === 'next') shape = 'down';
-    else shape = ti > fi ? 'right' : 'left';
-    return { ...r, fi, ti, shape };
-  });
-  const assignLanes = (list) => {
-    const lanes = [];
-    list.sort((a, b) => Math.abs(a.ti - a.fi) - Math.abs(b.ti - b.fi) || a.fi - b.fi);
-    for (const e of list) {
-      const lo = Math.min(e.fi, e.ti);
-      const hi = Math.max(e.fi, e.ti);
-      let k = lanes.findIndex((used) => used.every(([a, b]) => hi < a || lo > b));
-      if (k < 0) {
-        k = lanes.length;
-        lanes.push([]);
-      }
-      lanes[k].push([lo, hi]);
-      e.lane = k;
-    }
-    return lanes.length;
-  };
-  const rightLanes = assignLanes(edges.filter((e) => e.shape === 'right'));
-  const leftLanes = assignLanes(edges.filter((e) => e.shape === 'left'));
-  const selfLabels = edges.filter((e) => e.shape === 'self').map((e) => label(e, sim));
-  const leftLabelChars = Math.max(0, ...selfLabels.map((l) => l.length), ...edges.filter((e) => e.shape === 'left').map((e) => label(e, sim).length));
-  const hasSelf = selfLabels.length > 0;
-
-  const colX = PAD + Math.ceil(leftLabelChars * SMALL_CHAR) + 8 + (hasSelf ? 30 : 0) + leftLanes * LANE + (leftLanes ? 10 : 0);
-  const startY = PAD + 34; // room for the start marker
-  const ys = [];
-  let y = startY;
-  for (const h of heights) {
-    ys.push(y);
-    y += h + GAP;
-  }
-  const columnBottom = y - GAP;
-  const box = (i) => ({ x: colX, y: ys[i], w: W, h: heights[i] });
-
-  // ---- terminals: bottom, or on the right at the height of what reaches them ----
-  const rightTerms = [...env.terminals.filter((t) => t !== bottomTerminal), ...unknown];
+  const headChars = (id) => id.length + 2 + env.steps[id].risk.length + (env.steps[id].gated ? 8 : 0) + (env.steps[id].assert ? 0 : 8);
+  const stepW = (id) => Math.max(170, Math.ceil(Math.max(headChars(id) * CHAR + 36, ...lines.get(id).map((l) => Math.min(l.text.length, MAX_CHARS) * CHAR + (l.flag ? 16 : 0))) + 26));
+  const stepH = (id) => HEAD + lines.get(id).length * LINE + 8;
   const termW = (t) => Math.ceil((t.length + (unknown.includes(t) ? 2 : 0)) * CHAR) + 34;
-  const termX = colX + W + 24 + rightLanes * LANE + (rightLanes ? 16 : 0) + 60;
-  const desired = new Map();
-  for (const t of rightTerms) {
-    const from = edges.filter((e) => e.to === t && e.fi !== undefined).map((e) => ys[e.fi] + heights[e.fi] / 2);
-    desired.set(t, from.length ? from.reduce((a, b) => a + b, 0) / from.length : columnBottom);
-  }
-  rightTerms.sort((a, b) => desired.get(a) - desired.get(b) || (a < b ? -1 : 1));
-  const termPos = new Map();
-  let nextFree = startY;
-  for (const t of rightTerms) {
-    const ty = Math.max(desired.get(t) - 15, nextFree);
-    termPos.set(t, { x: termX, y: ty, w: termW(t), h: 30 });
-    nextFree = ty + 30 + 14;
-  }
-  let height = Math.max(columnBottom, nextFree) + PAD;
-  if (bottomTerminal !== null) {
-    const w = termW(bottomTerminal);
-    termPos.set(bottomTerminal, { x: colX + W / 2 - w / 2, y: columnBottom + GAP, w, h: 30 });
-    height = Math.max(height, columnBottom + GAP + 30 + PAD);
-  }
-  const width = Math.max(colX + W + PAD, ...[...termPos.values()].map((p) => p.x + p.w + PAD));
 
-  // ---- ports: where routes leave and enter a box's sides, spread along them ----
-  const ports = { right: new Map(), left: new Map() };
-  const addPort = (side, i, key, otherY) => {
-    const m = ports[side];
-    if (!m.has(i)) m.set(i, []);
-    m.get(i).push({ key, otherY });
+  // ---- the layout: dagre's layered drawing, top to bottom ----
+  const g = new dagre.graphlib.Graph({ multigraph: true });
+  g.setGraph({ rankdir: 'TB', nodesep: 30, ranksep: 40, edgesep: 16, marginx: PAD, marginy: PAD });
+  g.setDefaultEdgeLabel(() => ({}));
+  const node = (kind, name) => `${kind}\u0000${name}`;
+  const target = (t) => (stepSet.has(t) ? node('s', t) : node('t', t));
+  g.setNode(node('start', ''), { width: 12, height: 12 });
+  for (const id of ids) g.setNode(node('s', id), { width: stepW(id), height: stepH(id) });
+  for (const t of terms) g.setNode(node('t', t), { width: termW(t), height: 30 });
+  if (env.initial && stepSet.has(env.initial)) g.setEdge(node('start', ''), node('s', env.initial), { weight: 8, width: 36, height: 14, labelpos: 'r', labeloffset: 6 }, 'start');
+  const edges = all.map((r, n) => {
+    const text = label(r, sim);
+    const kind = r.kind === 'on_fail' ? 'fail' : r.kind;
+    g.setEdge(node('s', r.from), target(r.to), {
+      width: Math.ceil(text.length * SMALL_CHAR) + 8, height: 14, labelpos: 'r', labeloffset: 6,
+      weight: r.kind === 'next' ? 4 : 1, minlen: 1,
+    }, String(n));
+    return { ...r, kind, text, name: String(n) };
+  });
+  dagre.layout(g);
+  const { width, height } = g.graph();
+  const pos = (v) => {
+    const n = g.node(v);
+    return { x: n.x - n.width / 2, y: n.y - n.height / 2, w: n.width, h: n.height };
   };
-  const centerY = (i) => ys[i] + heights[i] / 2;
-  for (const [n, e] of edges.entries()) {
-    if (e.shape === 'terminal') addPort('right', e.fi, `${n}:from`, termPos.get(e.to).y + 15);
-    if (e.shape === 'right') {
-      addPort('right', e.fi, `${n}:from`, centerY(e.ti));
-      addPort('right', e.ti, `${n}:to`, centerY(e.fi));
-    }
-    if (e.shape === 'left') {
-      addPort('left', e.fi, `${n}:from`, centerY(e.ti));
-      addPort('left', e.ti, `${n}:to`, centerY(e.fi));
-    }
-  }
-  const portY = new Map();
-  for (const side of ['right', 'left']) {
-    for (const [i, list] of ports[side]) {
-      list.sort((a, b) => a.otherY - b.otherY);
-      const top = ys[i] + 12;
-      const span = heights[i] - 20;
-      list.forEach((p, k) => portY.set(`${side}:${p.key}`, top + (span * (k + 1)) / (list.length + 1)));
-    }
-  }
 
   // ---- draw ----
   const svg = el('svg', {
-    xmlns: NS, viewBox: `0 0 ${width} ${height}`, width, height, role: 'img', 'aria-labelledby': 'graph-title graph-desc', class: 'graph',
+    xmlns: NS, viewBox: `0 0 ${Math.ceil(width)} ${Math.ceil(height)}`, width: Math.ceil(width), height: Math.ceil(height), role: 'img', 'aria-labelledby': 'graph-title graph-desc', class: 'graph',
   });
   const gated = ids.filter((id) => env.steps[id].gated);
   svg.append(
     el('title', { id: 'graph-title' }, title),
     el('desc', { id: 'graph-desc' }, `${ids.length} steps (${ids.join(', ')}); terminals ${env.terminals.join(', ') || 'none'}; gated: ${gated.join(', ') || 'none'}${env.undeclared.length ? `; undeclared tools: ${env.undeclared.map((u) => `${u.tool} in ${u.step}`).join(', ')}` : ''}.`),
     defs(),
-    el('rect', { x: 0, y: 0, width, height, class: 'bg', fill: '#fbfbfd' }),
+    el('rect', { x: 0, y: 0, width: Math.ceil(width), height: Math.ceil(height), class: 'bg', fill: '#fbfbfd' }),
   );
   const edgeLayer = el('g', { class: 'edges' });
   const labelLayer = el('g', { class: 'labels' });
@@ -260,133 +185,140 @@ export function drawGraph(env, sim = null) {
   svg.append(edgeLayer, nodeLayer, labelLayer);
 
   // start marker
-  const sx = colX + W / 2;
-  nodeLayer.append(el('circle', { cx: sx, cy: PAD + 6, r: 6, class: 'start' }));
-  nodeLayer.lastChild.setAttribute('fill', '#34495e');
-  edgeLayer.append(el('path', { d: `M${sx},${PAD + 12} V${startY - 2}`, class: 'edge next', fill: 'none', ...EDGE.next, 'marker-end': 'url(#arrow-next)' }));
-  labelLayer.append(el('text', { x: sx + 12, y: PAD + 10, class: 'elabel', ...labelPaint('next') }, 'start'));
+  const sp = g.node(node('start', ''));
+  nodeLayer.append(el('circle', { cx: sp.x, cy: sp.y, r: 6, class: 'start', fill: '#34495e' }));
+  const startEdge = g.edge(node('start', ''), node('s', env.initial ?? ''), 'start');
+  if (startEdge) {
+    edgeLayer.append(el('path', { d: pathOf(startEdge.points), class: 'edge next', fill: 'none', ...EDGE.next, 'marker-end': 'url(#arrow-next)' }));
+    labelLayer.append(el('text', { x: startEdge.x - startEdge.width / 2 + 4, y: startEdge.y + 4, class: 'elabel', ...labelPaint('next') }, 'start'));
+  }
 
-  const r = 8;
-  for (const [n, e] of edges.entries()) {
-    if (e.shape === 'none') continue;
-    const cls = `edge ${e.kind === 'on_fail' ? 'fail' : e.kind}`;
-    const marker = `url(#arrow-${e.kind === 'on_fail' ? 'fail' : e.kind})`;
-    const b = box(e.fi);
-    const text = label(e, sim);
-    let d;
-    let lx;
-    let ly;
-    let anchor = 'start';
-    if (e.shape === 'down') {
-      d = `M${b.x + W / 2},${b.y + b.h} V${ys[e.ti] - 2}`;
-    } else if (e.shape === 'down-terminal') {
-      d = `M${b.x + W / 2},${b.y + b.h} V${termPos.get(e.to).y - 2}`;
-    } else if (e.shape === 'terminal') {
-      const p = termPos.get(e.to);
-      const y0 = portY.get(`right:${n}:from`);
-      const x0 = b.x + W;
-      const x1 = p.x - 2;
-      const y1 = p.y + 15;
-      const mx = (x0 + x1) / 2;
-      d = `M${x0},${y0} C${mx},${y0} ${mx},${y1} ${x1},${y1}`;
-      lx = x0 + 6;
-      ly = y0 - 4;
-    } else if (e.shape === 'right' || e.shape === 'left') {
-      const right = e.shape === 'right';
-      const y0 = portY.get(`${e.shape}:${n}:from`);
-      const y1 = portY.get(`${e.shape}:${n}:to`);
-      const x0 = right ? b.x + W : b.x;
-      const lane = right ? colX + W + 24 + e.lane * LANE : colX - 18 - e.lane * LANE;
-      const dir = right ? 1 : -1;
-      const vdir = y1 > y0 ? 1 : -1;
-      const xEnd = x0 + dir * 2;
-      d = `M${x0},${y0} H${lane - dir * r} Q${lane},${y0} ${lane},${y0 + vdir * r} V${y1 - vdir * r} Q${lane},${y1} ${lane - dir * r},${y1} H${xEnd}`;
-      if (right) {
-        lx = x0 + 4;
-        ly = y0 - 4;
-      } else {
-        lx = lane - 6;
-        ly = y0 - 4;
-        anchor = 'end';
-      }
-    } else if (e.shape === 'self') {
-      const y0 = b.y + b.h / 2 - 7;
-      const y1 = b.y + b.h / 2 + 7;
-      const x0 = b.x;
-      d = `M${x0},${y0} C${x0 - 34},${y0 - 10} ${x0 - 34},${y1 + 10} ${x0 - 2},${y1}`;
-      lx = x0 - 32;
-      ly = b.y + b.h / 2 + 4;
-      anchor = 'end';
+  for (const e of edges) {
+    const laid = g.edge(node('s', e.from), target(e.to), e.name);
+    if (!laid?.points?.length) continue;
+    if (e.from === e.to) {
+      // A retry of the step itself: a loop on the box's right side, its label beside it (dagre kept the room).
+      const b = pos(node('s', e.from));
+      const x0 = b.x + b.w;
+      const cy = b.y + b.h / 2;
+      edgeLayer.append(el('path', { d: `M${x0},${cy - 8} C${x0 + 34},${cy - 24} ${x0 + 34},${cy + 24} ${x0 + 3},${cy + 8}`, class: `edge ${e.kind}`, fill: 'none', ...EDGE[e.kind], 'marker-end': `url(#arrow-${e.kind})`, 'data-from': e.from, 'data-to': e.to, 'data-kind': e.kind === 'fail' ? 'on_fail' : e.kind }));
+      labelLayer.append(el('text', { x: x0 + 32, y: cy + 4, class: `elabel ${e.kind}`, ...labelPaint(e.kind) }, e.text));
+      continue;
     }
-    const kind = e.kind === 'on_fail' ? 'fail' : e.kind;
-    edgeLayer.append(el('path', { d, class: cls, fill: 'none', ...EDGE[kind], 'marker-end': marker, 'data-from': e.from, 'data-to': e.to, 'data-kind': e.kind }));
-    if (text && lx !== undefined) {
-      labelLayer.append(el('text', { x: lx, y: ly, class: `elabel ${kind}`, 'text-anchor': anchor, ...labelPaint(kind) }, text));
+    edgeLayer.append(el('path', { d: pathOf(laid.points), class: `edge ${e.kind}`, fill: 'none', ...EDGE[e.kind], 'marker-end': `url(#arrow-${e.kind})`, 'data-from': e.from, 'data-to': e.to, 'data-kind': e.kind === 'fail' ? 'on_fail' : e.kind }));
+    if (e.text && laid.x !== undefined) {
+      labelLayer.append(el('text', { x: laid.x - laid.width / 2 + 4, y: laid.y + 4, class: `elabel ${e.kind}`, ...labelPaint(e.kind) }, e.text));
     }
   }
 
   // step boxes
-  for (const [i, id] of ids.entries()) {
+  for (const id of ids) {
     const s = env.steps[id];
-    const b = box(i);
+    const b = pos(node('s', id));
+    const W = b.w;
     const current = sim?.current === id;
     const visited = (sim?.report?.steps?.[id]?.visits ?? 0) > 0;
-    const g = el('g', {
-      class: `node step${s.gated ? ' gated' : ''}${current ? ' current' : ''}${visited ? ' visited' : ''}${env.undeclared.some((u) => u.step === id) ? ' has-undeclared' : ''}`,
+    const hasUndeclared = env.undeclared.some((u) => u.step === id);
+    const gn = el('g', {
+      class: `node step${s.gated ? ' gated' : ''}${current ? ' current' : ''}${visited ? ' visited' : ''}${hasUndeclared ? ' has-undeclared' : ''}`,
       'data-step': id,
     });
-    g.append(el('title', {}, `step ${id}: risk ${s.risk}${s.gated ? ', gated (a human approves each visit)' : ''}${s.assert ? ', judged by assert' : ', prose only (needs a verdict at R2)'}; next ${s.next ?? 'none'}${s.on_fail ? `, on_fail ${s.on_fail}` : ''}`));
-    const hasUndeclared = env.undeclared.some((u) => u.step === id);
+    gn.append(el('title', {}, `step ${id}: risk ${s.risk}${s.gated ? ', gated (a human approves each visit)' : ''}${s.assert ? ', judged by assert' : ', prose only (needs a verdict at R2)'}; next ${s.next ?? 'none'}${s.on_fail ? `, on_fail ${s.on_fail}` : ''}`));
     const fill = current ? '#fff3bf' : visited ? '#eef6ee' : s.gated ? '#fff7f5' : '#ffffff';
     const stroke = current ? '#c99700' : s.gated || hasUndeclared ? '#b3261e' : '#5b6b7f';
     const strokeWidth = current ? 4 : s.gated ? 3 : 1.5;
-    g.append(el('rect', { x: b.x, y: b.y, width: W, height: b.h, rx: 6, class: 'box', fill, stroke, 'stroke-width': strokeWidth, 'stroke-dasharray': hasUndeclared && !s.gated ? '5 3' : null }));
-    g.append(el('text', { x: b.x + 12, y: b.y + 20, class: 'sid', 'font-family': MONO, 'font-size': 13, 'font-weight': 700, fill: '#1b2733' }, id));
+    gn.append(el('rect', { x: b.x, y: b.y, width: W, height: b.h, rx: 6, class: 'box', fill, stroke, 'stroke-width': strokeWidth, 'stroke-dasharray': hasUndeclared && !s.gated ? '5 3' : null }));
+    gn.append(el('text', { x: b.x + 12, y: b.y + 20, class: 'sid', 'font-family': MONO, 'font-size': 13, 'font-weight': 700, fill: '#1b2733' }, id));
     let bx = b.x + W - 10;
     const badge = (text, cls) => {
       const w = Math.ceil(text.length * SMALL_CHAR) + 12;
       bx -= w;
       const bfill = cls === 'gate' ? '#b3261e' : cls === 'prose' ? '#e8e8f0' : RISK_FILL[s.risk] ?? '#eee';
-      g.append(el('rect', { x: bx, y: b.y + 7, width: w, height: 17, rx: 8, class: `badge ${cls}`, fill: bfill }));
-      g.append(el('text', { x: bx + w / 2, y: b.y + 19.5, 'text-anchor': 'middle', class: `btext ${cls}`, 'font-family': SANS, 'font-size': 11, 'font-weight': cls === 'gate' ? 700 : 400, fill: cls === 'gate' ? '#ffffff' : '#1b2733' }, text));
+      gn.append(el('rect', { x: bx, y: b.y + 7, width: w, height: 17, rx: 8, class: `badge ${cls}`, fill: bfill }));
+      gn.append(el('text', { x: bx + w / 2, y: b.y + 19.5, 'text-anchor': 'middle', class: `btext ${cls}`, 'font-family': SANS, 'font-size': 11, 'font-weight': cls === 'gate' ? 700 : 400, fill: cls === 'gate' ? '#ffffff' : '#1b2733' }, text));
       bx -= 5;
     };
     badge(s.risk, `risk-${s.risk}`);
     if (s.gated) badge('gated', 'gate');
     if (!s.assert) badge('prose', 'prose');
-    g.append(el('line', { x1: b.x, x2: b.x + W, y1: b.y + HEAD - 2, y2: b.y + HEAD - 2, class: 'sep', stroke: '#d5dbe1' }));
+    gn.append(el('line', { x1: b.x, x2: b.x + W, y1: b.y + HEAD - 2, y2: b.y + HEAD - 2, class: 'sep', stroke: '#d5dbe1' }));
     for (const [k, l] of lines.get(id).entries()) {
       const ty = b.y + HEAD + 12 + k * LINE;
       let tx = b.x + 12;
       if (l.flag) {
-        g.append(el('path', { d: `M${tx + 5},${ty - 10} l6,11 h-12 z`, class: `flag ${l.cls}`, fill: LINE_FILL[l.cls] }));
+        gn.append(el('path', { d: `M${tx + 5},${ty - 10} l6,11 h-12 z`, class: `flag ${l.cls}`, fill: LINE_FILL[l.cls] }));
         tx += 16;
       }
       const kind = l.cls.split(' ').pop();
       const lfill = l.assert ? ASSERT_FILL[l.assert] : LINE_FILL[kind] ?? '#22313f';
       const t = el('text', { x: tx, y: ty, class: `line ${l.cls}`, 'font-family': MONO, 'font-size': 12, fill: lfill }, clip(l.text));
-      g.append(l.title ? el('g', {}, [el('title', {}, l.title), t]) : t);
+      gn.append(l.title ? el('g', {}, [el('title', {}, l.title), t]) : t);
     }
-    nodeLayer.append(g);
+    nodeLayer.append(gn);
   }
 
   // terminals
-  for (const [t, p] of termPos) {
+  for (const t of terms) {
+    const p = pos(node('t', t));
     const isUnknown = unknown.includes(t);
     const current = sim?.current === t;
-    const g = el('g', { class: `node terminal${isUnknown ? ' unknown' : ''}${current ? ' current' : ''}`, 'data-terminal': t });
-    g.append(el('title', {}, isUnknown ? `${t}: a route goes here, but it is neither a step nor a terminal` : `terminal ${t}: a run may end here`));
-    g.append(el('rect', {
+    const gn = el('g', { class: `node terminal${isUnknown ? ' unknown' : ''}${current ? ' current' : ''}`, 'data-terminal': t });
+    gn.append(el('title', {}, isUnknown ? `${t}: a route goes here, but it is neither a step nor a terminal` : `terminal ${t}: a run may end here`));
+    gn.append(el('rect', {
       x: p.x, y: p.y, width: p.w, height: p.h, rx: 15, class: 'box',
       fill: current ? '#fff3bf' : isUnknown ? '#ffffff' : '#e8f0fe',
       stroke: current ? '#c99700' : isUnknown ? '#b3261e' : '#1f4e8c',
       'stroke-width': current ? 4 : 1.5,
       'stroke-dasharray': isUnknown ? '4 3' : null,
     }));
-    g.append(el('text', { x: p.x + p.w / 2, y: p.y + 19.5, 'text-anchor': 'middle', class: 'tname', 'font-family': MONO, 'font-size': 12, 'font-weight': 700, fill: isUnknown ? '#b3261e' : '#1f4e8c' }, isUnknown ? `${t} ?` : t));
-    nodeLayer.append(g);
+    gn.append(el('text', { x: p.x + p.w / 2, y: p.y + 19.5, 'text-anchor': 'middle', class: 'tname', 'font-family': MONO, 'font-size': 12, 'font-weight': 700, fill: isUnknown ? '#b3261e' : '#1f4e8c' }, isUnknown ? `${t} ?` : t));
+    nodeLayer.append(gn);
   }
   return svg;
+}
+
+/** A smooth path through dagre's points: straight ends, quadratic bends through the middle points. */
+function pathOf(points) {
+  const f = (n) => Math.round(n * 10) / 10;
+  let d = `M${f(points[0].x)},${f(points[0].y)}`;
+  for (let i = 1; i < points.length - 1; i++) {
+    const p = points[i];
+    const q = points[i + 1];
+    d += ` Q${f(p.x)},${f(p.y)} ${f((p.x + q.x) / 2)},${f((p.y + q.y) / 2)}`;
+  }
+  const last = points[points.length - 1];
+  return `${d} L${f(last.x)},${f(last.y)}`;
+}
+
+/**
+ * Once the SVG is in the page: grows its viewBox (never shrinks it) to hold everything drawn, as the browser
+ * measured it, so that text a little wider than estimated is not cut off either.
+ */
+export function fitGraph(svg) {
+  const [x0, y0, w0, h0] = svg.getAttribute('viewBox').split(/\s+/).map(Number);
+  let box;
+  try {
+    box = [...svg.querySelectorAll(':scope > g')].map((g) => g.getBBox()).filter((b) => b.width || b.height);
+  } catch {
+    return;
+  }
+  if (!box.length) return;
+  const m = 6;
+  const x = Math.floor(Math.min(x0, ...box.map((b) => b.x - m)));
+  const y = Math.floor(Math.min(y0, ...box.map((b) => b.y - m)));
+  const r = Math.ceil(Math.max(x0 + w0, ...box.map((b) => b.x + b.width + m)));
+  const bottom = Math.ceil(Math.max(y0 + h0, ...box.map((b) => b.y + b.height + m)));
+  if (x === x0 && y === y0 && r === x0 + w0 && bottom === y0 + h0) return;
+  svg.setAttribute('viewBox', `${x} ${y} ${r - x} ${bottom - y}`);
+  svg.setAttribute('width', r - x);
+  svg.setAttribute('height', bottom - y);
+  const bg = svg.querySelector(':scope > rect.bg');
+  if (bg) {
+    bg.setAttribute('x', x);
+    bg.setAttribute('y', y);
+    bg.setAttribute('width', r - x);
+    bg.setAttribute('height', bottom - y);
+  }
 }
 
 function labelPaint(kind) {

@@ -8,8 +8,9 @@
 //   PLAYGROUND_DIST       the built page (default playground/dist; playground/build makes it)
 //   CHROMIUM              the browser (default /usr/bin/chromium: `apt-get install -y chromium`)
 //   PLAYGROUND_SCREENSHOT where the picture of rotate-credentials is written (default: the system temp
-//                         folder, so a test run leaves the tree clean; set it to playground/screenshot.png to
-//                         refresh the README's picture)
+//                         folder, so a test run leaves the tree clean)
+//   PLAYGROUND_SCREENSHOTS the folder for screenshot-desktop.png and screenshot-phone.png (default: the
+//                         system temp folder; set it to playground/ to refresh the README's pictures)
 //
 // A missing browser is a failure, not a skip.
 
@@ -18,6 +19,8 @@ import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { request } from 'node:http';
+import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -30,6 +33,8 @@ const CLI = process.env.RUNBOOK_HOST || join(process.env.CARGO_TARGET_DIR || joi
 const DIST = process.env.PLAYGROUND_DIST || join(playground, 'dist');
 const CHROMIUM = process.env.CHROMIUM || '/usr/bin/chromium';
 const SCREENSHOT = process.env.PLAYGROUND_SCREENSHOT || join(tmpdir(), 'runbook-playground-screenshot.png');
+const SCREENSHOTS = process.env.PLAYGROUND_SCREENSHOTS || tmpdir();
+const AXE = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 const ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 
 const sha256 = (bytes) => createHash('sha256').update(bytes).digest('hex');
@@ -95,6 +100,72 @@ async function afterSimulation(action) {
 
 async function openExample(name) {
   await afterUpdate(() => page.click(`#examples button[data-example="${name}"]`));
+}
+
+/** The editor's text (CodeMirror's document; `playground.editor` is its EditorView). */
+async function docText(p = page) {
+  return p.evaluate(() => globalThis.playground.editor.state.doc.toString());
+}
+
+/** Replaces the editor's text as an edit would (the page re-lints it, as after typing). */
+async function setDoc(text) {
+  await page.evaluate((t) => {
+    const v = globalThis.playground.editor;
+    v.dispatch({ changes: { from: 0, to: v.state.doc.length, insert: t }, userEvent: 'input' });
+  }, text);
+}
+
+/** Line and column (1-based, Unicode scalar values) of the caret, and whether the editor has the focus. */
+async function caret() {
+  return page.evaluate(() => {
+    const v = globalThis.playground.editor;
+    const pos = v.state.selection.main.head;
+    const ln = v.state.doc.lineAt(pos);
+    return { focused: v.hasFocus && document.activeElement.id === 'doc', line: ln.number, column: Array.from(ln.text.slice(0, pos - ln.from)).length + 1 };
+  });
+}
+
+/** The inline diagnostics drawn in the editor: where each underline (or point) starts, and its severity. */
+async function drawnDiagnostics() {
+  return page.evaluate(() => {
+    const v = globalThis.playground.editor;
+    return [...document.querySelectorAll('#editor .cm-lintRange, #editor .cm-lintPoint')].map((e) => {
+      const pos = v.posAtDOM(e, 0);
+      const ln = v.state.doc.lineAt(pos);
+      return { line: ln.number, column: Array.from(ln.text.slice(0, pos - ln.from)).length + 1, severity: /-error\b/.test(e.className) ? 'error' : 'warning', text: e.textContent };
+    });
+  });
+}
+
+/** The lines the lint gutter marks, by severity (a marker stands level with its line's number). */
+async function gutterMarks() {
+  return page.evaluate(() => {
+    const numbers = [...document.querySelectorAll('#editor .cm-lineNumbers .cm-gutterElement')].map((e) => ({ top: Math.round(e.getBoundingClientRect().top), n: Number(e.textContent) })).filter((x) => x.n > 0);
+    const out = { error: [], warning: [] };
+    for (const m of document.querySelectorAll('#editor .cm-lint-marker')) {
+      const top = Math.round(m.closest('.cm-gutterElement').getBoundingClientRect().top);
+      const line = numbers.find((x) => Math.abs(x.top - top) <= 1)?.n;
+      out[m.classList.contains('cm-lint-marker-error') ? 'error' : 'warning'].push(line);
+    }
+    out.error.sort((a, b) => a - b);
+    out.warning.sort((a, b) => a - b);
+    return out;
+  });
+}
+
+/** GET `path` from the server with `accept-encoding` as given; the raw (still encoded) body and headers. */
+function rawGet(path, acceptEncoding) {
+  return new Promise((ok, fail) => {
+    const headers = acceptEncoding ? { 'accept-encoding': acceptEncoding } : {};
+    const req = request(new URL(path, origin), { headers }, (res) => {
+      const chunks = [];
+      res.on('data', (c) => chunks.push(c));
+      res.on('end', () => ok({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks) }));
+      res.on('error', fail);
+    });
+    req.on('error', fail);
+    req.end();
+  });
 }
 
 async function pageDecisions() {
@@ -175,7 +246,7 @@ describe('the playground in Chromium', () => {
       const path = ex.document;
       const source = join(root, path);
       await openExample(ex.name);
-      assert.equal(await page.inputValue('#doc'), readFileSync(source, 'utf8'), `${ex.name}: the editor holds the file`);
+      assert.equal(await docText(), readFileSync(source, 'utf8'), `${ex.name}: the editor holds the file`);
       assert.equal(await page.getAttribute('body', 'data-doc-sha256'), sha256(readFileSync(source)), `${ex.name}: the module hashed the same bytes`);
 
       const env = cli(['envelope', path]);
@@ -206,42 +277,24 @@ describe('the playground in Chromium', () => {
     assert.ok(lint.findings.length >= 8, 'broken has its findings');
     const errorLines = [...new Set(lint.findings.filter((f) => f.severity === 'error').map((f) => f.line))].sort((a, b) => a - b);
     const warningOnly = [...new Set(lint.findings.map((f) => f.line))].filter((l) => !errorLines.includes(l)).sort((a, b) => a - b);
-    const gutter = await page.$$eval('#gutter .gl', (els) => ({
-      error: els.filter((e) => e.classList.contains('has-error')).map((e) => Number(e.dataset.line)),
-      warning: els.filter((e) => e.classList.contains('has-warning')).map((e) => Number(e.dataset.line)),
-    }));
-    assert.deepEqual(gutter.error, errorLines, 'the gutter marks the error lines');
-    assert.deepEqual(gutter.warning, warningOnly, 'the gutter marks the warning lines');
-    const text = readFileSync(join(root, 'examples/broken/runbook.yaml'), 'utf8').split('\n');
+    assert.deepEqual(await gutterMarks(), { error: errorLines, warning: warningOnly }, 'the lint gutter marks the error and warning lines');
+    // Every finding is underlined (or pointed at, past the end of its line) from its line and column.
+    const drawn = await drawnDiagnostics();
     for (const f of lint.findings) {
-      // The highlighted line shows the mark under the character at the finding's column.
-      const mark = await page.$eval(`#backdrop .bl[data-line="${f.line}"] mark[data-column="${f.column}"]`, (m) => ({
-        text: m.textContent,
-        before: [...m.parentElement.childNodes].slice(0, [...m.parentElement.childNodes].indexOf(m)).map((n) => n.textContent).join(''),
-      }));
-      const chars = Array.from(text[f.line - 1] ?? '');
-      assert.equal(mark.text, chars[f.column - 1] ?? ' ', `${f.code}: the mark sits on column ${f.column} of line ${f.line}`);
-      assert.equal(Array.from(mark.before).length, f.column - 1, `${f.code}: ${f.column - 1} characters before the mark`);
+      assert.ok(drawn.some((d) => d.line === f.line && d.column === f.column && d.severity === f.severity), `${f.code}: an ${f.severity} diagnostic at ${f.line}:${f.column} (drawn: ${JSON.stringify(drawn)})`);
     }
-    // The marks line up with the text: the mark's box starts where the text before it ends.
+    // Hovering the underline shows the module's message.
     const undeclared = lint.findings.find((f) => f.code === 'undeclared-tool');
-    const geometry = await page.$eval(`#backdrop .bl[data-line="${undeclared.line}"]`, (row) => {
-      const mark = row.querySelector('mark');
-      const range = document.createRange();
-      range.setStart(row.firstChild, 0);
-      range.setEnd(row.firstChild, row.firstChild.length);
-      return { textEnd: range.getBoundingClientRect().right, markStart: mark.getBoundingClientRect().left };
-    });
-    assert.ok(Math.abs(geometry.textEnd - geometry.markStart) < 1, 'the mark follows the text before it');
+    const mark = page.locator('#editor .cm-lintRange-error', { hasText: 'drop-tabel' }).first();
+    await mark.hover();
+    const tip = page.locator('.cm-tooltip-lint');
+    await tip.waitFor({ timeout: 10_000 });
+    assert.ok((await tip.textContent()).includes(undeclared.message), 'the tooltip shows the finding\'s message');
+    await page.mouse.move(0, 0);
     // A finding is one keyboard action away: its button puts the caret at its line and column.
     await page.focus(`#findings li[data-code="${undeclared.code}"] button.jump`);
     await page.keyboard.press('Enter');
-    const caret = await page.evaluate(() => {
-      const ta = document.getElementById('doc');
-      const before = ta.value.slice(0, ta.selectionStart).split('\n');
-      return { focused: document.activeElement === ta, line: before.length, column: Array.from(before.at(-1)).length + 1 };
-    });
-    assert.deepEqual(caret, { focused: true, line: undeclared.line, column: undeclared.column });
+    assert.deepEqual(await caret(), { focused: true, line: undeclared.line, column: undeclared.column });
     assert.match(await page.textContent('#caret-findings'), /undeclared-tool/);
     assert.match(await page.textContent('#envelope-none'), /No envelope/);
   });
@@ -381,9 +434,9 @@ describe('the playground in Chromium', () => {
 
   test('a shareable link carries the document in its fragment, and opens it', async () => {
     await openExample('read-only-investigation');
-    const edited = `${await page.inputValue('#doc')}# édité ✓\n`;
-    await afterUpdate(() => page.fill('#doc', edited));
-    const text = await page.inputValue('#doc');
+    const edited = `${await docText()}# édité ✓\n`;
+    await afterUpdate(() => setDoc(edited));
+    const text = await docText();
     const envelope = await page.textContent('#envelope');
     await page.click('#share');
     const link = await page.inputValue('#share-url');
@@ -397,7 +450,7 @@ describe('the playground in Chromium', () => {
     other.on('request', (r) => seen.push(r.url()));
     await other.goto(link);
     await other.waitForSelector('body[data-ready="yes"]');
-    assert.equal(await other.inputValue('#doc'), text);
+    assert.equal(await docText(other), text);
     assert.equal(await other.textContent('#envelope'), envelope);
     assert.ok(seen.every((u) => !u.includes(url.hash.slice(5))), 'the document never appears in a request');
     await other.close();
@@ -475,10 +528,147 @@ describe('the playground in Chromium', () => {
 
   test('undeclared tools are flagged in the picture', async () => {
     const yaml = 'runbook_id: flagged\nversion: 1.0.0\ncapabilities: [db.read]\nsteps:\n  - id: read\n    tool: db.read\n  - id: write\n    tool: db.wirte\n    next: done\nterminals: [done]\n';
-    await afterUpdate(() => page.fill('#doc', yaml));
+    await afterUpdate(() => setDoc(yaml));
     assert.equal(await page.textContent('#picture g.step[data-step="write"] text.undeclared'), 'undeclared tool: db.wirte');
     assert.ok(await page.$('#picture g.step.has-undeclared[data-step="write"]'));
     const listed = readdirSync(DIST);
     assert.ok(listed.includes('policy.wasm') && listed.includes('module.sha256'));
+  });
+  test('inline diagnostics: a document with a known error, typed, is underlined at its line and column with the message', async () => {
+    await page.setViewportSize({ width: 1280, height: 1000 });
+    const yaml = 'runbook_id: typo\nversion: 1.0.0\ncapabilities: [db.read]\nsteps:\n  - id: read\n    tool: db.read\n    nxet: done\nterminals: [done]\n';
+    await afterUpdate(() => setDoc(yaml));
+    const file = join(mkdtempSync(join(tmpdir(), 'runbook-playground-doc-')), 'runbook.yaml');
+    writeFileSync(file, yaml);
+    const lint = JSON.parse(cli(['lint', '--format', 'json', file]).stdout.toString('utf8'));
+    rmSync(dirname(file), { recursive: true, force: true });
+    const unknown = lint.findings.find((f) => f.code === 'unknown-field');
+    assert.ok(unknown, `lint reports the misspelt field (${JSON.stringify(lint.findings)})`);
+    assert.equal(unknown.line, 7);
+    const drawn = await drawnDiagnostics();
+    const at = drawn.find((d) => d.line === unknown.line && d.column === unknown.column);
+    assert.ok(at, `a diagnostic at ${unknown.line}:${unknown.column} (drawn: ${JSON.stringify(drawn)})`);
+    assert.equal(at.severity, unknown.severity);
+    assert.equal(at.text, 'nxet', 'the underline covers the misspelt key');
+    await page.locator('#editor .cm-lintRange', { hasText: 'nxet' }).first().hover();
+    const tip = page.locator('.cm-tooltip-lint');
+    await tip.waitFor({ timeout: 10_000 });
+    assert.ok((await tip.textContent()).includes(unknown.message), 'the message on hover');
+    await page.mouse.move(0, 0);
+    // Typing the fix by keyboard clears the diagnostic.
+    await page.evaluate(() => {
+      const v = globalThis.playground.editor;
+      const from = v.state.doc.toString().indexOf('nxet');
+      v.dispatch({ selection: { anchor: from, head: from + 4 } });
+      v.focus();
+    });
+    await afterUpdate(() => page.keyboard.type('next'));
+    assert.equal((await drawnDiagnostics()).filter((d) => d.line === 7).length, 0, 'fixed, no diagnostic on line 7');
+    assert.equal(await page.getAttribute('#lint-summary', 'data-kind'), 'ok');
+  });
+
+  test('the picture is never clipped: every box inside the viewBox, the SVG scaled to its frame, at 1280 and 390 px', async () => {
+    for (const width of [1280, 390]) {
+      await page.setViewportSize({ width, height: 900 });
+      for (const ex of examples) {
+        await openExample(ex.name);
+        if (!(await page.$('#picture svg'))) continue;
+        const r = await page.evaluate(() => {
+          const svg = document.querySelector('#picture svg');
+          const vb = svg.viewBox.baseVal;
+          const inside = (b) => b.x >= vb.x - 0.5 && b.y >= vb.y - 0.5 && b.x + b.width <= vb.x + vb.width + 0.5 && b.y + b.height <= vb.y + vb.height + 0.5;
+          const out = [];
+          for (const n of svg.querySelectorAll('g.node, g.labels text, path.edge')) {
+            const b = n.getBBox();
+            if (!inside(b)) out.push(`${n.getAttribute('class')} ${n.dataset.step ?? n.dataset.terminal ?? n.textContent ?? ''} ${JSON.stringify([b.x, b.y, b.width, b.height])}`);
+          }
+          const frame = document.getElementById('picture');
+          const s = svg.getBoundingClientRect();
+          const f = frame.getBoundingClientRect();
+          return { out, nodes: svg.querySelectorAll('g.node').length, vb: [vb.x, vb.y, vb.width, vb.height], svgWidth: s.width, frameWidth: frame.clientWidth, left: s.left - f.left, scrolls: getComputedStyle(frame).overflowX };
+        });
+        assert.ok(r.nodes > 0, `${ex.name} at ${width}px: boxes drawn`);
+        assert.deepEqual(r.out, [], `${ex.name} at ${width}px: everything inside the viewBox ${JSON.stringify(r.vb)}`);
+        assert.ok(r.svgWidth <= r.frameWidth + 1 && r.left >= -1, `${ex.name} at ${width}px: the SVG (${r.svgWidth}px) fits its frame (${r.frameWidth}px)`);
+        assert.equal(r.scrolls, 'auto', 'the frame scrolls if anything is taller');
+      }
+    }
+    await page.setViewportSize({ width: 1500, height: 1000 });
+  });
+
+  test('compression: gzip for the JavaScript and the component, fewer bytes for the page, the same bytes once decoded', async (t) => {
+    const files = ['/', 'app.mjs', 'jco/policy.js', 'policy.wasm', 'style.css', 'module.sha256', 'cores.json', 'examples.json'];
+    let plain = 0;
+    let gzip = 0;
+    let chromiumLike = 0;
+    const rows = [];
+    for (const f of files) {
+      const id = await rawGet(f, 'identity');
+      const gz = await rawGet(f, 'gzip');
+      const br = await rawGet(f, 'gzip, deflate, br, zstd');
+      assert.equal(id.status, 200, f);
+      assert.equal(id.headers['content-encoding'], undefined, `${f}: identity when asked`);
+      assert.equal(gz.headers['content-type'], id.headers['content-type'], `${f}: the same content type`);
+      if (['app.mjs', 'jco/policy.js', 'policy.wasm'].includes(f)) {
+        assert.equal(gz.headers['content-encoding'], 'gzip', `${f}: gzip`);
+        assert.match(gz.headers.vary ?? '', /accept-encoding/i, `${f}: Vary: Accept-Encoding`);
+      }
+      const decoded = gz.headers['content-encoding'] === 'gzip' ? (await import('node:zlib')).gunzipSync(gz.body) : gz.body;
+      assert.ok(decoded.equals(id.body), `${f}: the same bytes once decoded`);
+      plain += id.body.length;
+      gzip += gz.body.length;
+      chromiumLike += br.body.length;
+      rows.push(`${f} ${id.body.length} -> ${gz.body.length} gzip, ${br.body.length} ${br.headers['content-encoding'] ?? 'identity'}`);
+    }
+    assert.equal((await rawGet('app.mjs', 'identity')).headers['content-type'], 'text/javascript; charset=utf-8');
+    assert.equal((await rawGet('policy.wasm', 'gzip')).headers['content-type'], 'application/wasm');
+    assert.ok(gzip < plain && chromiumLike < plain, 'compressed is smaller');
+    measurements.page_bytes_uncompressed = plain;
+    measurements.page_bytes_gzip = gzip;
+    measurements.page_bytes_as_chromium_asks = chromiumLike;
+    t.diagnostic(`the page's files: ${plain} bytes uncompressed, ${gzip} with gzip (${Math.round((100 * gzip) / plain)}%), ${chromiumLike} as Chromium asks (${Math.round((100 * chromiumLike) / plain)}%): ${rows.join('; ')}`);
+  });
+
+  test('the server refuses what is not a file of the page', async () => {
+    for (const bad of ['/../Cargo.toml', '/%2e%2e/Cargo.toml', '/.hidden', '/jco/../../Cargo.toml', '/nope.js']) {
+      assert.equal((await rawGet(bad, 'gzip')).status, 404, bad);
+    }
+  });
+
+  test('accessibility: axe-core finds no serious or critical violation', async (t) => {
+    await page.setViewportSize({ width: 1280, height: 1000 });
+    const found = [];
+    for (const name of ['rotate-credentials', 'broken']) {
+      await openExample(name);
+      // Injected through the DevTools protocol, which the page's Content-Security-Policy does not govern.
+      await page.evaluate(AXE);
+      const violations = await page.evaluate(async () => (await globalThis.axe.run(document, { resultTypes: ['violations'] })).violations
+        .map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => n.target.join(' ')).slice(0, 5) })));
+      for (const v of violations) t.diagnostic(`${name}: ${v.impact} ${v.id}: ${v.help} (${v.nodes.join(', ')})`);
+      found.push(...violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => ({ example: name, ...v })));
+    }
+    assert.deepEqual(found, []);
+    await page.setViewportSize({ width: 1500, height: 1000 });
+  });
+
+  test('screenshots at a desktop and a phone width', async () => {
+    await page.setViewportSize({ width: 1280, height: 900 });
+    await openExample('rotate-credentials');
+    await page.evaluate(() => {
+      document.activeElement?.blur();
+      window.scrollTo(0, 0);
+    });
+    const desktop = await page.screenshot({ path: join(SCREENSHOTS, 'screenshot-desktop.png'), animations: 'disabled' });
+    await page.setViewportSize({ width: 390, height: 844 });
+    await openExample('broken');
+    await page.locator('#editor').scrollIntoViewIfNeeded();
+    await page.locator('#editor .cm-lintRange-error', { hasText: 'drop-tabel' }).first().hover();
+    await page.locator('.cm-tooltip-lint').waitFor({ timeout: 10_000 });
+    const phone = await page.screenshot({ path: join(SCREENSHOTS, 'screenshot-phone.png'), animations: 'disabled' });
+    await page.mouse.move(0, 0);
+    measurements.screenshot_desktop_bytes = desktop.length;
+    measurements.screenshot_phone_bytes = phone.length;
+    assert.ok(desktop.length > 20_000 && phone.length > 20_000);
+    await page.setViewportSize({ width: 1500, height: 1000 });
   });
 });

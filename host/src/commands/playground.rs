@@ -1,22 +1,32 @@
 //! `runbook-host playground`: serves the envelope playground (`playground/dist`, made by `playground/build`)
 //! on 127.0.0.1.
 //!
-//! A deliberately small static file server on `std::net`: GET and HEAD only, one request per connection,
-//! files of one directory (no `..`, no backslash, no hidden names, nothing that resolves outside it), a fixed
-//! table of content types. The page does every computation itself, in the browser, with the same component
-//! this binary embeds: the server refuses to start when the directory was built from a different component
-//! (its `module.sha256`, and the sha256 of the `policy.wasm` the page will load, must both equal
-//! `runbook_host::module_sha256()`).
+//! A static file server on axum (hyper, HTTP/1.1 with keep-alive) with tower-http's compression (gzip or
+//! brotli, as the browser asks; the JavaScript and the component shrink to about a third): GET and HEAD
+//! only, files of one directory (no `..`, no backslash, no hidden names, nothing that resolves outside it,
+//! a symlink included), a fixed table of content types, only the server's own names in `Host`. The page
+//! does every computation itself, in the browser, with the same component this binary embeds: the server
+//! refuses to start when the directory was built from a different component (its `module.sha256`, and the
+//! sha256 of the `policy.wasm` the page will load, must both equal `runbook_host::module_sha256()`).
 
 use anyhow::{Context, Result};
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use axum::Router;
 use sha2::{Digest, Sha256};
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::future::Future;
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tower_http::compression::CompressionLayer;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -26,7 +36,8 @@ pub struct Args {
     /// The port on 127.0.0.1; 0 picks a free one (the URL printed on stdout names it)
     #[arg(long, default_value_t = 0)]
     pub port: u16,
-    /// How long a connection may stay open to send its request or take its response, e.g. `10s`, `500ms`
+    /// How long a connection may stay idle (no byte of a request or a response moving) before it is
+    /// closed, e.g. `10s`, `500ms`
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub open_timeout: Duration,
 }
@@ -50,11 +61,6 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// At most this many connections are served at once; more wait in the listen queue.
-const MAX_CONNECTIONS: usize = 64;
-/// A request head longer than this is refused.
-const MAX_HEAD: usize = 16 * 1024;
-
 pub fn run(args: Args) -> Result<ExitCode> {
     let root = match std::fs::canonicalize(&args.dir) {
         Ok(r) if r.is_dir() => r,
@@ -69,27 +75,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
 
-    let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, args.port)).with_context(|| format!("cannot listen on 127.0.0.1:{}", args.port))?;
-    let port = listener.local_addr()?.port();
-    outln!("http://127.0.0.1:{port}/");
-    std::io::stdout().flush()?;
-    eprintln!("serving {} (module {}); Ctrl-C stops", args.dir.display(), runbook_host::module_sha256());
-
-    let root = Arc::new(root);
-    let active = Arc::new(AtomicUsize::new(0));
-    for stream in listener.incoming() {
-        let Ok(stream) = stream else { continue };
-        while active.load(Ordering::SeqCst) >= MAX_CONNECTIONS {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        active.fetch_add(1, Ordering::SeqCst);
-        let (root, active, timeout) = (Arc::clone(&root), Arc::clone(&active), args.open_timeout);
-        std::thread::spawn(move || {
-            let _ = serve(stream, &root, port, timeout);
-            active.fetch_sub(1, Ordering::SeqCst);
-        });
-    }
-    Ok(ExitCode::SUCCESS)
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, args.port))
+            .await
+            .with_context(|| format!("cannot listen on 127.0.0.1:{}", args.port))?;
+        let port = listener.local_addr()?.port();
+        outln!("http://127.0.0.1:{port}/");
+        std::io::stdout().flush()?;
+        eprintln!("serving {} (module {}); Ctrl-C stops", args.dir.display(), runbook_host::module_sha256());
+        let app = Router::new().fallback(serve).with_state(Arc::new(Site { root, port })).layer(CompressionLayer::new());
+        axum::serve(IdleLimited { inner: listener, idle: args.open_timeout }, app).await.context("serving the playground")?;
+        Ok(ExitCode::SUCCESS)
+    })
 }
 
 /// Whether `dir` was built from the component this binary embeds.
@@ -108,95 +106,143 @@ fn check_component(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-struct Response {
-    status: &'static str,
-    headers: Vec<(&'static str, String)>,
-    body: Vec<u8>,
+/// What the handler serves: the page's directory (canonical) and the port of the server's own names.
+struct Site {
+    root: PathBuf,
+    port: u16,
 }
 
-impl Response {
-    fn error(status: &'static str) -> Response {
-        Response { status, headers: vec![("Content-Type", "text/plain; charset=utf-8".into())], body: format!("{status}\n").into_bytes() }
-    }
+fn plain(status: StatusCode) -> Response {
+    let mut r = Response::new(Body::from(format!("{status}\n")));
+    *r.status_mut() = status;
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    r
 }
 
-fn serve(stream: TcpStream, root: &Path, port: u16, timeout: Duration) -> std::io::Result<()> {
-    stream.set_read_timeout(Some(timeout))?;
-    stream.set_write_timeout(Some(timeout))?;
-    let mut reader = BufReader::new(stream.try_clone()?.take(MAX_HEAD as u64));
-    let mut head = Vec::new();
-    let complete = loop {
-        let before = head.len();
-        if reader.read_until(b'\n', &mut head)? == 0 {
-            break false;
-        }
-        let line = &head[before..];
-        if line == b"\r\n" || line == b"\n" {
-            break true;
-        }
-    };
-    let mut stream = stream;
-    if !complete {
-        if head.len() >= MAX_HEAD {
-            return write_response(&mut stream, false, Response::error("431 Request Header Fields Too Large"));
-        }
-        return Ok(());
-    }
-    let (response, is_head) = respond(&head, root, port);
-    write_response(&mut stream, is_head, response)
+/// The one handler: a file of the page, or a refusal. Every answer carries the same security headers.
+async fn serve(State(site): State<Arc<Site>>, req: Request) -> Response {
+    let mut r = answer(&site, req).await;
+    let h = r.headers_mut();
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    r
 }
 
-fn write_response(stream: &mut TcpStream, is_head: bool, r: Response) -> std::io::Result<()> {
-    let mut out = format!("HTTP/1.1 {}\r\nContent-Length: {}\r\nConnection: close\r\n", r.status, r.body.len());
-    for (k, v) in &r.headers {
-        out.push_str(&format!("{k}: {v}\r\n"));
-    }
-    out.push_str("X-Content-Type-Options: nosniff\r\nReferrer-Policy: no-referrer\r\nCache-Control: no-cache\r\n\r\n");
-    stream.write_all(out.as_bytes())?;
-    if !is_head {
-        stream.write_all(&r.body)?;
-    }
-    stream.flush()?;
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    Ok(())
-}
-
-/// The response to one request head; the bool says whether it was a HEAD request.
-fn respond(head: &[u8], root: &Path, port: u16) -> (Response, bool) {
-    let Ok(head) = std::str::from_utf8(head) else { return (Response::error("400 Bad Request"), false) };
-    let mut lines = head.split("\r\n").flat_map(|l| l.split('\n'));
-    let request_line = lines.next().unwrap_or("");
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target), Some(version), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-        return (Response::error("400 Bad Request"), false);
-    };
-    if !version.starts_with("HTTP/1.") {
-        return (Response::error("505 HTTP Version Not Supported"), false);
-    }
-    let is_head = method == "HEAD";
-    if method != "GET" && !is_head {
-        let mut r = Response::error("405 Method Not Allowed");
-        r.headers.push(("Allow", "GET, HEAD".into()));
-        return (r, false);
+async fn answer(site: &Site, req: Request) -> Response {
+    // Only the head: the body of a GET is ignored, and what is held across an await must be Send.
+    let (req, _) = req.into_parts();
+    if req.method != Method::GET && req.method != Method::HEAD {
+        let mut r = plain(StatusCode::METHOD_NOT_ALLOWED);
+        r.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
     }
     // Only names of this server are served (a page elsewhere cannot rebind its own name to 127.0.0.1 to read
     // these files); a request without Host (HTTP/1.0) is local by construction.
-    let host = lines.filter_map(|l| l.split_once(':')).find(|(k, _)| k.trim().eq_ignore_ascii_case("host")).map(|(_, v)| v.trim());
-    if let Some(host) = host {
-        let ok = [format!("127.0.0.1:{port}"), format!("localhost:{port}")].iter().any(|h| h.eq_ignore_ascii_case(host));
+    if let Some(host) = req.headers.get(header::HOST) {
+        let names = [format!("127.0.0.1:{}", site.port), format!("localhost:{}", site.port)];
+        let ok = host.to_str().is_ok_and(|host| names.iter().any(|n| n.eq_ignore_ascii_case(host.trim())));
         if !ok {
-            return (Response::error("421 Misdirected Request"), is_head);
+            return plain(StatusCode::MISDIRECTED_REQUEST);
         }
     }
-    match resolve(root, target) {
-        Some(path) => match std::fs::read(&path) {
-            Ok(body) => {
-                let headers = vec![("Content-Type", content_type(&path).to_string())];
-                (Response { status: "200 OK", headers, body }, is_head)
+    let Some(path) = resolve(&site.root, req.uri.path()) else { return plain(StatusCode::NOT_FOUND) };
+    let read = tokio::task::spawn_blocking({
+        let path = path.clone();
+        move || std::fs::read(path)
+    });
+    match read.await {
+        Ok(Ok(body)) => {
+            let mut r = Response::new(Body::from(body));
+            r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type(&path)));
+            r
+        }
+        _ => plain(StatusCode::NOT_FOUND),
+    }
+}
+
+/// The listener, each of whose connections is closed once it has been idle (no byte read or written) for
+/// `idle`.
+struct IdleLimited {
+    inner: tokio::net::TcpListener,
+    idle: Duration,
+}
+
+impl axum::serve::Listener for IdleLimited {
+    type Io = IdleLimitedIo;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
+        (IdleLimitedIo { io, idle: self.idle, deadline: Box::pin(tokio::time::sleep(self.idle)) }, addr)
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.inner.local_addr()
+    }
+}
+
+struct IdleLimitedIo {
+    io: tokio::net::TcpStream,
+    idle: Duration,
+    deadline: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl IdleLimitedIo {
+    /// After a poll of the stream: progress moves the deadline on; no progress past the deadline is an error
+    /// (and, before it, registers the task to be woken when it passes).
+    fn after<T>(&mut self, cx: &mut TaskContext<'_>, polled: Poll<std::io::Result<T>>, progress: impl Fn(&T) -> bool) -> Poll<std::io::Result<T>> {
+        match polled {
+            Poll::Ready(Ok(v)) => {
+                if progress(&v) {
+                    self.deadline.as_mut().reset(tokio::time::Instant::now() + self.idle);
+                }
+                Poll::Ready(Ok(v))
             }
-            Err(_) => (Response::error("404 Not Found"), is_head),
-        },
-        None => (Response::error("404 Not Found"), is_head),
+            Poll::Pending => match self.deadline.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the connection was idle too long"))),
+                Poll::Pending => Poll::Pending,
+            },
+            err => err,
+        }
+    }
+}
+
+impl AsyncRead for IdleLimitedIo {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
+        let grew = buf.filled().len() > before;
+        this.after(cx, polled, |_: &()| grew)
+    }
+}
+
+impl AsyncWrite for IdleLimitedIo {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write(cx, data);
+        this.after(cx, polled, |n: &usize| *n > 0)
+    }
+
+    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.after(cx, polled, |n: &usize| *n > 0)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.io).poll_flush(cx);
+        this.after(cx, polled, |_: &()| false)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
@@ -274,6 +320,10 @@ mod tests {
         std::fs::write(root.join("index.html"), "i").unwrap();
         std::fs::write(root.join("sub/a.js"), "a").unwrap();
         std::fs::write(root.join(".hidden"), "h").unwrap();
+        let outside = std::env::temp_dir().join(format!("runbook-host-playground-unit-outside-{}", std::process::id()));
+        std::fs::write(&outside, "o").unwrap();
+        let _ = std::fs::remove_file(root.join("out.js"));
+        std::os::unix::fs::symlink(&outside, root.join("out.js")).unwrap();
         let root = std::fs::canonicalize(&root).unwrap();
         assert_eq!(resolve(&root, "/"), Some(root.join("index.html")));
         assert_eq!(resolve(&root, "/sub/a.js?x=1"), Some(root.join("sub/a.js")));
@@ -281,6 +331,8 @@ mod tests {
         for bad in ["/../etc/passwd", "/sub/../index.html", "/%2e%2e/x", "/sub\\a.js", "/sub%5ca.js", "/.hidden", "//etc/passwd", "x", "/sub", "/%zz", "/%00"] {
             assert_eq!(resolve(&root, bad), None, "{bad}");
         }
+        assert_eq!(resolve(&root, "/out.js"), None, "a symlink that leads out of the directory");
         let _ = std::fs::remove_dir_all(&root);
+        let _ = std::fs::remove_file(&outside);
     }
 }
