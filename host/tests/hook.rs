@@ -58,29 +58,6 @@ fn answer(run_dir: &Path, granted: bool) {
     approvals::answer(run_dir, &p[0].id, "alice", granted, &p[0].call_sha256).unwrap();
 }
 
-/// Runs `runbook-host approve RUN STEP` on a pseudo-terminal (`script` from util-linux) and answers `y`,
-/// as a human in another terminal would.
-fn approve_on_a_terminal(runs: &Path, run_id: &str, step: &str) {
-    let cmd = format!("{} approve {run_id} {step} --runs {}", env!("CARGO_BIN_EXE_runbook-host"), runs.display());
-    let mut child = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("script(1) from util-linux (bsdutils)");
-    let mut stdin = child.stdin.take().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    let _ = stdin.write_all(b"y\n");
-    let _ = stdin.flush();
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    drop(stdin);
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "approve on a terminal: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let p = approvals::pending(&runs.join(run_id)).unwrap();
-    assert!(p.is_empty(), "the request is still pending after the human's yes: {p:?}");
-}
-
 #[test]
 fn a_scripted_session_through_the_credential_rotation() {
     let w = work("scripted");

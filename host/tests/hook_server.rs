@@ -5,7 +5,7 @@
 
 use serde_json::{json, Value};
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -191,26 +191,6 @@ fn denials(w: &Work, send: Send, s: &str) {
     assert_eq!(send(failed).code, 0);
     assert_eq!(send(base(s, "Stop")).code, 0);
     assert_eq!(send(base(s, "SessionEnd")).code, 0);
-}
-
-/// Runs `runbook-host approve RUN STEP` on a pseudo-terminal (`script` from util-linux) and answers `y`.
-fn approve_on_a_terminal(runs: &Path, run_id: &str, step: &str) {
-    let cmd = format!("{BIN} approve {run_id} {step} --runs {}", runs.display());
-    let mut child = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("script(1)");
-    let mut stdin = child.stdin.take().unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    let _ = stdin.write_all(b"y\n");
-    let _ = stdin.flush();
-    std::thread::sleep(Duration::from_millis(500));
-    drop(stdin);
-    let o = child.wait_with_output().unwrap();
-    assert!(o.status.success(), "approve: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
 }
 
 /// What must be the same in both modes: every decision line, and the report with the run's own
@@ -469,4 +449,38 @@ fn one_server_per_runs_directory() {
     let o = Command::new(BIN).args(["hook", "serve", "--port", "0", "--runbook", "runbook.yaml"]).current_dir(&w.0).output().unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("a hook server already serves"), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_session_start_with_other_options_replaces_the_server_and_its_sessions_go_on() {
+    // The server mode's SessionStart is `hook --port P ...`: it starts the server when none answers, uses
+    // the one that answers with the same options, and replaces one started with other options (an
+    // `install` since), whose open sessions resume in the new one.
+    let w = work("srv-options");
+    let port = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port().to_string();
+    let via = |extra: &[&str], payload: Value| {
+        let mut args = vec!["--port", port.as_str()];
+        args.extend_from_slice(extra);
+        w.hook_with(&args, payload.to_string().as_bytes())
+    };
+    let pid = || -> u64 {
+        let v: Value = serde_json::from_slice(&std::fs::read(w.runs().join(".hook/server/server.json")).unwrap()).unwrap();
+        v["pid"].as_u64().unwrap()
+    };
+    let get = bash("kubectl -n payments get pods");
+    let o = via(&[], start("s1"));
+    assert!(o.code == 0 && o.stdout.contains("supervising"), "{}", o.stderr);
+    let first = pid();
+    allowed(via(&[], pre("s1", "Bash", get.clone(), "o1")));
+    assert_eq!(via(&[], start("s2")).code, 0);
+    assert_eq!(pid(), first, "the same options: the same server");
+    assert_eq!(via(&["--keep-working"], start("s3")).code, 0);
+    let second = pid();
+    assert_ne!(second, first, "other options: a new server");
+    allowed(via(&["--keep-working"], pre("s1", "Bash", get, "o2")));
+    assert_eq!(w.events("s1").len(), 3, "s1 went on in the new server");
+    let stop = Command::new(BIN).args(["hook", "stop"]).current_dir(&w.0).output().unwrap();
+    assert!(stop.status.success(), "{}", String::from_utf8_lossy(&stop.stderr));
+    let log = std::fs::read_to_string(w.runs().join(".hook/server/log")).unwrap();
+    assert!(log.contains("resumed session s1"), "{log}");
 }

@@ -133,3 +133,26 @@ pub fn allowed(o: Out) {
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.denied().is_none(), "denied: {}", o.stdout);
 }
+
+/// Runs `runbook-host approve RUN STEP` on a pseudo-terminal (`script` from util-linux) and answers `y`,
+/// as a human in another terminal would.
+pub fn approve_on_a_terminal(runs: &Path, run_id: &str, step: &str) {
+    let cmd = format!("{BIN} approve {run_id} {step} --runs {}", runs.display());
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux (bsdutils)");
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let _ = stdin.write_all(b"y\n");
+    let _ = stdin.flush();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "approve on a terminal: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let p = runbook_host::approvals::pending(&runs.join(run_id)).unwrap();
+    assert!(p.is_empty(), "the request is still pending after the human's yes: {p:?}");
+}

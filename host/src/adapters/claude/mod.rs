@@ -125,6 +125,29 @@ pub struct Config {
     pub settings: Vec<PathBuf>,
 }
 
+impl Config {
+    /// A digest of every option that changes a decision: a server started with other options is not
+    /// the server this configuration asks for (see [`server::ensure`]).
+    pub fn fingerprint(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let text = format!(
+            "{:?}",
+            (
+                &self.runbook,
+                &self.registry,
+                &self.runs,
+                self.profile,
+                self.keep_working,
+                self.lock_timeout,
+                &self.allowed_signers,
+                &self.allowlist,
+                &self.settings
+            )
+        );
+        hex::encode(Sha256::digest(text.as_bytes()))
+    }
+}
+
 /// Timings of one hook process's work (printed with RUNBOOK_HOOK_TIMING=1, read by the benchmark).
 #[derive(Default, Debug)]
 pub struct Timing {

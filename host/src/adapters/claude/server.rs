@@ -130,6 +130,8 @@ struct Shared {
     port: u16,
     runs: PathBuf,
     started: String,
+    /// [`Config::fingerprint`] of the options it decides with.
+    config: String,
     sessions: Mutex<HashMap<String, Arc<Mutex<Slot>>>>,
     shutdown: tokio::sync::Notify,
     decided: std::sync::atomic::AtomicU64,
@@ -319,6 +321,7 @@ impl Shared {
             "port": self.port,
             "runs": self.runs.to_string_lossy(),
             "started": self.started,
+            "config": self.config,
             "decided": self.decided.load(std::sync::atomic::Ordering::Relaxed),
             "sessions": sessions,
         })
@@ -425,8 +428,10 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, ready: impl FnOnce(u16
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
         let port = listener.local_addr()?.port();
         let runs = cfg.runs.canonicalize().unwrap_or_else(|_| cfg.runs.clone());
+        let config = cfg.fingerprint();
         let shared = Arc::new(Shared {
             policy,
+            config,
             cfg,
             token,
             port,
@@ -489,20 +494,29 @@ impl Client {
 
     /// Whether this server answers as the server of `runs`.
     pub fn serves(&self, runs: &Path) -> bool {
+        self.serving(runs).is_some()
+    }
+
+    /// The options digest of the server of `runs` answering here, if one does.
+    pub fn serving(&self, runs: &Path) -> Option<String> {
         let want = runs.canonicalize().unwrap_or_else(|_| runs.to_path_buf());
         match self.status() {
-            Ok((200, body)) => serde_json::from_str::<Value>(&body).is_ok_and(|v| v["runs"].as_str() == Some(&*want.to_string_lossy())),
-            _ => false,
+            Ok((200, body)) => serde_json::from_str::<Value>(&body)
+                .ok()
+                .filter(|v| v["runs"].as_str() == Some(&*want.to_string_lossy()))
+                .map(|v| v["config"].as_str().unwrap_or_default().to_string()),
+            _ => None,
         }
     }
 }
 
-/// Makes sure a server of `runs` answers on `port`, starting one with `start` when none does: under
-/// `start.lock`, so that two sessions starting at once never start two servers. Waits up to `wait` for
-/// the new server to answer.
-pub fn ensure(runs: &Path, port: u16, wait: Duration, start: impl FnOnce(&Path) -> Result<()>) -> Result<Client> {
+/// Makes sure a server of `runs` deciding with the options `config` (a [`Config::fingerprint`]) answers on
+/// `port`, starting one with `start` when none does: under `start.lock`, so that two sessions starting at
+/// once never start two servers. A server of `runs` started with other options (an `install` since, a
+/// changed permission rule) is stopped first: its open sessions resume in the new one. Waits up to `wait`.
+pub fn ensure(runs: &Path, port: u16, config: &str, wait: Duration, start: impl FnOnce(&Path) -> Result<()>) -> Result<Client> {
     let client = Client::new(runs, port, Duration::from_secs(30))?;
-    if client.serves(runs) {
+    if client.serving(runs).as_deref() == Some(config) {
         return Ok(client);
     }
     let dir = checked_server_dir(runs)?;
@@ -514,12 +528,22 @@ pub fn ensure(runs: &Path, port: u16, wait: Duration, start: impl FnOnce(&Path) 
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-    if client.serves(runs) {
-        return Ok(client);
+    match client.serving(runs) {
+        Some(c) if c == config => return Ok(client),
+        Some(_) => {
+            let _ = client.shutdown();
+            while client.serves(runs) || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                if Instant::now() > deadline {
+                    bail!("the hook server on 127.0.0.1:{port}, started with other options, did not stop within {} ms", wait.as_millis());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        None => {}
     }
     start(&dir.join("log"))?;
     while Instant::now() < deadline {
-        if client.serves(runs) {
+        if client.serving(runs).as_deref() == Some(config) {
             return Ok(client);
         }
         std::thread::sleep(Duration::from_millis(20));
