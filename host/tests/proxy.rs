@@ -978,3 +978,37 @@ fn latency_and_bundle_size() {
     println!("{line}");
     w.verify_all();
 }
+
+#[test]
+fn servers_from_an_mcp_config_file_whose_arguments_hold_dashes() {
+    // A server whose own arguments hold `--` cannot be given after `run REF --`: the command line splits
+    // there. In the `.mcp.json` shape it can: here `sh -c 'exec "$SERVER"' -- ignored`, the server's path
+    // in its `env` and a `${VAR:-default}` expanded.
+    let w = work("mcp-config");
+    let cfg = w.dir.join("mcp.json");
+    let config = json!({"mcpServers": {"everything": {
+        "command": "sh",
+        "args": ["-c", "exec \"$SERVER\"", "--", "ignored"],
+        "env": {"SERVER": everything()[0], "UNUSED": "${RUNBOOK_TEST_SURELY_UNSET:-fallback}"}
+    }}});
+    std::fs::write(&cfg, config.to_string()).unwrap();
+    let cmd = vec![BIN.to_string(), "run".into(), runbook("everything-tour.yaml"), "--mcp-config".into(), cfg.to_string_lossy().into_owned()];
+    let mut c = Client::new(&w, "test-agent", cmd);
+    c.init();
+    assert_eq!(c.list(), ["echo", "runbook_status", "runbook_advance"]);
+    let r = c.call("echo", json!({"message": "through the config"}));
+    assert_eq!(text(&r), "Echo: through the config");
+    assert_blocked(&c.call("get-env", json!({})), "undeclared-tool");
+    // Both ways at once, or a config the reader does not understand, start nothing.
+    let both = Command::new(BIN).args(["run", &runbook("everything-tour.yaml"), "--mcp-config", cfg.to_str().unwrap(), "--", "node"]).output().unwrap();
+    assert_eq!(both.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&both.stderr).contains("not both"), "{}", String::from_utf8_lossy(&both.stderr));
+    std::fs::write(&cfg, r#"{"mcpServers": {"remote": {"type": "http", "url": "https://example.invalid/mcp"}}}"#).unwrap();
+    let http = Command::new(BIN).args(["run", &runbook("everything-tour.yaml"), "--mcp-config", cfg.to_str().unwrap()]).stdin(Stdio::null()).output().unwrap();
+    assert_eq!(http.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&http.stderr).contains("mcpServers.remote.type: `http` servers are not supported"),
+        "{}",
+        String::from_utf8_lossy(&http.stderr)
+    );
+}

@@ -1,4 +1,4 @@
-//! `runbook-host run REF [options] -- SERVER CMD... [-- SERVER CMD...]`: the MCP stdio proxy (DESIGN 5,
+//! `runbook-host run REF [options] (--mcp-config FILE | -- SERVER CMD... [-- SERVER CMD...])`: the MCP stdio proxy (DESIGN 5,
 //! 9.23, 9.24). To the client it is one MCP server over stdio; it starts the servers as its children and
 //! feeds every tool call to the policy module, which alone decides. The proxy lives in the library (`runbook_host::adapters::mcp`).
 
@@ -47,6 +47,10 @@ pub struct Args {
     /// this `allowed_signers` file (ssh-keygen's format; keep it where the agent cannot write)
     #[arg(long, value_name = "FILE")]
     pub allowed_signers: Option<PathBuf>,
+    /// The servers from a configuration file in the shape MCP clients use (`.mcp.json`: `mcpServers`,
+    /// each with `command`, `args` and `env`; `${VAR}` expanded): a server's own arguments may hold `--`
+    #[arg(long, value_name = "FILE")]
+    pub mcp_config: Option<PathBuf>,
     /// The servers' command lines, each after `--`
     #[arg(last = true, value_name = "SERVER CMD")]
     pub servers: Vec<String>,
@@ -109,6 +113,16 @@ pub fn run(args: Args) -> Result<ExitCode> {
             bail!("`{n}` is not a usable server name (no dot, no space)");
         }
     }
+    let specs: Vec<proxy::ServerSpec> = match &args.mcp_config {
+        Some(path) => {
+            if !servers.is_empty() || !args.server_names.is_empty() {
+                bail!("give the servers either in --mcp-config or after `--` (with --server-name), not both");
+            }
+            let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the server configuration `{}`", path.display()))?;
+            proxy::config::parse(&text, &|k| std::env::var(k).ok()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
+        }
+        None => servers.into_iter().enumerate().map(|(i, argv)| proxy::ServerSpec { name: args.server_names.get(i).cloned(), argv, env: Vec::new() }).collect(),
+    };
     let signers = match &args.allowed_signers {
         Some(p) => Some(runbook_host::run::Signers::load(p).map_err(anyhow::Error::msg)?),
         None => None,
@@ -123,7 +137,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         profile: args.profile,
         risk_ceiling: args.risk_ceiling,
         list_allowlist: args.list == "allowlist",
-        servers: servers.into_iter().enumerate().map(|(i, argv)| proxy::ServerSpec { name: args.server_names.get(i).cloned(), argv }).collect(),
+        servers: specs,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
     let code = runtime.block_on(proxy::main(config));

@@ -10,6 +10,7 @@
 //! What it cannot see: anything that is not an MCP tool call through it (its coverage is `["shell"]`), so a
 //! runbook with destructive or irreversible work is refused by admission (seed 000).
 
+pub mod config;
 mod handler;
 mod status;
 mod upstream;
@@ -41,9 +42,12 @@ pub struct Config {
     pub signers: Option<Signers>,
 }
 
+#[derive(Debug, Clone)]
 pub struct ServerSpec {
     pub name: Option<String>,
     pub argv: Vec<String>,
+    /// Environment variables set for the server (from a configuration file's `env`).
+    pub env: Vec<(String, String)>,
 }
 
 /// The adapter's name in the bundle, and what it cannot see (published in the `start` claim).

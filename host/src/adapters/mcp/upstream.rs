@@ -38,9 +38,10 @@ fn sanitize(name: &str) -> String {
     }
 }
 
-async fn start_one(argv: &[String]) -> Result<(RunningService<RoleClient, ClientConfig>, Vec<Tool>), String> {
+async fn start_one(spec: &super::ServerSpec) -> Result<(RunningService<RoleClient, ClientConfig>, Vec<Tool>), String> {
+    let argv = &spec.argv;
     let mut cmd = tokio::process::Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
+    cmd.args(&argv[1..]).envs(spec.env.iter().map(|(k, v)| (k, v)));
     let transport = TokioChildProcess::new(cmd).map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
     let me = ClientConfig::new(ClientCapabilities::default(), Implementation::new("runbook-host", env!("CARGO_PKG_VERSION")));
     let service = tokio::time::timeout(START_TIMEOUT, me.serve(transport))
@@ -63,7 +64,7 @@ impl Upstream {
     pub async fn start(specs: &[super::ServerSpec], exited: mpsc::UnboundedSender<usize>) -> Result<Upstream, String> {
         let mut servers = Vec::new();
         for (i, spec) in specs.iter().enumerate() {
-            let (service, tools) = start_one(&spec.argv).await?;
+            let (service, tools) = start_one(spec).await?;
             let name = match &spec.name {
                 Some(n) => n.clone(),
                 None => {

@@ -1,0 +1,130 @@
+//! The upstream servers from a configuration file in the shape MCP clients already use (`.mcp.json`):
+//! `{"mcpServers": {"NAME": {"command": "...", "args": [...], "env": {...}}}}`. A server's own arguments
+//! may then hold `--`, which the command line's `-- SERVER CMD -- SERVER CMD` cannot say.
+//!
+//! `${VAR}` and `${VAR:-default}` in `command`, `args` and `env` values are expanded from the proxy's
+//! environment, as Claude Code does; a variable that is unset and has no default is an error, never an
+//! empty string. Servers are started in the order of their names. Only stdio servers (`type` absent or
+//! `"stdio"`): a `type: "http"` entry is refused, as is any key this reader does not know, so that nothing
+//! in the file is silently ignored.
+
+use super::ServerSpec;
+use serde_json::Value;
+
+/// Reads the servers of a configuration file's text; `lookup` reads an environment variable.
+pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<ServerSpec>, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let servers = v.get("mcpServers").and_then(Value::as_object).ok_or("no `mcpServers` object")?;
+    if servers.is_empty() {
+        return Err("`mcpServers` names no server".into());
+    }
+    let mut out = Vec::new();
+    for (name, s) in servers {
+        let at = format!("mcpServers.{name}");
+        if name.is_empty() || name.contains('.') || name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(format!("{at}: `{name}` is not a usable server name (no dot, no space)"));
+        }
+        let s = s.as_object().ok_or_else(|| format!("{at}: not an object"))?;
+        match s.get("type").map(|t| t.as_str()) {
+            None | Some(Some("stdio")) => {}
+            Some(Some(t)) => return Err(format!("{at}.type: `{t}` servers are not supported: only stdio servers (command, args, env)")),
+            Some(None) => return Err(format!("{at}.type: not a string")),
+        }
+        for k in s.keys() {
+            if !["type", "command", "args", "env"].contains(&k.as_str()) {
+                return Err(format!("{at}.{k}: not a key of a stdio server (command, args, env, type)"));
+            }
+        }
+        let command = s.get("command").and_then(Value::as_str).ok_or_else(|| format!("{at}.command: missing or not a string"))?;
+        let mut argv = vec![expand(command, lookup).map_err(|e| format!("{at}.command: {e}"))?];
+        if argv[0].is_empty() {
+            return Err(format!("{at}.command: empty"));
+        }
+        if let Some(args) = s.get("args") {
+            let args = args.as_array().ok_or_else(|| format!("{at}.args: not an array"))?;
+            for (i, a) in args.iter().enumerate() {
+                let a = a.as_str().ok_or_else(|| format!("{at}.args[{i}]: not a string"))?;
+                argv.push(expand(a, lookup).map_err(|e| format!("{at}.args[{i}]: {e}"))?);
+            }
+        }
+        let mut env = Vec::new();
+        if let Some(e) = s.get("env") {
+            let e = e.as_object().ok_or_else(|| format!("{at}.env: not an object"))?;
+            for (k, v) in e {
+                let v = v.as_str().ok_or_else(|| format!("{at}.env.{k}: not a string"))?;
+                env.push((k.clone(), expand(v, lookup).map_err(|e| format!("{at}.env.{k}: {e}"))?));
+            }
+        }
+        out.push(ServerSpec { name: Some(name.clone()), argv, env });
+    }
+    Ok(out)
+}
+
+/// `${VAR}` and `${VAR:-default}` expanded; `$` anywhere else is kept as it is.
+fn expand(s: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut out = String::new();
+    let mut rest = s;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i + 2..];
+        let end = tail.find('}').ok_or_else(|| format!("`{s}`: an unclosed `${{`"))?;
+        let inner = &tail[..end];
+        let (var, default) = match inner.split_once(":-") {
+            Some((v, d)) => (v, Some(d)),
+            None => (inner, None),
+        };
+        if var.is_empty() || !var.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("`${{{inner}}}` is not a variable"));
+        }
+        match (lookup(var), default) {
+            (Some(v), _) => out.push_str(&v),
+            (None, Some(d)) => out.push_str(d),
+            (None, None) => return Err(format!("${{{var}}} is not set (and has no `:-default`)")),
+        }
+        rest = &tail[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(k: &str) -> Option<String> {
+        (k == "HOME_DIR").then(|| "/home/a".to_string())
+    }
+
+    #[test]
+    fn servers_with_dashes_variables_and_env() {
+        let text = r#"{"mcpServers": {
+            "tap": {"command": "python3", "args": ["tap.py", "--log", "${HOME_DIR}/log", "--", "node", "server.js"]},
+            "fs": {"type": "stdio", "command": "${NODE:-node}", "env": {"ROOT": "${HOME_DIR}/data", "PLAIN": "a$b"}}
+        }}"#;
+        let s = parse(text, &env).unwrap();
+        assert_eq!(s.len(), 2);
+        assert_eq!(
+            (s[0].name.as_deref(), s[0].argv.as_slice(), s[0].env.as_slice()),
+            (Some("fs"), &["node".to_string()][..], &[("PLAIN".into(), "a$b".into()), ("ROOT".into(), "/home/a/data".into())][..])
+        );
+        assert_eq!(s[1].argv, ["python3", "tap.py", "--log", "/home/a/log", "--", "node", "server.js"]);
+    }
+
+    #[test]
+    fn what_is_refused_says_where() {
+        for (text, want) in [
+            ("[]", "no `mcpServers` object"),
+            (r#"{"mcpServers": {}}"#, "names no server"),
+            (r#"{"mcpServers": {"r": {"type": "http", "url": "https://x/mcp"}}}"#, "mcpServers.r.type: `http` servers are not supported"),
+            (r#"{"mcpServers": {"r": {"command": "x", "cwd": "/"}}}"#, "mcpServers.r.cwd: not a key"),
+            (r#"{"mcpServers": {"r": {"args": []}}}"#, "mcpServers.r.command: missing"),
+            (r#"{"mcpServers": {"r": {"command": "x", "args": [1]}}}"#, "mcpServers.r.args[0]: not a string"),
+            (r#"{"mcpServers": {"r": {"command": "${UNSET}"}}}"#, "mcpServers.r.command: ${UNSET} is not set"),
+            (r#"{"mcpServers": {"r": {"command": "x", "env": {"A": "${A"}}}}"#, "mcpServers.r.env.A: `${A`: an unclosed"),
+            (r#"{"mcpServers": {"a.b": {"command": "x"}}}"#, "not a usable server name"),
+        ] {
+            let e = parse(text, &env).unwrap_err();
+            assert!(e.contains(want), "{text}: {e}");
+        }
+    }
+}
