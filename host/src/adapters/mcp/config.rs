@@ -18,6 +18,10 @@ pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<
     if servers.is_empty() {
         return Err("`mcpServers` names no server".into());
     }
+    // In the order of their names, whatever order the JSON map keeps (serde_json's `preserve_order`
+    // feature, which another crate of a build may turn on, keeps the file's order).
+    let mut servers: Vec<(&String, &Value)> = servers.iter().collect();
+    servers.sort_by(|a, b| a.0.cmp(b.0));
     let mut out = Vec::new();
     for (name, s) in servers {
         let at = format!("mcpServers.{name}");
@@ -30,7 +34,9 @@ pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<
             Some(Some(t)) => return Err(format!("{at}.type: `{t}` servers are not supported: only stdio servers (command, args, env)")),
             Some(None) => return Err(format!("{at}.type: not a string")),
         }
-        for k in s.keys() {
+        let mut keys: Vec<&String> = s.keys().collect();
+        keys.sort();
+        for k in keys {
             if !["type", "command", "args", "env"].contains(&k.as_str()) {
                 return Err(format!("{at}.{k}: not a key of a stdio server (command, args, env, type)"));
             }
@@ -50,6 +56,8 @@ pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<
         let mut env = Vec::new();
         if let Some(e) = s.get("env") {
             let e = e.as_object().ok_or_else(|| format!("{at}.env: not an object"))?;
+            let mut e: Vec<(&String, &Value)> = e.iter().collect();
+            e.sort_by(|a, b| a.0.cmp(b.0));
             for (k, v) in e {
                 let v = v.as_str().ok_or_else(|| format!("{at}.env.{k}: not a string"))?;
                 env.push((k.clone(), expand(v, lookup).map_err(|e| format!("{at}.env.{k}: {e}"))?));
