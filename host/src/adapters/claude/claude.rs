@@ -253,7 +253,7 @@ mod tests {
         for c in [
             "runbook-host hook",
             "./target/release/runbook-host hook --runbook rotate-credentials@1.3.0",
-            "'/home/a b/runbook-host' hook --runbook 'x y.yaml' --registry /r",
+            "'./a b/runbook-host' hook --runbook 'x y.yaml' --registry r",
             "\"/opt/runbook-host\" hook",
         ] {
             assert!(is_hook_command(c), "{c}");

@@ -100,7 +100,7 @@ mod tests {
     use super::*;
 
     fn env(k: &str) -> Option<String> {
-        (k == "HOME_DIR").then(|| "/home/a".to_string())
+        (k == "HOME_DIR").then(|| "base".to_string())
     }
 
     #[test]
@@ -113,9 +113,9 @@ mod tests {
         assert_eq!(s.len(), 2);
         assert_eq!(
             (s[0].name.as_deref(), s[0].argv.as_slice(), s[0].env.as_slice()),
-            (Some("fs"), &["node".to_string()][..], &[("PLAIN".into(), "a$b".into()), ("ROOT".into(), "/home/a/data".into())][..])
+            (Some("fs"), &["node".to_string()][..], &[("PLAIN".into(), "a$b".into()), ("ROOT".into(), "base/data".into())][..])
         );
-        assert_eq!(s[1].argv, ["python3", "tap.py", "--log", "/home/a/log", "--", "node", "server.js"]);
+        assert_eq!(s[1].argv, ["python3", "tap.py", "--log", "base/log", "--", "node", "server.js"]);
     }
 
     #[test]
