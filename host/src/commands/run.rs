@@ -51,7 +51,17 @@ pub struct Args {
     /// each with `command`, `args` and `env`; `${VAR}` expanded): a server's own arguments may hold `--`
     #[arg(long, value_name = "FILE")]
     pub mcp_config: Option<PathBuf>,
-    /// The servers' command lines, each after `--`
+    /// Serve MCP over Streamable HTTP at `ADDR:PORT` (or a port of 127.0.0.1), endpoint `/mcp`, instead of
+    /// over stdio: each MCP session is a run of its own; requests without a session (2026-07-28) share one
+    #[arg(long, value_name = "ADDR:PORT", value_parser = parse_listen)]
+    pub listen: Option<std::net::SocketAddr>,
+    /// PEM certificates to trust, beside the system's roots, for servers given by `https://` URL
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
+    /// How long a forwarded call may take at its server before it is answered as failed
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub call_timeout: Duration,
+    /// The servers: each a command line or an `http(s)://` URL, each after `--`
     #[arg(last = true, value_name = "SERVER CMD")]
     pub servers: Vec<String>,
 }
@@ -73,6 +83,13 @@ fn parse_duration(s: &str) -> std::result::Result<Duration, String> {
         return Err(format!("`{s}` is out of range"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+fn parse_listen(s: &str) -> std::result::Result<std::net::SocketAddr, String> {
+    if let Ok(port) = s.parse::<u16>() {
+        return Ok(std::net::SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| format!("`{s}` is not ADDR:PORT (e.g. 127.0.0.1:8808) or a port"))
 }
 
 fn parse_profile(s: &str) -> std::result::Result<Profile, String> {
@@ -121,8 +138,26 @@ pub fn run(args: Args) -> Result<ExitCode> {
             let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the server configuration `{}`", path.display()))?;
             proxy::config::parse(&text, &|k| std::env::var(k).ok()).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?
         }
-        None => servers.into_iter().enumerate().map(|(i, argv)| proxy::ServerSpec { name: args.server_names.get(i).cloned(), argv, env: Vec::new() }).collect(),
+        None => servers
+            .into_iter()
+            .enumerate()
+            .map(|(i, argv)| {
+                let name = args.server_names.get(i).cloned();
+                // A lone `http://` or `https://` argument is a server's URL (no command is spelt so).
+                match argv.as_slice() {
+                    [url] if url.starts_with("http://") || url.starts_with("https://") => {
+                        proxy::config::check_url(url).map_err(anyhow::Error::msg)?;
+                        Ok(proxy::ServerSpec { name, url: Some(url.clone()), ..Default::default() })
+                    }
+                    _ => Ok(proxy::ServerSpec { name, argv, ..Default::default() }),
+                }
+            })
+            .collect::<Result<_>>()?,
     };
+    let mut upstream_ca = Vec::new();
+    for p in &args.upstream_ca {
+        upstream_ca.push(std::fs::read(p).with_context(|| format!("cannot read the CA file `{}`", p.display()))?);
+    }
     let signers = match &args.allowed_signers {
         Some(p) => Some(runbook_host::run::Signers::load(p).map_err(anyhow::Error::msg)?),
         None => None,
@@ -138,6 +173,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
         risk_ceiling: args.risk_ceiling,
         list_allowlist: args.list == "allowlist",
         servers: specs,
+        listen: args.listen,
+        upstream_ca,
+        call_timeout: args.call_timeout,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
     let code = runtime.block_on(proxy::main(config));

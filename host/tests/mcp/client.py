@@ -3,6 +3,7 @@
 transport, unchanged).
 
     client.py [--name CLIENT_NAME] -- SERVER_CMD [ARGS...]
+    client.py [--name CLIENT_NAME] --url http://127.0.0.1:PORT/mcp     (the SDK's Streamable HTTP transport)
 
 Reads one JSON command a line on standard input and writes one JSON answer a line on standard output:
 
@@ -31,6 +32,7 @@ import time
 
 import anyio
 import mcp.client.stdio as sdk_stdio
+from mcp.client.streamable_http import streamable_http_client
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
 from mcp import types
 
@@ -67,6 +69,7 @@ def result_of(r):
 async def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", default="test-agent")
+    ap.add_argument("--url", help="a Streamable HTTP endpoint instead of a server command")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
@@ -78,9 +81,12 @@ async def main():
         else:
             notes.append(getattr(message, "method", type(message).__name__))
 
-    params = StdioServerParameters(command=cmd[0], args=cmd[1:])
     stdin = anyio.wrap_file(sys.stdin)
-    async with stdio_client(params) as (read, write):
+    if a.url:
+        transport = streamable_http_client(a.url)
+    else:
+        transport = stdio_client(StdioServerParameters(command=cmd[0], args=cmd[1:]))
+    async with transport as (read, write):
         async with ClientSession(read, write, message_handler=on_message, client_info=types.Implementation(name=a.name, version="1.0.0")) as session, anyio.create_task_group() as background:
 
             async def fire(tool, args):
@@ -107,8 +113,17 @@ async def main():
                         r = await session.list_tools()
                         out({"ok": True, "tools": [t.name for t in r.tools]})
                     elif op == "call":
-                        r = await session.call_tool(c["tool"], c.get("args") or {}, read_timeout_seconds=c.get("timeout", 120))
-                        out(result_of(r))
+                        progress = []
+
+                        async def on_progress(value, total, message):
+                            progress.append([value, total, message])
+
+                        kw = {"progress_callback": on_progress} if c.get("progress") else {}
+                        r = await session.call_tool(c["tool"], c.get("args") or {}, read_timeout_seconds=c.get("timeout", 120), **kw)
+                        res = result_of(r)
+                        if c.get("progress"):
+                            res["progress"] = progress
+                        out(res)
                     elif op == "send":
                         background.start_soon(fire, c["tool"], c.get("args") or {})
                         await anyio.sleep(0.2)

@@ -1,12 +1,14 @@
 //! The upstream servers from a configuration file in the shape MCP clients already use (`.mcp.json`):
-//! `{"mcpServers": {"NAME": {"command": "...", "args": [...], "env": {...}}}}`. A server's own arguments
-//! may then hold `--`, which the command line's `-- SERVER CMD -- SERVER CMD` cannot say.
+//! `{"mcpServers": {"NAME": {"command": "...", "args": [...], "env": {...}}}}` for a server the proxy
+//! starts, `{"NAME": {"type": "http", "url": "https://...", "headers": {...}}}` for one it reaches over
+//! Streamable HTTP. A server's own arguments may then hold `--`, which the command line's
+//! `-- SERVER CMD -- SERVER CMD` cannot say.
 //!
-//! `${VAR}` and `${VAR:-default}` in `command`, `args` and `env` values are expanded from the proxy's
-//! environment, as Claude Code does; a variable that is unset and has no default is an error, never an
-//! empty string. Servers are started in the order of their names. Only stdio servers (`type` absent or
-//! `"stdio"`): a `type: "http"` entry is refused, as is any key this reader does not know, so that nothing
-//! in the file is silently ignored.
+//! `${VAR}` and `${VAR:-default}` in `command`, `args`, `env`, `url` and `headers` values are expanded from
+//! the proxy's environment, as Claude Code does; a variable that is unset and has no default is an error,
+//! never an empty string. Servers are started in the order of their names. Any key this reader does not
+//! know is refused with its place, so that nothing in the file is silently ignored; so is `type: "sse"`
+//! (the transport MCP retired) and a URL that is neither `http://` nor `https://`.
 
 use super::ServerSpec;
 use serde_json::Value;
@@ -29,17 +31,38 @@ pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<
             return Err(format!("{at}: `{name}` is not a usable server name (no dot, no space)"));
         }
         let s = s.as_object().ok_or_else(|| format!("{at}: not an object"))?;
-        match s.get("type").map(|t| t.as_str()) {
-            None | Some(Some("stdio")) => {}
-            Some(Some(t)) => return Err(format!("{at}.type: `{t}` servers are not supported: only stdio servers (command, args, env)")),
+        let kind = match s.get("type").map(|t| t.as_str()) {
+            None | Some(Some("stdio")) => "stdio",
+            Some(Some("http" | "streamable-http")) => "http",
+            Some(Some(t)) => return Err(format!("{at}.type: `{t}` servers are not supported: stdio (command, args, env) or http (url, headers)")),
             Some(None) => return Err(format!("{at}.type: not a string")),
-        }
+        };
+        let known: &[&str] = if kind == "http" { &["type", "url", "headers"] } else { &["type", "command", "args", "env"] };
         let mut keys: Vec<&String> = s.keys().collect();
         keys.sort();
         for k in keys {
-            if !["type", "command", "args", "env"].contains(&k.as_str()) {
-                return Err(format!("{at}.{k}: not a key of a stdio server (command, args, env, type)"));
+            if !known.contains(&k.as_str()) {
+                return Err(format!("{at}.{k}: not a key of a{} server ({})", if kind == "http" { "n http" } else { " stdio" }, known.join(", ")));
             }
+        }
+        if kind == "http" {
+            let url = s.get("url").and_then(Value::as_str).ok_or_else(|| format!("{at}.url: missing or not a string"))?;
+            let url = expand(url, lookup).map_err(|e| format!("{at}.url: {e}"))?;
+            check_url(&url).map_err(|e| format!("{at}.url: {e}"))?;
+            let mut headers = Vec::new();
+            if let Some(h) = s.get("headers") {
+                let h = h.as_object().ok_or_else(|| format!("{at}.headers: not an object"))?;
+                let mut h: Vec<(&String, &Value)> = h.iter().collect();
+                h.sort_by(|a, b| a.0.cmp(b.0));
+                for (k, v) in h {
+                    let v = v.as_str().ok_or_else(|| format!("{at}.headers.{k}: not a string"))?;
+                    let v = expand(v, lookup).map_err(|e| format!("{at}.headers.{k}: {e}"))?;
+                    check_header(k, &v).map_err(|e| format!("{at}.headers.{k}: {e}"))?;
+                    headers.push((k.clone(), v));
+                }
+            }
+            out.push(ServerSpec { name: Some(name.clone()), argv: Vec::new(), env: Vec::new(), url: Some(url), headers });
+            continue;
         }
         let command = s.get("command").and_then(Value::as_str).ok_or_else(|| format!("{at}.command: missing or not a string"))?;
         let mut argv = vec![expand(command, lookup).map_err(|e| format!("{at}.command: {e}"))?];
@@ -63,9 +86,48 @@ pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<
                 env.push((k.clone(), expand(v, lookup).map_err(|e| format!("{at}.env.{k}: {e}"))?));
             }
         }
-        out.push(ServerSpec { name: Some(name.clone()), argv, env });
+        out.push(ServerSpec { name: Some(name.clone()), argv, env, url: None, headers: Vec::new() });
     }
     Ok(out)
+}
+
+/// A server's URL: `http://` or `https://`, with a host. Plain `http` is allowed (a server on loopback);
+/// the client's own credentials never travel to it (the proxy sends only the headers given here).
+pub fn check_url(url: &str) -> Result<(), String> {
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://")).ok_or_else(|| format!("`{url}` is not an http:// or https:// URL"))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if host.is_empty() || host.contains('@') {
+        return Err(format!("`{url}` names no host (or carries credentials in it: put a token in `headers`)"));
+    }
+    Ok(())
+}
+
+/// A header the proxy may send: a valid name and value, and none that HTTP or MCP's transport sets itself.
+fn check_header(name: &str, value: &str) -> Result<(), String> {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) {
+        return Err("not a valid header name".into());
+    }
+    if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err("the value holds a line break".into());
+    }
+    let lower = name.to_ascii_lowercase();
+    if [
+        "host",
+        "content-length",
+        "content-type",
+        "accept",
+        "mcp-session-id",
+        "mcp-protocol-version",
+        "mcp-method",
+        "mcp-name",
+        "transfer-encoding",
+        "connection",
+    ]
+    .contains(&lower.as_str())
+    {
+        return Err(format!("`{name}` is set by the transport, not by the configuration"));
+    }
+    Ok(())
 }
 
 /// `${VAR}` and `${VAR:-default}` expanded; `$` anywhere else is kept as it is.
@@ -119,11 +181,31 @@ mod tests {
     }
 
     #[test]
+    fn http_servers_with_headers() {
+        let text = r#"{"mcpServers": {"remote": {"type": "http", "url": "https://mcp.example/${HOME_DIR}/mcp", "headers": {"X-Team": "ops", "Authorization": "Bearer ${HOME_DIR}"}}}}"#;
+        let s = parse(text, &env).unwrap();
+        assert_eq!(s[0].url.as_deref(), Some("https://mcp.example/base/mcp"));
+        assert_eq!(s[0].headers, [("Authorization".to_string(), "Bearer base".to_string()), ("X-Team".into(), "ops".into())]);
+        assert!(s[0].argv.is_empty());
+    }
+
+    #[test]
     fn what_is_refused_says_where() {
         for (text, want) in [
             ("[]", "no `mcpServers` object"),
             (r#"{"mcpServers": {}}"#, "names no server"),
-            (r#"{"mcpServers": {"r": {"type": "http", "url": "https://x/mcp"}}}"#, "mcpServers.r.type: `http` servers are not supported"),
+            (r#"{"mcpServers": {"r": {"type": "sse", "url": "https://x/sse"}}}"#, "mcpServers.r.type: `sse` servers are not supported"),
+            (r#"{"mcpServers": {"r": {"type": "http", "command": "x"}}}"#, "mcpServers.r.command: not a key of an http server"),
+            (r#"{"mcpServers": {"r": {"type": "http", "url": "ftp://x/mcp"}}}"#, "mcpServers.r.url: `ftp://x/mcp` is not an http"),
+            (
+                r#"{"mcpServers": {"r": {"type": "http", "url": "https://u:p@x/mcp"}}}"#,
+                "mcpServers.r.url: `https://u:p@x/mcp` names no host (or carries credentials",
+            ),
+            (
+                r#"{"mcpServers": {"r": {"type": "http", "url": "https://x/mcp", "headers": {"Mcp-Session-Id": "1"}}}}"#,
+                "mcpServers.r.headers.Mcp-Session-Id: `Mcp-Session-Id` is set by the transport",
+            ),
+            (r#"{"mcpServers": {"r": {"type": "http", "url": "https://x/mcp", "headers": {"X": "${TOKEN}"}}}}"#, "mcpServers.r.headers.X: ${TOKEN} is not set"),
             (r#"{"mcpServers": {"r": {"command": "x", "cwd": "/"}}}"#, "mcpServers.r.cwd: not a key"),
             (r#"{"mcpServers": {"r": {"args": []}}}"#, "mcpServers.r.command: missing"),
             (r#"{"mcpServers": {"r": {"command": "x", "args": [1]}}}"#, "mcpServers.r.args[0]: not a string"),

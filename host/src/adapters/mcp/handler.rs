@@ -74,13 +74,37 @@ enum Held {
     Answer(String),
 }
 
+/// Which run a handler serves.
+enum Bind {
+    /// Over stdio: the proxy's one run.
+    Fixed(Arc<Shared>),
+    /// Over HTTP, a handler per MCP session (rmcp asks the factory for one): the session's own run once
+    /// it sent `initialize`; a request without a session (2026-07-28) goes to the hub's stateless run.
+    Http { hub: Arc<super::Hub>, mine: std::sync::OnceLock<Arc<Shared>> },
+}
+
 pub struct Proxy {
-    pub shared: Arc<Shared>,
+    bind: Bind,
 }
 
 impl Proxy {
+    pub fn fixed(shared: Arc<Shared>) -> Proxy {
+        Proxy { bind: Bind::Fixed(shared) }
+    }
+
+    pub fn http(hub: Arc<super::Hub>) -> Proxy {
+        Proxy { bind: Bind::Http { hub, mine: std::sync::OnceLock::new() } }
+    }
+
+    fn s(&self) -> &Arc<Shared> {
+        match &self.bind {
+            Bind::Fixed(s) => s,
+            Bind::Http { hub, mine } => mine.get().unwrap_or_else(|| hub.stateless()),
+        }
+    }
+
     fn instructions(&self) -> String {
-        let s = &self.shared;
+        let s = &self.s();
         let mut t = format!(
             "Supervised by runbook-host: runbook {} (sha256 {}, trust {}), profile {}. Only the tools the runbook allows are listed, and every call is decided by its policy module; a blocked call answers a tool error naming the deviation. Call `{STATUS_TOOL}` for the current step, what is in scope and what awaits a human's approval.",
             s.doc.reference,
@@ -95,7 +119,7 @@ impl Proxy {
     }
 
     fn advance_offered(&self) -> bool {
-        self.shared.profile != Profile::R2 && self.shared.envelope.as_ref().is_some_and(|e| e["steps"].as_object().is_some_and(|o| !o.is_empty()))
+        self.s().profile != Profile::R2 && self.s().envelope.as_ref().is_some_and(|e| e["steps"].as_object().is_some_and(|o| !o.is_empty()))
     }
 
     fn own_tools(&self) -> Vec<Tool> {
@@ -115,15 +139,15 @@ impl Proxy {
     }
 
     fn started(&self, ctx: &RequestContext<RoleServer>) -> Result<(), Failure> {
-        if lock_client_missing(&self.shared) {
-            *super::lock(&self.shared.client) = Some(ctx.peer.clone());
+        if lock_client_missing(&self.s()) {
+            *super::lock(&self.s().client) = Some(ctx.peer.clone());
         }
         let name = ctx.client_info().map(|i| i.name);
-        self.shared.ensure_started(name.as_deref())
+        self.s().ensure_started(name.as_deref())
     }
 
     fn status_result(&self) -> CallToolResponse {
-        let text = super::status::render(&self.shared);
+        let text = super::status::render(&self.s());
         CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(text)]))
     }
 
@@ -132,19 +156,19 @@ impl Proxy {
             return tool_error("runbook_advance needs {\"to\": \"<step or terminal>\"}");
         };
         let fed = {
-            let mut run = self.shared.lock_run();
-            if let Some(t) = self.shared.failed_text(&mut run, None) {
+            let mut run = self.s().lock_run();
+            if let Some(t) = self.s().failed_text(&mut run, None) {
                 return tool_error(t);
             }
-            self.shared.drive(&mut run, |r| r.advance(to))
+            self.s().drive(&mut run, |r| r.advance(to))
         };
-        self.shared.after_event().await;
+        self.s().after_event().await;
         match fed {
             Err(f) => tool_error(f.text()),
             Ok(d) if d.decision == "allow" => CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(format!(
                 "now at `{}`\n{}",
                 d.step.as_deref().unwrap_or("?"),
-                super::status::render(&self.shared)
+                super::status::render(&self.s())
             ))])),
             Ok(d) if d.decision == "halt" => tool_error(self.halt_text(&d)),
             Ok(d) => tool_error(format!(
@@ -157,15 +181,15 @@ impl Proxy {
     }
 
     fn halt_text(&self, d: &Dec) -> String {
-        let mut run = self.shared.lock_run();
-        self.shared.failed_text(&mut run, d.reason.as_deref()).unwrap_or_else(|| format!("runbook_failed:{}", d.reason.as_deref().unwrap_or("halted")))
+        let mut run = self.s().lock_run();
+        self.s().failed_text(&mut run, d.reason.as_deref()).unwrap_or_else(|| format!("runbook_failed:{}", d.reason.as_deref().unwrap_or("halted")))
     }
 
     fn deny_text(&self, tool: &str, d: &Dec) -> String {
         let class = d.deviation.as_deref().unwrap_or("denied");
         let in_scope = {
-            let mut run = self.shared.lock_run();
-            self.shared.visible_tool_names(&mut run)
+            let mut run = self.s().lock_run();
+            self.s().visible_tool_names(&mut run)
         };
         format!(
             "{class}: `{tool}` was blocked and not forwarded. {} In scope now: {}. See `{STATUS_TOOL}`.",
@@ -177,7 +201,7 @@ impl Proxy {
     /// Holds a gated call until a human answers through `runbook-host approve` (a channel the agent cannot
     /// reach), at most `--approval-timeout`, then feeds the answer to the module.
     async fn hold(&self, d: &Dec, tool: &str, arguments_json: &str, ctx: &RequestContext<RoleServer>) -> Held {
-        let s = &self.shared;
+        let s = &self.s();
         let sha = match s.policy.call_sha256(tool, arguments_json) {
             Ok(Ok(h)) => h,
             _ => return Held::Answer("runbook_failed:host-error: the call's hash could not be computed".into()),
@@ -233,7 +257,7 @@ impl Proxy {
     }
 
     async fn apply(&self, run_dir: &std::path::Path, id: &str, grant: approvals::Grant, current: Option<String>) -> Held {
-        let s = &self.shared;
+        let s = &self.s();
         // One human answer is fed once, even when two identical calls waited on the same request.
         if !super::lock(&s.applied).insert(id.to_string()) {
             return Held::Answer(format!("needs-approval: the answer to request {id} was already used by another call; this call needs its own approval"));
@@ -260,7 +284,7 @@ impl Proxy {
     }
 
     async fn supervised_call(&self, request: CallToolRequestParams, ctx: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
-        let s = &self.shared;
+        let s = &self.s();
         let tool = request.name.to_string();
         let arguments = Value::Object(request.arguments.clone().unwrap_or_default());
         let arguments_json = serde_json::to_string(&arguments).unwrap_or_else(|_| "{}".into());
@@ -302,13 +326,13 @@ impl Proxy {
             }
         }
         // Allowed: forward to the server that has it.
-        let Some((server, name)) = s.upstream.route(&tool).map(|(i, n)| (i, n.to_string())) else {
+        let Some((server, name)) = s.upstream.route(&tool) else {
             let msg = format!("no server behind this proxy provides `{tool}`");
             let _ = self.feed_result(&tool, json!({"error": msg}), true, &call_id);
             return Ok(tool_error(msg));
         };
         let forwarded = tokio::select! {
-            r = s.upstream.call(server, &name, request.arguments) => r,
+            r = s.upstream.call(server, &name, request.arguments, ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t))) => r,
             _ = ctx.ct.cancelled() => Err(ServiceError::Cancelled { reason: Some("cancelled by the client".into()) }),
         };
         match forwarded {
@@ -350,7 +374,7 @@ impl Proxy {
     }
 
     fn feed_result(&self, tool: &str, result: Value, is_error: bool, call_id: &str) -> Result<Dec, Failure> {
-        let s = &self.shared;
+        let s = &self.s();
         let mut run = s.lock_run();
         s.drive(&mut run, |r| r.result(tool, &result, is_error, Some(call_id)))
     }
@@ -366,30 +390,34 @@ impl ServerHandler for Proxy {
     }
 
     async fn initialize(&self, request: InitializeRequestParams, context: RequestContext<RoleServer>) -> Result<InitializeResult, McpError> {
+        if let Bind::Http { hub, mine } = &self.bind {
+            // A new MCP session: a run of its own.
+            let _ = mine.set(hub.open());
+        }
         context.peer.set_peer_info(request.clone());
-        *super::lock(&self.shared.client) = Some(context.peer.clone());
-        self.shared.initialized.store(true, Ordering::SeqCst);
+        *super::lock(&self.s().client) = Some(context.peer.clone());
+        self.s().initialized.store(true, Ordering::SeqCst);
         let name = request.client_info.name.clone();
-        if let Err(f) = self.shared.ensure_started(Some(&name)) {
+        if let Err(f) = self.s().ensure_started(Some(&name)) {
             return Err(failure_error(&f));
         }
         self.negotiate_initialize(&request)
     }
 
     async fn list_tools(&self, _request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
-        self.shared.requests_begun.fetch_add(1, Ordering::SeqCst);
-        let answered = Answered(&self.shared, false);
+        self.s().requests_begun.fetch_add(1, Ordering::SeqCst);
+        let answered = Answered(&self.s(), false);
         if let Err(f) = self.started(&context) {
             answered.done();
             return Err(failure_error(&f));
         }
         let names = {
-            let mut run = self.shared.lock_run();
-            let names = self.shared.visible_tool_names(&mut run);
+            let mut run = self.s().lock_run();
+            let names = self.s().visible_tool_names(&mut run);
             run.last_listed = Some(names.clone());
             names
         };
-        let mut tools: Vec<Tool> = names.iter().filter_map(|n| self.shared.upstream.tool(n)).collect();
+        let mut tools: Vec<Tool> = names.iter().filter_map(|n| self.s().upstream.tool(n)).collect();
         tools.extend(self.own_tools());
         answered.done();
         // The list follows the run's step: never cached.
@@ -397,8 +425,8 @@ impl ServerHandler for Proxy {
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
-        self.shared.requests_begun.fetch_add(1, Ordering::SeqCst);
-        let answered = Answered(&self.shared, false);
+        self.s().requests_begun.fetch_add(1, Ordering::SeqCst);
+        let answered = Answered(&self.s(), false);
         if let Err(f) = self.started(&context) {
             answered.done();
             return Ok(tool_error(f.text()));
@@ -413,6 +441,18 @@ impl ServerHandler for Proxy {
             answered.done();
         }
         r
+    }
+}
+
+impl Drop for Proxy {
+    /// An HTTP session ended (the client's DELETE, or the proxy stopping): so does its run.
+    fn drop(&mut self) {
+        if let Bind::Http { mine, .. } = &self.bind {
+            if let Some(s) = mine.get() {
+                let (reason, final_output) = s.leave_reason();
+                s.end_run(reason, final_output);
+            }
+        }
     }
 }
 

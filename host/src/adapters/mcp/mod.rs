@@ -12,6 +12,7 @@
 
 pub mod config;
 mod handler;
+mod http;
 mod status;
 mod upstream;
 
@@ -19,13 +20,14 @@ use crate::registry::{self, Resolved};
 use crate::run::{Answer, Claim, Guard, Run, RunError, Signers};
 use crate::{wire, Coverage, EndReason, Phase, Policy, Profile, Risk};
 use serde_json::{json, Value};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 
-pub use upstream::Upstream;
+pub use upstream::{Said, Upstream};
 
 /// What `runbook-host run` was asked to do.
 pub struct Config {
@@ -40,14 +42,24 @@ pub struct Config {
     pub servers: Vec<ServerSpec>,
     /// Where approvals must be signed: the keys that may sign them (loaded before anything starts).
     pub signers: Option<Signers>,
+    /// Serve MCP over Streamable HTTP at this address instead of over stdio.
+    pub listen: Option<SocketAddr>,
+    /// PEM certificates trusted beside the system's roots for servers given by `https://` URL.
+    pub upstream_ca: Vec<Vec<u8>>,
+    /// How long a forwarded call may take at its server.
+    pub call_timeout: Duration,
 }
 
-#[derive(Debug, Clone)]
+/// One server behind the proxy: a command it starts (`argv`, `env`) or a URL it reaches over Streamable
+/// HTTP (`url`, with the `headers` the user gave, such as a token of the proxy's own).
+#[derive(Debug, Clone, Default)]
 pub struct ServerSpec {
     pub name: Option<String>,
     pub argv: Vec<String>,
     /// Environment variables set for the server (from a configuration file's `env`).
     pub env: Vec<(String, String)>,
+    pub url: Option<String>,
+    pub headers: Vec<(String, String)>,
 }
 
 /// The adapter's name in the bundle, and what it cannot see (published in the `start` claim).
@@ -118,8 +130,8 @@ pub struct RunState {
     pub last_listed: Option<Vec<String>>,
 }
 
-/// Everything the handler shares.
-pub struct Shared {
+/// What every run of one proxy shares: the document, the module, the servers, the options.
+pub struct Base {
     pub policy: Arc<Policy>,
     pub doc: Resolved,
     pub envelope: Option<Value>,
@@ -132,6 +144,12 @@ pub struct Shared {
     pub signers: Option<Signers>,
     pub runs: PathBuf,
     pub registry: String,
+}
+
+/// One run: over stdio the proxy's only one; over HTTP one per MCP session (2025-11-25), plus one shared by
+/// the requests that come without a session (2026-07-28).
+pub struct Shared {
+    pub base: Arc<Base>,
     pub run: Mutex<RunState>,
     pub client: Mutex<Option<rmcp::Peer<rmcp::RoleServer>>>,
     /// Requests that began and that got an answer: the difference is what is in flight.
@@ -147,6 +165,85 @@ pub struct Shared {
     pub applied: Mutex<std::collections::HashSet<String>>,
     /// Woken after every event, so the deadline timer looks at the run's next deadline again.
     pub deadline_changed: Notify,
+}
+
+impl std::ops::Deref for Shared {
+    type Target = Base;
+    fn deref(&self) -> &Base {
+        &self.base
+    }
+}
+
+/// Every run a proxy opened, so that what a server says reaches each, and each is ended when the proxy stops.
+pub struct Hub {
+    pub base: Arc<Base>,
+    runs: Mutex<Vec<Arc<Shared>>>,
+    stateless: OnceLock<Arc<Shared>>,
+}
+
+impl Hub {
+    pub fn new(base: Arc<Base>) -> Arc<Hub> {
+        Arc::new(Hub { base, runs: Mutex::new(Vec::new()), stateless: OnceLock::new() })
+    }
+
+    /// A new run (not started: the bundle is made at the client's first request).
+    pub fn open(&self) -> Arc<Shared> {
+        let s = Arc::new(Shared {
+            base: Arc::clone(&self.base),
+            run: Mutex::new(RunState { run: None, agent: None, started: None, ended: None, last_listed: None }),
+            client: Mutex::new(None),
+            requests_begun: AtomicU64::new(0),
+            requests_answered: AtomicU64::new(0),
+            initialized: AtomicBool::new(false),
+            last_call_timed_out: AtomicBool::new(false),
+            applied: Mutex::new(Default::default()),
+            deadline_changed: Notify::new(),
+        });
+        let mut runs = lock(&self.runs);
+        // Runs that ended are let go (their bundles are complete).
+        runs.retain(|r| lock(&r.run).ended.is_none());
+        runs.push(Arc::clone(&s));
+        s
+    }
+
+    /// The run of the requests that carry no session (2026-07-28 has none): one per proxy.
+    pub fn stateless(&self) -> &Arc<Shared> {
+        self.stateless.get_or_init(|| self.open())
+    }
+
+    fn all(&self) -> Vec<Arc<Shared>> {
+        lock(&self.runs).clone()
+    }
+
+    /// A server's tools changed: each run looks again at what its client is shown.
+    pub async fn tools_changed(&self) {
+        for r in self.all() {
+            r.after_event().await;
+        }
+    }
+
+    /// Ends every run still open; the exit code is 0 only when each run that started completed.
+    pub fn end_all(&self, reason: EndReason, final_output: bool) -> u8 {
+        let mut code = 0;
+        for r in self.all() {
+            code = code.max(r.end_run(reason, final_output));
+        }
+        code
+    }
+}
+
+/// Waits for a server's connection to close, acting on what servers say meanwhile.
+async fn next_exit(said: &mut mpsc::UnboundedReceiver<Said>, hub: &Hub) -> usize {
+    loop {
+        match said.recv().await {
+            Some(Said::Exited(i)) => return i,
+            Some(Said::ToolsChanged(i)) => {
+                eprintln!("runbook-host run: server `{}` changed its tools", hub.base.upstream.servers[i].name);
+                hub.tools_changed().await;
+            }
+            None => std::future::pending::<()>().await,
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -388,7 +485,25 @@ impl Shared {
             _ => 1,
         };
         st.ended = Some(code);
+        drop(st);
+        // The deadline timer sees the run ended, and stops.
+        self.deadline_changed.notify_one();
         code
+    }
+
+    /// How the run ends when its client leaves: nothing in flight is a clean shutdown (`final_output`
+    /// first); a client that vanished mid-call is `client-closed`; one that left after a gated call
+    /// waited in vain for a human is `approval-timeout`.
+    pub fn leave_reason(&self) -> (EndReason, bool) {
+        let begun = self.requests_begun.load(Ordering::SeqCst);
+        let answered = self.requests_answered.load(Ordering::SeqCst);
+        if begun != answered {
+            (EndReason::ClientClosed, false)
+        } else if self.last_call_timed_out.load(Ordering::SeqCst) {
+            (EndReason::ApprovalTimeout, true)
+        } else {
+            (EndReason::Normal, true)
+        }
     }
 
     /// The approval command a human runs for this run.
@@ -444,8 +559,9 @@ pub fn refusals_before_servers(policy: &Policy, document: &[u8], profile: Profil
     Ok(d.refusals.into_iter().map(wire::code).filter(|c| c != "capability-not-allowed" && c != "prerequisite-unmet").collect())
 }
 
-/// Runs the proxy until the client leaves, a server exits or a signal arrives; returns the exit code.
+/// Runs the proxy until the client leaves (stdio), a server exits or a signal arrives; returns the exit code.
 pub async fn main(config: Config) -> u8 {
+    let listen = config.listen.is_some();
     // Resolve first: a document that does not resolve, or is tampered with, runs nothing (no server starts).
     let doc = match tokio::task::spawn_blocking({
         let (r, g) = (config.reference.clone(), config.registry.clone());
@@ -454,22 +570,22 @@ pub async fn main(config: Config) -> u8 {
     .await
     {
         Ok(Ok(d)) => d,
-        Ok(Err(e)) => return refuse(Failure { code: e.code.to_string(), message: e.message }).await,
-        Err(e) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
+        Ok(Err(e)) => return refuse(listen, Failure { code: e.code.to_string(), message: e.message }).await,
+        Err(e) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
     };
     if doc.signed_approvals && config.signers.is_none() {
         let message = format!("the registry requires signed approvals for {}: pass --allowed-signers FILE", doc.reference);
-        return refuse(Failure { code: "signed-approvals-required".into(), message }).await;
+        return refuse(listen, Failure { code: "signed-approvals-required".into(), message }).await;
     }
     let policy = match tokio::task::spawn_blocking(|| crate::bundle::shared_policy().map(Arc::clone)).await {
         Ok(Ok(p)) => p,
-        Ok(Err(e)) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
-        Err(e) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
+        Ok(Err(e)) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
+        Err(e) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
     };
     let envelope = match policy.envelope(&doc.bytes) {
         Ok(Ok(e)) => serde_json::from_str(&e).ok(),
         Ok(Err(_)) => None,
-        Err(e) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
+        Err(e) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
     };
     // A run admission would refuse whatever the servers offer (destructive work behind a proxy that cannot
     // see the shell, a profile too low, a risk above the ceiling): said now, before any server starts.
@@ -477,17 +593,25 @@ pub async fn main(config: Config) -> u8 {
         Ok(codes) if !codes.is_empty() => {
             let sentences: Vec<String> = codes.iter().filter_map(|c| policy.explain("refusal", c).ok().flatten()).collect();
             let message = format!("{} ({}; no server was started)", sentences.join("; "), refusal_hint(&codes));
-            return refuse(Failure { code: format!("refused:{}", codes.join(",")), message }).await;
+            return refuse(listen, Failure { code: format!("refused:{}", codes.join(",")), message }).await;
         }
         Ok(_) => {}
-        Err(e) => return refuse(Failure { code: "host-error".into(), message: e.to_string() }).await,
+        Err(e) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
     }
-    let (exit_tx, mut exit_rx) = mpsc::unbounded_channel();
-    let upstream = match Upstream::start(&config.servers, exit_tx).await {
-        Ok(u) => u,
-        Err(m) => return refuse(Failure { code: "server-unavailable".into(), message: m }).await,
+    // The address is taken before any server starts, so a port in use costs nothing.
+    let listener = match config.listen {
+        Some(addr) => match http::bind(addr).await {
+            Ok(l) => Some(l),
+            Err(m) => return refuse(listen, Failure { code: "listen-failed".into(), message: m }).await,
+        },
+        None => None,
     };
-    let shared = Arc::new(Shared {
+    let (said_tx, said_rx) = mpsc::unbounded_channel();
+    let upstream = match Upstream::start(&config.servers, &config.upstream_ca, config.call_timeout, said_tx).await {
+        Ok(u) => u,
+        Err(m) => return refuse(listen, Failure { code: "server-unavailable".into(), message: m }).await,
+    };
+    let base = Arc::new(Base {
         envelope,
         policy,
         doc,
@@ -500,45 +624,50 @@ pub async fn main(config: Config) -> u8 {
         signers: config.signers.clone(),
         runs: config.runs.clone(),
         registry: config.registry.clone(),
-        run: Mutex::new(RunState { run: None, agent: None, started: None, ended: None, last_listed: None }),
-        client: Mutex::new(None),
-        requests_begun: AtomicU64::new(0),
-        requests_answered: AtomicU64::new(0),
-        initialized: AtomicBool::new(false),
-        last_call_timed_out: AtomicBool::new(false),
-        applied: Mutex::new(Default::default()),
-        deadline_changed: Notify::new(),
     });
+    let hub = Hub::new(base);
+    match listener {
+        Some(l) => http::serve(hub, l, said_rx).await,
+        None => stdio(hub, said_rx).await,
+    }
+}
 
-    let mut sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).ok();
-    let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-    let signalled = async {
-        match (&mut sigint, &mut sigterm) {
-            (Some(a), Some(b)) => tokio::select! { _ = a.recv() => {}, _ = b.recv() => {} },
-            (Some(a), None) => {
-                a.recv().await;
-            }
-            (None, Some(b)) => {
-                b.recv().await;
-            }
-            (None, None) => std::future::pending::<()>().await,
+/// SIGINT or SIGTERM, whichever comes first.
+pub(crate) async fn signalled() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigint = signal(SignalKind::interrupt()).ok();
+    let mut sigterm = signal(SignalKind::terminate()).ok();
+    match (&mut sigint, &mut sigterm) {
+        (Some(a), Some(b)) => tokio::select! { _ = a.recv() => {}, _ = b.recv() => {} },
+        (Some(a), None) => {
+            a.recv().await;
         }
-    };
-    tokio::pin!(signalled);
+        (None, Some(b)) => {
+            b.recv().await;
+        }
+        (None, None) => std::future::pending::<()>().await,
+    }
+}
 
-    let handler = handler::Proxy { shared: Arc::clone(&shared) };
+/// The proxy over stdio: one client, one run.
+async fn stdio(hub: Arc<Hub>, mut said: mpsc::UnboundedReceiver<Said>) -> u8 {
+    let shared = hub.open();
+    let upstream = &hub.base.upstream;
+    let signal = signalled();
+    tokio::pin!(signal);
+    let handler = handler::Proxy::fixed(Arc::clone(&shared));
     let serving = rmcp::serve_server(handler, rmcp::transport::stdio());
     tokio::pin!(serving);
     // Until the client has initialized: it may also leave, a server may die, or a signal arrive.
     let running = tokio::select! {
         r = &mut serving => r,
-        Some(i) = exit_rx.recv() => {
-            eprintln!("runbook-host run: server `{}` exited before the client initialized", shared.upstream.servers[i].name);
-            shared.upstream.shutdown(Duration::from_secs(5)).await;
+        i = next_exit(&mut said, &hub) => {
+            eprintln!("runbook-host run: server `{}` exited before the client initialized", upstream.servers[i].name);
+            upstream.shutdown(Duration::from_secs(5)).await;
             return 1;
         }
-        _ = &mut signalled => {
-            shared.upstream.shutdown(Duration::from_secs(5)).await;
+        _ = &mut signal => {
+            upstream.shutdown(Duration::from_secs(5)).await;
             return 1;
         }
     };
@@ -546,51 +675,36 @@ pub async fn main(config: Config) -> u8 {
         Ok(r) => r,
         Err(e) => {
             // An `initialize` answered with `runbook_failed` (admission refused), or a client that left.
-            let code = {
-                let run = shared.lock_run();
-                match &run.started {
-                    Some(Err(_)) => None,
-                    _ => Some(()),
-                }
-            };
-            if code.is_some() {
+            let refused = matches!(shared.lock_run().started, Some(Err(_)));
+            if !refused {
                 eprintln!("runbook-host run: the client did not initialize: {e}");
                 shared.end_run(EndReason::ClientClosed, false);
             }
-            shared.upstream.shutdown(Duration::from_secs(5)).await;
+            upstream.shutdown(Duration::from_secs(5)).await;
             return 1;
         }
     };
     let reason = tokio::select! {
-        _ = running.waiting() => {
-            // Standard input closed. A clean shutdown has nothing in flight; a client that vanished
-            // mid-call is `client-closed`.
-            let begun = shared.requests_begun.load(Ordering::SeqCst);
-            let answered = shared.requests_answered.load(Ordering::SeqCst);
-            if begun != answered {
-                (EndReason::ClientClosed, false)
-            } else if shared.last_call_timed_out.load(Ordering::SeqCst) {
-                // The agent left after a gated call waited in vain for a human.
-                (EndReason::ApprovalTimeout, true)
-            } else {
-                (EndReason::Normal, true)
-            }
-        }
-        Some(i) = exit_rx.recv() => {
-            eprintln!("runbook-host run: server `{}` exited", shared.upstream.servers[i].name);
+        // Standard input closed.
+        _ = running.waiting() => shared.leave_reason(),
+        i = next_exit(&mut said, &hub) => {
+            eprintln!("runbook-host run: server `{}` exited", upstream.servers[i].name);
             (EndReason::ServerExited, false)
         }
-        _ = &mut signalled => (EndReason::Interrupted, false),
+        _ = &mut signal => (EndReason::Interrupted, false),
     };
     let code = shared.end_run(reason.0, reason.1);
-    shared.upstream.shutdown(Duration::from_secs(5)).await;
+    upstream.shutdown(Duration::from_secs(5)).await;
     code
 }
 
 /// Before any server started: answer the client's `initialize` (or first request) with
-/// `runbook_failed:<code>`, then exit 1.
-async fn refuse(failure: Failure) -> u8 {
+/// `runbook_failed:<code>`, then exit 1. Over HTTP nothing listens yet: the message is all.
+async fn refuse(listen: bool, failure: Failure) -> u8 {
     eprintln!("runbook-host run: {}: {}", failure.text(), failure.message);
+    if listen {
+        return 1;
+    }
     let handler = handler::Refusal { failure };
     // `initialize` is answered with the failure (serve then returns an error); a client on the
     // handshake-less lifecycle gets it on each request, for a while.

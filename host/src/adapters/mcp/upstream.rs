@@ -1,30 +1,99 @@
-//! The MCP servers behind the proxy: started as children (rmcp's client over `TokioChildProcess`),
-//! initialized, their tools listed once, and named for the client (`tool`, or `server.tool` when there are
-//! several servers, DESIGN 9.23).
+//! The MCP servers behind the proxy: started as children (rmcp's client over `TokioChildProcess`) or
+//! reached by URL (rmcp's Streamable HTTP client on reqwest with rustls), initialized, their tools listed,
+//! and named for the client (`tool`, or `server.tool` when there are several servers, DESIGN 9.23).
+//!
+//! What a server says on its own is passed on: `notifications/tools/list_changed` makes the proxy list
+//! that server's tools again (the module still decides every call, so a tool that appears mid-run is
+//! shown only when the run's step has it in scope), and `notifications/progress` for a forwarded call
+//! reaches the client that made it, under the client's own progress token. A client's cancellation
+//! reaches the server (`notifications/cancelled`: rmcp cancels a request whose answer is no longer awaited).
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation, JsonObject, Tool};
-use rmcp::service::{RoleClient, RunningService};
-use rmcp::transport::TokioChildProcess;
-use rmcp::{Peer, ServiceError, ServiceExt};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest, Implementation, JsonObject,
+    ProgressNotificationParam, ProgressToken, ServerResult, Tool,
+};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RoleServer, RunningService};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientHandler, Peer, ServiceError, ServiceExt};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// How long a server may take to start and answer `initialize` and `tools/list`.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// What a server said on its own, for the proxy to act on.
+pub enum Said {
+    /// The server's index: its tools changed; they have been listed again.
+    ToolsChanged(usize),
+    /// The server's connection closed (the process exited, or the HTTP session ended).
+    Exited(usize),
+}
+
+/// A forwarded call's progress: the client to tell, and the token it chose.
+type ProgressRoute = (Peer<RoleServer>, ProgressToken);
+
+/// The proxy as an MCP client of one server: it names itself, and hears the server's notifications.
+struct Listener {
+    index: usize,
+    said: mpsc::UnboundedSender<Said>,
+    tools: Arc<RwLock<Vec<Vec<Tool>>>>,
+    progress: Arc<tokio::sync::Mutex<HashMap<ProgressToken, ProgressRoute>>>,
+}
+
+impl ClientHandler for Listener {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(ClientCapabilities::default(), Implementation::new("runbook-host", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        // Listed again here, so the routes change before the clients are told.
+        match tokio::time::timeout(START_TIMEOUT, context.peer.list_all_tools()).await {
+            Ok(Ok(tools)) => {
+                if let Some(slot) = write(&self.tools).get_mut(self.index) {
+                    *slot = tools;
+                }
+                let _ = self.said.send(Said::ToolsChanged(self.index));
+            }
+            _ => eprintln!("runbook-host run: a server announced new tools but did not list them; the old list stays"),
+        }
+    }
+
+    async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        let route = self.progress.lock().await.get(&params.progress_token).cloned();
+        if let Some((peer, token)) = route {
+            let mut p = params;
+            p.progress_token = token;
+            let _ = peer.notify_progress(p).await;
+        }
+    }
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
 pub struct Server {
     pub name: String,
     pub peer: Peer<RoleClient>,
-    pub tools: Vec<Tool>,
-    stop: std::sync::Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
+    stop: Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
     done: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Every server, and the tools as the client sees them.
 pub struct Upstream {
     pub servers: Vec<Server>,
-    /// (listed name, server index, the server's own tool name), in listing order.
-    pub routes: Vec<(String, usize, String)>,
+    /// Each server's tools as it last listed them.
+    tools: Arc<RwLock<Vec<Vec<Tool>>>>,
+    progress: Arc<tokio::sync::Mutex<HashMap<ProgressToken, ProgressRoute>>>,
+    /// How long a forwarded call may take before it is answered as failed.
+    pub call_timeout: Duration,
 }
 
 fn sanitize(name: &str) -> String {
@@ -38,33 +107,76 @@ fn sanitize(name: &str) -> String {
     }
 }
 
-async fn start_one(spec: &super::ServerSpec) -> Result<(RunningService<RoleClient, ClientConfig>, Vec<Tool>), String> {
+/// The HTTP client for servers given by URL: rustls (ring), the system's roots plus the user's CA.
+pub fn http_client(extra_roots: &[Vec<u8>]) -> Result<reqwest::Client, String> {
+    // One process-wide provider: rustls is built without a default one (no aws-lc, no cmake).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut certs = Vec::new();
+    for pem in extra_roots {
+        certs.extend(reqwest::Certificate::from_pem_bundle(pem).map_err(|e| format!("the CA file is not PEM certificates: {e}"))?);
+    }
+    reqwest::Client::builder()
+        .tls_certs_merge(certs)
+        // Redirects would carry the configured headers to another origin: a server's URL is where it is.
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(20))
+        .build()
+        .map_err(|e| format!("cannot set up the HTTP client: {e}"))
+}
+
+async fn start_one(spec: &super::ServerSpec, http: &Option<reqwest::Client>, listener: Listener) -> Result<RunningService<RoleClient, Listener>, String> {
+    if let Some(url) = &spec.url {
+        let mut headers = HashMap::new();
+        for (k, v) in &spec.headers {
+            let name = reqwest::header::HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header `{k}`: {e}"))?;
+            let value = reqwest::header::HeaderValue::from_str(v).map_err(|e| format!("header `{k}`: {e}"))?;
+            headers.insert(name, value);
+        }
+        let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+        config.custom_headers = headers;
+        let client = http.clone().ok_or("no HTTP client")?;
+        let transport = StreamableHttpClientTransport::with_client(client, config);
+        return tokio::time::timeout(START_TIMEOUT, listener.serve(transport))
+            .await
+            .map_err(|_| format!("`{url}` did not answer `initialize` within {}s", START_TIMEOUT.as_secs()))?
+            .map_err(|e| format!("`{url}` failed to initialize: {e}"));
+    }
     let argv = &spec.argv;
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).envs(spec.env.iter().map(|(k, v)| (k, v)));
     let transport = TokioChildProcess::new(cmd).map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
-    let me = ClientConfig::new(ClientCapabilities::default(), Implementation::new("runbook-host", env!("CARGO_PKG_VERSION")));
-    let service = tokio::time::timeout(START_TIMEOUT, me.serve(transport))
+    tokio::time::timeout(START_TIMEOUT, listener.serve(transport))
         .await
         .map_err(|_| format!("`{}` did not answer `initialize` within {}s", argv[0], START_TIMEOUT.as_secs()))?
-        .map_err(|e| format!("`{}` failed to initialize: {e}", argv[0]))?;
-    let tools = if service.peer().peer_info().is_some_and(|i| i.capabilities.tools.is_some()) {
-        tokio::time::timeout(START_TIMEOUT, service.peer().list_all_tools())
-            .await
-            .map_err(|_| format!("`{}` did not list its tools in time", argv[0]))?
-            .map_err(|e| format!("`{}` failed to list its tools: {e}", argv[0]))?
-    } else {
-        Vec::new()
-    };
-    Ok((service, tools))
+        .map_err(|e| format!("`{}` failed to initialize: {e}", argv[0]))
 }
 
 impl Upstream {
-    /// Starts every server. `exited` receives a server's index when its connection closes.
-    pub async fn start(specs: &[super::ServerSpec], exited: mpsc::UnboundedSender<usize>) -> Result<Upstream, String> {
+    /// Starts (or connects to) every server. `said` receives what a server says on its own, and its
+    /// index when its connection closes.
+    pub async fn start(
+        specs: &[super::ServerSpec],
+        extra_roots: &[Vec<u8>],
+        call_timeout: Duration,
+        said: mpsc::UnboundedSender<Said>,
+    ) -> Result<Upstream, String> {
+        let http = if specs.iter().any(|s| s.url.is_some()) { Some(http_client(extra_roots)?) } else { None };
+        let tools = Arc::new(RwLock::new(vec![Vec::new(); specs.len()]));
+        let progress = Arc::new(tokio::sync::Mutex::new(HashMap::new()));
         let mut servers = Vec::new();
         for (i, spec) in specs.iter().enumerate() {
-            let (service, tools) = start_one(spec).await?;
+            let listener = Listener { index: i, said: said.clone(), tools: Arc::clone(&tools), progress: Arc::clone(&progress) };
+            let service = start_one(spec, &http, listener).await?;
+            let what = spec.url.clone().unwrap_or_else(|| spec.argv[0].clone());
+            let listed = if service.peer().peer_info().is_some_and(|i| i.capabilities.tools.is_some()) {
+                tokio::time::timeout(START_TIMEOUT, service.peer().list_all_tools())
+                    .await
+                    .map_err(|_| format!("`{what}` did not list its tools in time"))?
+                    .map_err(|e| format!("`{what}` failed to list its tools: {e}"))?
+            } else {
+                Vec::new()
+            };
+            write(&tools)[i] = listed;
             let name = match &spec.name {
                 Some(n) => n.clone(),
                 None => {
@@ -72,15 +184,15 @@ impl Upstream {
                 }
             };
             let peer = service.peer().clone();
-            let stop = std::sync::Mutex::new(Some(service.cancellation_token()));
+            let stop = Mutex::new(Some(service.cancellation_token()));
             let (done_tx, done) = tokio::sync::watch::channel(false);
-            let tx = exited.clone();
+            let tx = said.clone();
             tokio::spawn(async move {
                 let _ = service.waiting().await;
                 let _ = done_tx.send(true);
-                let _ = tx.send(i);
+                let _ = tx.send(Said::Exited(i));
             });
-            servers.push(Server { name, peer, tools, stop, done });
+            servers.push(Server { name, peer, stop, done });
         }
         // Distinct names: a repeated default name gets a numeric suffix.
         let mut seen = std::collections::BTreeSet::new();
@@ -92,42 +204,85 @@ impl Upstream {
                 k += 1;
             }
         }
-        let several = servers.len() > 1;
+        Ok(Upstream { servers, tools, progress, call_timeout })
+    }
+
+    /// (listed name, server index, the server's own tool name), in listing order.
+    fn routes(&self) -> Vec<(String, usize, String)> {
+        let several = self.servers.len() > 1;
+        let tools = read(&self.tools);
         let mut routes = Vec::new();
-        for (i, s) in servers.iter().enumerate() {
-            for t in &s.tools {
+        for (i, s) in self.servers.iter().enumerate() {
+            for t in tools.get(i).map(Vec::as_slice).unwrap_or_default() {
                 let listed = if several { format!("{}.{}", s.name, t.name) } else { t.name.to_string() };
                 routes.push((listed, i, t.name.to_string()));
             }
         }
-        Ok(Upstream { servers, routes })
+        routes
     }
 
     /// Every tool name as listed to the client.
     pub fn names(&self) -> Vec<String> {
-        self.routes.iter().map(|r| r.0.clone()).collect()
+        self.routes().into_iter().map(|r| r.0).collect()
     }
 
-    pub fn route(&self, listed: &str) -> Option<(usize, &str)> {
-        self.routes.iter().find(|r| r.0 == listed).map(|r| (r.1, r.2.as_str()))
+    pub fn route(&self, listed: &str) -> Option<(usize, String)> {
+        self.routes().into_iter().find(|r| r.0 == listed).map(|r| (r.1, r.2))
     }
 
     /// The tool's definition, renamed as listed.
     pub fn tool(&self, listed: &str) -> Option<Tool> {
         let (i, name) = self.route(listed)?;
-        let mut t = self.servers[i].tools.iter().find(|t| t.name == name)?.clone();
+        let mut t = read(&self.tools).get(i)?.iter().find(|t| t.name == name)?.clone();
         t.name = listed.to_string().into();
         Some(t)
     }
 
-    pub async fn call(&self, server: usize, tool: &str, arguments: Option<JsonObject>) -> Result<CallToolResult, ServiceError> {
+    /// Forwards one call. `progress`: the client to tell of the server's progress, under its own token.
+    /// Dropping the returned future (the client cancelled) cancels the request at the server.
+    pub async fn call(
+        &self,
+        server: usize,
+        tool: &str,
+        arguments: Option<JsonObject>,
+        progress: Option<ProgressRoute>,
+    ) -> Result<CallToolResult, ServiceError> {
         let mut params = CallToolRequestParams::new(tool.to_string());
         params.arguments = arguments;
-        self.servers[server].peer.call_tool(params).await
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let peer = &self.servers[server].peer;
+        // The route is in place before the request leaves, so no early progress is lost.
+        let mut routes = self.progress.lock().await;
+        let handle = peer.send_request_with_option(request, PeerRequestOptions::with_timeout(self.call_timeout)).await?;
+        let token = handle.progress_token.clone();
+        if let Some(route) = progress {
+            routes.insert(token.clone(), route);
+        }
+        drop(routes);
+        let (id, cancel_peer) = (handle.id.clone(), handle.peer.clone());
+        // Cancels the request at the server if this future is dropped before the answer.
+        struct CancelOnDrop(Option<(rmcp::model::RequestId, Peer<RoleClient>)>);
+        impl Drop for CancelOnDrop {
+            fn drop(&mut self) {
+                if let Some((id, peer)) = self.0.take() {
+                    tokio::spawn(async move {
+                        let _ = peer.notify_cancelled(rmcp::model::CancelledNotificationParam::new(Some(id), Some("cancelled by the client".into()))).await;
+                    });
+                }
+            }
+        }
+        let mut guard = CancelOnDrop(Some((id, cancel_peer)));
+        let answer = handle.await_response().await;
+        guard.0 = None;
+        self.progress.lock().await.remove(&token);
+        match answer? {
+            ServerResult::CallToolResult(r) => Ok(r),
+            _ => Err(ServiceError::UnexpectedResponse),
+        }
     }
 
-    /// Closes every server (stdin closed, then SIGTERM, then kill: rmcp's graceful shutdown) and waits
-    /// for them, at most `bound`.
+    /// Closes every server (stdin closed, then SIGTERM, then kill: rmcp's graceful shutdown; an HTTP
+    /// session is deleted) and waits for them, at most `bound`.
     pub async fn shutdown(&self, bound: Duration) {
         for s in &self.servers {
             if let Some(t) = s.stop.lock().unwrap_or_else(|e| e.into_inner()).take() {

@@ -1,0 +1,89 @@
+//! The proxy as a Streamable HTTP MCP server (`runbook-host run --listen ADDR`): rmcp's server transport,
+//! mounted at `/mcp` in axum. rmcp negotiates the revision per client and enforces what the transport
+//! says: `Host` must name this machine (DNS rebinding), any `Origin` is refused with 403 (no browser
+//! page may drive the proxy), a body over the bound is refused with 413 before it is decoded, and the
+//! `Mcp-Method`/`Mcp-Name` headers must agree with the body (2026-07-28).
+//!
+//! What one run is over HTTP (DESIGN 9.23): a 2025-11-25 client gets an MCP session (`Mcp-Session-Id`),
+//! and each session is its own run with its own bundle, ended when the client deletes the session (or
+//! leaves it idle past `SESSION_IDLE`). 2026-07-28 has no session: every request without one belongs to
+//! the proxy's one stateless run, opened at the first such request and ended when the proxy stops. A
+//! client-chosen run id was not taken: any client that can reach the port could then join another's run.
+
+use super::{handler, next_exit, signalled, Hub, Said};
+use crate::EndReason;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// The path the MCP endpoint is served at.
+pub const PATH: &str = "/mcp";
+/// The largest request body read (tool arguments included).
+pub const BODY_LIMIT: usize = 16 << 20;
+/// A session without a request for this long is closed, and its run ended.
+pub const SESSION_IDLE: Duration = Duration::from_secs(15 * 60);
+
+pub struct Bound {
+    listener: tokio::net::TcpListener,
+    addr: SocketAddr,
+}
+
+/// Takes the address (before any server starts). Anything but loopback is said to be a risk.
+pub async fn bind(addr: SocketAddr) -> Result<Bound, String> {
+    if !addr.ip().is_loopback() {
+        eprintln!(
+            "runbook-host run: warning: listening on {addr}, not loopback: any machine that reaches it can drive the run's tools (the proxy has no client authentication); put it behind an authenticating gateway"
+        );
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    Ok(Bound { listener, addr })
+}
+
+/// Serves until a signal or until a server exits; ends every run; returns 0 only when every run completed.
+pub async fn serve(hub: Arc<Hub>, bound: Bound, mut said: mpsc::UnboundedReceiver<Said>) -> u8 {
+    let addr = bound.addr;
+    let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    let mut config = StreamableHttpServerConfig::default().enforce_origin_validation().with_max_request_body_bytes(BODY_LIMIT);
+    if addr.ip().is_unspecified() {
+        config = config.disable_allowed_hosts();
+    } else {
+        hosts.push(addr.ip().to_string());
+        config = config.with_allowed_hosts(hosts);
+    }
+    let stop = config.cancellation_token.clone();
+    let mut sessions = LocalSessionManager::default();
+    sessions.session_config.keep_alive = Some(SESSION_IDLE);
+    let factory_hub = Arc::clone(&hub);
+    let service = StreamableHttpService::new(move || Ok(handler::Proxy::http(Arc::clone(&factory_hub))), Arc::new(sessions), config);
+    let app = axum::Router::new().nest_service(PATH, service);
+    eprintln!(
+        "runbook-host run: listening on http://{addr}{PATH} (MCP Streamable HTTP, 2025-11-25 and 2026-07-28) for {} ({}, trust {})",
+        hub.base.doc.reference,
+        &hub.base.doc.sha256[..12],
+        hub.base.doc.trust.as_str()
+    );
+    let server = axum::serve(bound.listener, app).with_graceful_shutdown(stop.clone().cancelled_owned());
+    let mut server = tokio::spawn(async move { server.await });
+    let upstream = &hub.base.upstream;
+    let reason = tokio::select! {
+        r = &mut server => {
+            eprintln!("runbook-host run: the HTTP server stopped: {r:?}");
+            EndReason::Interrupted
+        }
+        i = next_exit(&mut said, &hub) => {
+            eprintln!("runbook-host run: server `{}` exited", upstream.servers[i].name);
+            EndReason::ServerExited
+        }
+        _ = signalled() => EndReason::Interrupted,
+    };
+    // The runs end first (with the reason), then the sessions close (their handlers find the runs ended).
+    let code = hub.end_all(reason, false);
+    stop.cancel();
+    let _ = tokio::time::timeout(Duration::from_secs(5), &mut server).await;
+    upstream.shutdown(Duration::from_secs(5)).await;
+    code
+}
