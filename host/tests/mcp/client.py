@@ -3,7 +3,8 @@
 transport, unchanged).
 
     client.py [--name CLIENT_NAME] -- SERVER_CMD [ARGS...]
-    client.py [--name CLIENT_NAME] --url http://127.0.0.1:PORT/mcp     (the SDK's Streamable HTTP transport)
+    client.py [--name CLIENT_NAME] --url http://127.0.0.1:PORT/mcp [--header NAME:VALUE]...
+                                                   (the SDK's Streamable HTTP transport)
 
 Reads one JSON command a line on standard input and writes one JSON answer a line on standard output:
 
@@ -31,6 +32,7 @@ import sys
 import time
 
 import anyio
+import httpx2
 import mcp.client.stdio as sdk_stdio
 from mcp.client.streamable_http import streamable_http_client
 from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
@@ -70,6 +72,7 @@ async def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--name", default="test-agent")
     ap.add_argument("--url", help="a Streamable HTTP endpoint instead of a server command")
+    ap.add_argument("--header", action="append", default=[], help="NAME:VALUE sent with every HTTP request")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
@@ -83,7 +86,8 @@ async def main():
 
     stdin = anyio.wrap_file(sys.stdin)
     if a.url:
-        transport = streamable_http_client(a.url)
+        headers = dict(h.split(":", 1) for h in a.header)
+        transport = streamable_http_client(a.url, http_client=httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=300)) if headers else None)
     else:
         transport = stdio_client(StdioServerParameters(command=cmd[0], args=cmd[1:]))
     async with transport as (read, write):

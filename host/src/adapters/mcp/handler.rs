@@ -31,7 +31,10 @@ fn server_config(instructions: String) -> ServerConfig {
 }
 
 fn tool_error(text: impl Into<String>) -> CallToolResponse {
-    CallToolResponse::Complete(CallToolResult::error(vec![ContentBlock::text(text.into())]))
+    let mut r = CallToolResult::error(vec![ContentBlock::text(text.into())]);
+    // 2026-07-28 clients need `resultType` on every result (rmcp leaves it out for older ones).
+    r.result_type = Some(rmcp::model::ResultType::COMPLETE);
+    CallToolResponse::Complete(r)
 }
 
 fn failure_error(f: &Failure) -> McpError {

@@ -49,16 +49,7 @@ impl ClientHandler for Listener {
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
-        // Listed again here, so the routes change before the clients are told.
-        match tokio::time::timeout(START_TIMEOUT, context.peer.list_all_tools()).await {
-            Ok(Ok(tools)) => {
-                if let Some(slot) = write(&self.tools).get_mut(self.index) {
-                    *slot = tools;
-                }
-                let _ = self.said.send(Said::ToolsChanged(self.index));
-            }
-            _ => eprintln!("runbook-host run: a server announced new tools but did not list them; the old list stays"),
-        }
+        relist(&context.peer, self.index, &self.tools, &self.said).await;
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
@@ -69,6 +60,39 @@ impl ClientHandler for Listener {
             let _ = peer.notify_progress(p).await;
         }
     }
+}
+
+/// Lists a server's tools again after it said they changed, so the routes change before the clients are told.
+async fn relist(peer: &Peer<RoleClient>, index: usize, tools: &RwLock<Vec<Vec<Tool>>>, said: &mpsc::UnboundedSender<Said>) {
+    match tokio::time::timeout(START_TIMEOUT, peer.list_all_tools()).await {
+        Ok(Ok(listed)) => {
+            if let Some(slot) = write(tools).get_mut(index) {
+                *slot = listed;
+            }
+            let _ = said.send(Said::ToolsChanged(index));
+        }
+        _ => eprintln!("runbook-host run: a server announced that its tools changed but did not list them; the old list stays"),
+    }
+}
+
+/// On 2026-07-28 a server's list changes come only on a subscription (`subscriptions/listen`); earlier
+/// revisions send them unasked (`on_tool_list_changed`).
+fn listen_for_changes(peer: Peer<RoleClient>, index: usize, tools: Arc<RwLock<Vec<Vec<Tool>>>>, said: mpsc::UnboundedSender<Said>) {
+    let Some(info) = peer.peer_info() else { return };
+    // Asked of every server with tools (some announce changes without declaring `listChanged`); a server
+    // that does not take subscriptions answers an error, and nothing more is asked.
+    if info.capabilities.tools.is_none() || info.protocol_version.has_initialize() {
+        return;
+    }
+    tokio::spawn(async move {
+        let filter = rmcp::model::SubscriptionFilter::builder().tools_list_changed().build();
+        let Ok(mut sub) = peer.listen(filter).await else { return };
+        while let Ok(Some(n)) = sub.next().await {
+            if matches!(n, rmcp::model::ServerNotification::ToolListChangedNotification(_)) {
+                relist(&peer, index, &tools, &said).await;
+            }
+        }
+    });
 }
 
 fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
@@ -94,6 +118,21 @@ pub struct Upstream {
     progress: Arc<tokio::sync::Mutex<HashMap<ProgressToken, ProgressRoute>>>,
     /// How long a forwarded call may take before it is answered as failed.
     pub call_timeout: Duration,
+}
+
+/// An error with its causes (reqwest and rustls put the reason, such as an unknown issuer, in a source).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cause = c.source();
+    }
+    s
 }
 
 fn sanitize(name: &str) -> String {
@@ -139,7 +178,17 @@ async fn start_one(spec: &super::ServerSpec, http: &Option<reqwest::Client>, lis
         return tokio::time::timeout(START_TIMEOUT, listener.serve(transport))
             .await
             .map_err(|_| format!("`{url}` did not answer `initialize` within {}s", START_TIMEOUT.as_secs()))?
-            .map_err(|e| format!("`{url}` failed to initialize: {e}"));
+            .map_err(|e| {
+                // rustls's reason (an unknown issuer, a name mismatch) is deep in the cause, and only in its Debug form.
+                let debug = format!("{e:?}");
+                match debug.find("InvalidCertificate(") {
+                    Some(i) => {
+                        let reason: String = debug[i..].chars().take_while(|c| *c != ')').collect();
+                        format!("`{url}`: the server's certificate does not verify ({reason})); trust its CA with --upstream-ca FILE")
+                    }
+                    None => format!("`{url}` failed to initialize: {}", chain(&e)),
+                }
+            });
     }
     let argv = &spec.argv;
     let mut cmd = tokio::process::Command::new(&argv[0]);
@@ -177,6 +226,7 @@ impl Upstream {
                 Vec::new()
             };
             write(&tools)[i] = listed;
+            listen_for_changes(service.peer().clone(), i, Arc::clone(&tools), said.clone());
             let name = match &spec.name {
                 Some(n) => n.clone(),
                 None => {

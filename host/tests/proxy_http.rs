@@ -1,0 +1,329 @@
+//! The MCP proxy over Streamable HTTP (`runbook-host run --listen`) and servers reached by URL, with real
+//! peers: the Python MCP SDK's Streamable HTTP client (`tests/mcp/client.py --url`) on both protocol
+//! revisions, `@modelcontextprotocol/server-everything` and `server-filesystem` over stdio, and a remote
+//! server on the Python SDK served over HTTPS with a test CA (`tests/mcp/remote_server.py`).
+//!
+//! Each test checks what the client saw, what reached the servers, what the bundles hold, and that
+//! `runbook-host verify` passes on every bundle it produced.
+
+mod common;
+
+use common::mcp::*;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `runbook-host run REF ARGS --listen 127.0.0.1:0 -- SERVERS`, its URL read from its standard error.
+struct Listening {
+    child: Child,
+    url: String,
+    log: PathBuf,
+}
+
+fn listen(w: &Work, reference: &str, args: &[&str], servers: &[Vec<String>]) -> Listening {
+    let log = w.dir.join(format!("proxy-{}.stderr", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()));
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", reference, "--listen", "127.0.0.1:0"]).args(args);
+    for s in servers {
+        cmd.arg("--").args(s);
+    }
+    let child = cmd.current_dir(&w.dir).stdin(Stdio::null()).stdout(Stdio::null()).stderr(std::fs::File::create(&log).unwrap()).spawn().unwrap();
+    let mut l = Listening { child, url: String::new(), log };
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let text = l.stderr();
+        if let Some(rest) = text.split("listening on ").nth(1) {
+            l.url = rest.split_whitespace().next().unwrap().to_string();
+            return l;
+        }
+        if let Ok(Some(code)) = l.child.try_wait() {
+            panic!("the proxy exited ({code}) before listening:\n{text}");
+        }
+        assert!(Instant::now() < deadline, "the proxy did not listen in time:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Listening {
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits for the proxy to exit by itself; its exit code.
+    fn wait(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        while Instant::now() < deadline {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return s.code();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the proxy did not exit:\n{}", self.stderr());
+    }
+
+    /// SIGTERM, as an operator stops it; its exit code.
+    fn stop(&mut self) -> Option<i32> {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        self.wait(Duration::from_secs(30))
+    }
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A test CA and a certificate for 127.0.0.1 it signed (openssl): (ca.pem, cert.pem, key.pem).
+fn test_ca(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let d = dir.join("pki");
+    std::fs::create_dir_all(&d).unwrap();
+    let run = |args: &[&str]| {
+        let o = Command::new("openssl").args(args).current_dir(&d).output().expect("openssl runs");
+        assert!(o.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    run(&[&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=runbook-host test CA"]].concat());
+    run(&[&["req"][..], &ec, &["-keyout", "key.pem", "-out", "srv.csr", "-subj", "/CN=127.0.0.1"]].concat());
+    std::fs::write(d.join("ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n").unwrap();
+    run(&["x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "cert.pem", "-days", "2", "-extfile", "ext"]);
+    (d.join("ca.pem"), d.join("cert.pem"), d.join("key.pem"))
+}
+
+/// tests/mcp/remote_server.py over HTTPS; its URL and the file where it logs each call that reached it.
+struct Remote {
+    child: Child,
+    url: String,
+    calls: PathBuf,
+}
+
+fn remote(w: &Work, cert: &Path, key: &Path) -> Remote {
+    let calls = w.dir.join("remote-calls.ndjson");
+    let mut child = Command::new(mcp_dir().join(".venv/bin/python"))
+        .arg(mcp_dir().join("remote_server.py"))
+        .args(["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--log", calls.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(w.dir.join("remote.stderr")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().strip_prefix("PORT ").unwrap_or_else(|| panic!("no port from the remote server: {line:?}"));
+    // uvicorn listens on the socket it was given; wait until it answers TLS.
+    let url = format!("https://127.0.0.1:{port}/mcp");
+    std::thread::sleep(Duration::from_millis(300));
+    Remote { child, url, calls }
+}
+
+impl Remote {
+    /// The tools that reached the server, in order.
+    fn reached(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.calls)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap()["tool"].as_str().unwrap().to_string())
+            .collect()
+    }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn kinds(run_dir: &Path) -> Vec<String> {
+    events(run_dir).iter().map(|(e, _)| e["type"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn each_session_is_a_run_and_requests_without_one_share_the_proxy_s_run() {
+    let w = work("http-sessions");
+    let mut p = listen(&w, &runbook("everything-tour.yaml"), &[], &[everything()]);
+    // Two 2025-11-25 clients: a session, so a run, each.
+    let mut a = Client::url(&w, "agent-a", &p.url);
+    let mut b = Client::url(&w, "agent-b", &p.url);
+    assert_eq!(a.init()["protocol"], "2025-11-25");
+    b.init();
+    assert_eq!(a.list(), ["echo", "runbook_status", "runbook_advance"], "a session is shown its step's scope");
+    assert_eq!(text(&a.call("echo", json!({"message": "from a"}))), "Echo: from a");
+    assert_blocked(&a.call("get-env", json!({})), "undeclared-tool");
+    assert_blocked(&b.call("get-tiny-image", json!({})), "undeclared-tool");
+    assert_eq!(a.status()["agent"], "agent-a");
+    assert_eq!(b.status()["agent"], "agent-b");
+    a.close();
+    b.close();
+    // A 2026-07-28 client: no session; its requests go to the proxy's one stateless run.
+    let mut c = Client::url(&w, "agent-c", &p.url);
+    let d = c.ask(json!({"op": "discover"}));
+    assert_eq!(d["protocol"], "2026-07-28", "{d}");
+    assert!(c.list().contains(&"get-sum".to_string()), "without a session the allowlist is listed (no list_changed to follow)");
+    assert_eq!(text(&c.call("echo", json!({"message": "from c"}))), "Echo: from c");
+    assert_blocked(&c.call("get-env", json!({})), "undeclared-tool");
+    c.close();
+    let code = p.stop();
+    assert_eq!(code, Some(1), "no run completed:\n{}", p.stderr());
+    // server-everything announces tools/list_changed once it runs: the proxy heard it and listed again.
+    assert!(p.stderr().contains("server `everything` changed its tools"), "{}", p.stderr());
+    let runs = w.run_dirs();
+    assert_eq!(runs.len(), 3, "{}", p.stderr());
+    let mut agents = Vec::new();
+    for r in &runs {
+        let ev = events(r);
+        agents.push(ev[0].0["agent"].as_str().unwrap_or("").to_string());
+        let last = &ev.last().unwrap().0;
+        assert_eq!(last["type"], "end");
+        let reason = if ev[0].0["agent"] == "agent-c" { "interrupted" } else { "normal" };
+        assert_eq!(last["reason"], reason, "{}: the session's DELETE ends its run; SIGTERM the stateless one", r.display());
+        assert!(ev.iter().any(|(e, d)| e["type"] == "invoke" && d["deviation"] == "undeclared-tool"), "the blocked call is recorded in {}", r.display());
+    }
+    agents.sort();
+    assert_eq!(agents, ["agent-a", "agent-b", "agent-c"]);
+    w.verify_all();
+}
+
+#[test]
+fn what_the_transport_refuses_never_reaches_a_run() {
+    let w = work("http-refusals");
+    let p = listen(&w, &runbook("everything-tour.yaml"), &[], &[everything()]);
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}});
+    let post = |headers: &[(&str, &str)], body: &[u8]| -> (u16, String) {
+        let mut r = agent.post(&p.url).header("content-type", "application/json").header("accept", "application/json, text/event-stream");
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
+        let mut resp = r.send(body).expect("an HTTP answer");
+        (resp.status().as_u16(), resp.body_mut().read_to_string().unwrap_or_default())
+    };
+    let body = init.to_string();
+    // A browser page (any Origin): 403.
+    assert_eq!(post(&[("origin", "https://evil.example")], body.as_bytes()).0, 403);
+    // A name that is not this machine (DNS rebinding): 403.
+    assert_eq!(post(&[("host", "evil.example")], body.as_bytes()).0, 403);
+    // A body over the bound: 413, before it is decoded.
+    let big = format!(
+        "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{{\"message\":\"{}\"}}}}}}",
+        "x".repeat(17 << 20)
+    );
+    assert_eq!(post(&[], big.as_bytes()).0, 413);
+    // A revision the proxy does not speak, named in the header: 400.
+    let (status, said) =
+        post(&[("mcp-protocol-version", "1999-01-01")], json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}).to_string().as_bytes());
+    assert_eq!(status, 400, "{said}");
+    // 2026-07-28: an Mcp-Method header that disagrees with the body's method: refused, the call not made.
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"message": "smuggled"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"}, "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let (status, said) = post(&[("mcp-protocol-version", "2026-07-28"), ("mcp-method", "tools/list")], call.to_string().as_bytes());
+    assert!(status == 400 || said.contains("\"error\""), "{status} {said}");
+    assert!(!said.contains("smuggled"), "the call was made: {said}");
+    // Nothing of it opened a run; a proper client is still served.
+    assert!(w.run_dirs().is_empty(), "a refused request opened a run: {:?}", w.run_dirs());
+    let mut c = Client::url(&w, "after", &p.url);
+    c.init();
+    assert_eq!(text(&c.call("echo", json!({"message": "ok"}))), "Echo: ok");
+    c.close();
+    drop(p);
+}
+
+#[test]
+fn a_remote_server_over_https_progress_a_client_token_timeouts_and_a_crash() {
+    let w = work("http-remote");
+    let (ca, cert, key) = test_ca(&w.dir);
+    let server = remote(&w, &cert, &key);
+    let mut p = listen(&w, &runbook("remote.yaml"), &["--upstream-ca", ca.to_str().unwrap(), "--call-timeout", "2s"], &[vec![server.url.clone()]]);
+    // The client sends a token of its own to the proxy: it must never reach the server.
+    let mut c = Client::spawn(&w, &["--name", "remote-agent", "--url", &p.url, "--header", "Authorization:Bearer client-secret"]);
+    c.init();
+    assert_eq!(c.list(), ["whoami", "count", "shrink", "hang", "die", "runbook_status", "runbook_advance"]);
+    let who: Value = serde_json::from_str(text(&c.call("whoami", json!({})))).unwrap();
+    assert_eq!(who["authorization"], Value::Null, "the client's own token was passed through: {who}");
+    // Progress of a forwarded call reaches the client under its own token.
+    let r = c.ask(json!({"op": "call", "tool": "count", "args": {"n": 3}, "progress": true}));
+    assert_eq!(text(&r), "counted 3");
+    assert_eq!(r["progress"].as_array().map(Vec::len), Some(3), "{r}");
+    // A server that does not answer: the call fails after --call-timeout, recorded.
+    let r = c.call("hang", json!({}));
+    assert_eq!(r["is_error"], true, "{r}");
+    assert!(text(&r).contains("did not answer"), "{r}");
+    // The server dies in the middle of a call: an error, never a result; so is every call after it, and
+    // each is recorded.
+    let r = c.ask(json!({"op": "call", "tool": "die", "args": {}}));
+    assert!(r["ok"] == false || r["is_error"] == true, "{r}");
+    let r = c.ask(json!({"op": "call", "tool": "whoami", "args": {}}));
+    assert!(r["ok"] == false || r["is_error"] == true, "{r}");
+    c.close();
+    p.stop();
+    let run = w.latest();
+    let ev = events(&run);
+    assert_eq!(ev.last().unwrap().0["type"], "end", "{:?}", kinds(&run));
+    let failed: Vec<&str> = ev.iter().filter(|(e, _)| e["type"] == "result" && e["is_error"] == true).map(|(e, _)| e["tool"].as_str().unwrap()).collect();
+    assert_eq!(failed, ["hang", "die", "whoami"], "the timed-out and the failed calls are recorded as failed");
+    assert_eq!(server.reached(), ["whoami", "count", "hang", "die"]);
+    w.verify_all();
+}
+
+#[test]
+fn a_server_certificate_that_does_not_verify_starts_nothing() {
+    let w = work("http-untrusted");
+    let (_ca, cert, key) = test_ca(&w.dir);
+    let server = remote(&w, &cert, &key);
+    let o = Command::new(BIN)
+        .args(["run", &runbook("remote.yaml"), "--listen", "127.0.0.1:0", "--", &server.url])
+        .current_dir(&w.dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("runbook_failed:server-unavailable"), "{err}");
+    assert!(err.to_lowercase().contains("certificate") || err.contains("UnknownIssuer"), "the reason is named: {err}");
+    assert!(!err.contains("listening on"), "{err}");
+    assert!(w.run_dirs().is_empty());
+    assert!(server.reached().is_empty());
+}
+
+#[test]
+fn three_servers_from_an_mcp_config_one_remote_one_with_dashes_in_its_arguments() {
+    let w = work("http-three");
+    let (ca, cert, key) = test_ca(&w.dir);
+    let server = remote(&w, &cert, &key);
+    let files = w.dir.join("files");
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("note.txt"), "hello\n").unwrap();
+    let cfg = w.dir.join("mcp.json");
+    let fs = filesystem(&files);
+    let config = json!({"mcpServers": {
+        "ev": {"command": "sh", "args": ["-c", "exec \"$SERVER\"", "--", "ignored"], "env": {"SERVER": everything()[0]}},
+        "fs": {"command": fs[0], "args": [fs[1]]},
+        "remote": {"type": "http", "url": server.url, "headers": {"Authorization": "Bearer ${RUNBOOK_TEST_REMOTE_TOKEN}", "X-Team": "ops"}}
+    }});
+    std::fs::write(&cfg, config.to_string()).unwrap();
+    let cmd = vec![
+        "env".to_string(),
+        "RUNBOOK_TEST_REMOTE_TOKEN=t0k".into(),
+        BIN.to_string(),
+        "run".into(),
+        runbook("three.yaml"),
+        "--mcp-config".into(),
+        cfg.to_string_lossy().into_owned(),
+        "--upstream-ca".into(),
+        ca.to_string_lossy().into_owned(),
+    ];
+    let mut c = Client::new(&w, "three-agent", cmd);
+    c.init();
+    assert_eq!(c.list(), ["ev.echo", "fs.list_directory", "remote.whoami", "runbook_status", "runbook_advance"]);
+    assert_eq!(text(&c.call("ev.echo", json!({"message": "one"}))), "Echo: one");
+    assert!(text(&c.call("fs.list_directory", json!({"path": files.to_str().unwrap()}))).contains("note.txt"));
+    let who: Value = serde_json::from_str(text(&c.call("remote.whoami", json!({})))).unwrap();
+    assert_eq!(who, json!({"authorization": "Bearer t0k", "x-team": "ops"}), "the configured headers reach the remote server");
+    assert_blocked(&c.call("remote.count", json!({"n": 1})), "undeclared-tool");
+    c.close();
+    assert_eq!(server.reached(), ["whoami"], "the blocked call never reached the server");
+    w.verify_all();
+}
