@@ -1,7 +1,8 @@
-//! The MCP stdio proxy behind `runbook-host run` (DESIGN 5, 9.23, 9.24).
+//! The MCP proxy behind `runbook-host run` (DESIGN 5, 9.23, 9.24).
 //!
-//! To the client it is one MCP server over stdio (rmcp's server over standard input and output); it starts
-//! the MCP servers as children (rmcp's client over `TokioChildProcess`). Every decision comes from the policy
+//! To the client it is one MCP server over stdio (rmcp's server over standard input and output), or over
+//! Streamable HTTP with `--listen` (`http`); it starts the MCP servers as children (rmcp's client over
+//! `TokioChildProcess`) or reaches them by URL (`upstream`). Every decision comes from the policy
 //! module: the proxy turns what it sees into events (`start`, `invoke`, `result`, `approval`, `advance`,
 //! `tick`, `final_output`, `end`), feeds them to one session, records each event and its decision in the run
 //! bundle as it happens, and acts on the decision: forward, answer a tool error naming the deviation, hold the
