@@ -101,10 +101,15 @@ struct Remote {
 }
 
 fn remote(w: &Work, cert: &Path, key: &Path) -> Remote {
+    remote_with(w, &["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap()])
+}
+
+fn remote_with(w: &Work, args: &[&str]) -> Remote {
     let calls = w.dir.join("remote-calls.ndjson");
     let mut child = Command::new(mcp_dir().join(".venv/bin/python"))
         .arg(mcp_dir().join("remote_server.py"))
-        .args(["--cert", cert.to_str().unwrap(), "--key", key.to_str().unwrap(), "--log", calls.to_str().unwrap()])
+        .args(args)
+        .args(["--log", calls.to_str().unwrap()])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(std::fs::File::create(w.dir.join("remote.stderr")).unwrap())
@@ -114,7 +119,8 @@ fn remote(w: &Work, cert: &Path, key: &Path) -> Remote {
     BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
     let port = line.trim().strip_prefix("PORT ").unwrap_or_else(|| panic!("no port from the remote server: {line:?}"));
     // uvicorn listens on the socket it was given; wait until it answers TLS.
-    let url = format!("https://127.0.0.1:{port}/mcp");
+    let scheme = if args.contains(&"--cert") { "https" } else { "http" };
+    let url = format!("{scheme}://127.0.0.1:{port}/mcp");
     std::thread::sleep(Duration::from_millis(300));
     Remote { child, url, calls }
 }
@@ -211,7 +217,16 @@ fn what_the_transport_refuses_never_reaches_a_run() {
         "{{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{{\"name\":\"echo\",\"arguments\":{{\"message\":\"{}\"}}}}}}",
         "x".repeat(17 << 20)
     );
-    assert_eq!(post(&[], big.as_bytes()).0, 413);
+    // (the proxy answers 413 and closes as soon as the bound is passed, so the client may see the close
+    // while it is still sending: either way nothing was decoded)
+    let sent = agent.post(&p.url).header("content-type", "application/json").header("accept", "application/json, text/event-stream").send(big.as_bytes());
+    match sent {
+        Ok(resp) => assert_eq!(resp.status().as_u16(), 413),
+        Err(e) => assert!(
+            e.to_string().to_lowercase().contains("disconnect") || e.to_string().to_lowercase().contains("reset") || e.to_string().contains("pipe"),
+            "{e}"
+        ),
+    }
     // A revision the proxy does not speak, named in the header: 400.
     let (status, said) =
         post(&[("mcp-protocol-version", "1999-01-01")], json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}).to_string().as_bytes());
@@ -251,6 +266,14 @@ fn a_remote_server_over_https_progress_a_client_token_timeouts_and_a_crash() {
     let r = c.call("hang", json!({}));
     assert_eq!(r["is_error"], true, "{r}");
     assert!(text(&r).contains("did not answer"), "{r}");
+    // The client cancels a call: the cancellation reaches the server, and the run goes on.
+    let r = c.ask(json!({"op": "cancel", "tool": "hang", "after": 1}));
+    assert_eq!(r["cancelled"], true, "{r}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !server.reached().contains(&"hang-cancelled".to_string()) {
+        assert!(Instant::now() < deadline, "the cancellation did not reach the server: {:?}\n{}", server.reached(), p.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
     // The server dies in the middle of a call: an error, never a result; so is every call after it, and
     // each is recorded.
     let r = c.ask(json!({"op": "call", "tool": "die", "args": {}}));
@@ -263,8 +286,12 @@ fn a_remote_server_over_https_progress_a_client_token_timeouts_and_a_crash() {
     let ev = events(&run);
     assert_eq!(ev.last().unwrap().0["type"], "end", "{:?}", kinds(&run));
     let failed: Vec<&str> = ev.iter().filter(|(e, _)| e["type"] == "result" && e["is_error"] == true).map(|(e, _)| e["tool"].as_str().unwrap()).collect();
-    assert_eq!(failed, ["hang", "die", "whoami"], "the timed-out and the failed calls are recorded as failed");
-    assert_eq!(server.reached(), ["whoami", "count", "hang", "die"]);
+    assert_eq!(failed, ["hang", "hang", "die", "whoami"], "the timed-out, the cancelled and the failed calls are recorded as failed");
+    // Both the timed-out and the cancelled call were cancelled at the server (rmcp cancels a request that timed out).
+    let reached = server.reached();
+    let calls: Vec<&String> = reached.iter().filter(|t| *t != "hang-cancelled").collect();
+    assert_eq!(calls, ["whoami", "count", "hang", "hang", "die"]);
+    assert_eq!(reached.iter().filter(|t| *t == "hang-cancelled").count(), 2, "{reached:?}");
     w.verify_all();
 }
 
@@ -286,6 +313,23 @@ fn a_server_certificate_that_does_not_verify_starts_nothing() {
     assert!(!err.contains("listening on"), "{err}");
     assert!(w.run_dirs().is_empty());
     assert!(server.reached().is_empty());
+}
+
+#[test]
+fn a_server_that_answers_garbage_starts_nothing() {
+    let w = work("http-garbage");
+    let server = remote_with(&w, &["--garbage"]);
+    let o = Command::new(BIN)
+        .args(["run", &runbook("remote.yaml"), "--listen", "127.0.0.1:0", "--", &server.url])
+        .current_dir(&w.dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("runbook_failed:server-unavailable") && err.contains("failed to initialize"), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
+    assert!(w.run_dirs().is_empty());
 }
 
 #[test]

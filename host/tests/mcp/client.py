@@ -12,6 +12,7 @@ Reads one JSON command a line on standard input and writes one JSON answer a lin
     {"op": "discover"}                              the handshake-less lifecycle (server/discover, then per-request metadata)
     {"op": "list"}                                  tools/list; {"ok", "tools": [names]}
     {"op": "call", "tool": T, "args": {...}}        tools/call; {"ok", "is_error", "text", "structured"} or {"ok": false, "error"}
+    {"op": "cancel", "tool": T, "after": S}         start a tools/call and cancel it after S seconds; {"ok", "cancelled"}
     {"op": "send", "tool": T, "args": {...}}        start a tools/call and answer at once (the call's result is not reported)
     {"op": "notifications"}                         the server notifications received so far (methods), then forgets them
     {"op": "bench", "tool": T, "args": {}, "n": N}  N sequential calls; {"ok", "us": [microseconds per call]}
@@ -128,6 +129,11 @@ async def main():
                         if c.get("progress"):
                             res["progress"] = progress
                         out(res)
+                    elif op == "cancel":
+                        # The call, cancelled by the client after `after` seconds (the SDK sends notifications/cancelled).
+                        with anyio.move_on_after(float(c.get("after", 1))) as scope:
+                            await session.call_tool(c["tool"], c.get("args") or {}, read_timeout_seconds=120)
+                        out({"ok": True, "cancelled": scope.cancelled_caught})
                     elif op == "send":
                         background.start_soon(fire, c["tool"], c.get("args") or {})
                         await anyio.sleep(0.2)
