@@ -41,14 +41,14 @@ need_rust() {
 # tools/node-requirements.txt with its hashes) in tools/.node, put first on PATH for this shell.
 need_node() {
   local min=${1:-20} v
-  v=$(node --version 2>/dev/null | sed 's/^v//; s/\..*//')
+  v=$(node --version 2>/dev/null | sed 's/^v//; s/\..*//' || true)
   if [[ -n $v && $v -ge $min ]] && command -v npm >/dev/null; then
     return
   fi
   local here venv have
   here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
   venv=$here/.node
-  have=$("$venv/bin/node" --version 2>/dev/null | sed 's/^v//; s/\..*//')
+  have=$("$venv/bin/node" --version 2>/dev/null | sed 's/^v//; s/\..*//' || true)
   if [[ -z $have || $have -lt $min ]]; then
     echo "==> Node.js $min+ from PyPI into tools/.node (the node on PATH is ${v:-missing})"
     [[ -z $have ]] || rm -rf "$venv"
@@ -62,7 +62,7 @@ need_node() {
       printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "$pkg/bin/node" "$pkg/lib/node_modules/npm/bin/$b-cli.js" >"$venv/bin/$b"
       chmod +x "$venv/bin/$b"
     done
-    have=$("$venv/bin/node" --version 2>/dev/null | sed 's/^v//; s/\..*//')
+    have=$("$venv/bin/node" --version 2>/dev/null | sed 's/^v//; s/\..*//' || true)
     if [[ -z $have || $have -lt $min ]]; then
       echo "tools: the Node.js pinned in tools/node-requirements.txt is ${have:-missing}, older than $min" >&2
       exit 1
