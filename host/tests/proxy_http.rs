@@ -194,6 +194,27 @@ fn each_session_is_a_run_and_requests_without_one_share_the_proxy_s_run() {
 }
 
 #[test]
+fn a_session_left_idle_ends_client_closed_never_completed() {
+    // A runbook without steps completes on the final output; a session that merely went quiet must not.
+    let w = work("http-idle");
+    let doc = mcp_dir().join("conformance/runbooks/everything-all.yaml");
+    let p = listen(&w, doc.to_str().unwrap(), &["--session-idle", "2s"], &[everything()]);
+    let mut c = Client::url(&w, "idle-agent", &p.url);
+    c.init();
+    assert_eq!(text(&c.call("echo", json!({"message": "then silence"}))), "Echo: then silence");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !p.stderr().contains("ended (client-closed)") {
+        assert!(Instant::now() < deadline, "the idle session was not closed:\n{}", p.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let run = w.latest();
+    assert_eq!(kinds(&run), ["start", "invoke", "result", "end"], "no final output for an idle session");
+    assert_ne!(report(&run)["outcome"], "completed");
+    drop(c);
+    w.verify_all();
+}
+
+#[test]
 fn what_the_transport_refuses_never_reaches_a_run() {
     let w = work("http-refusals");
     let p = listen(&w, &runbook("everything-tour.yaml"), &[], &[everything()]);

@@ -56,6 +56,10 @@ pub struct Args {
     /// over stdio: each MCP session is a run of its own; requests without a session (2026-07-28) share one
     #[arg(long, value_name = "ADDR:PORT", value_parser = parse_listen)]
     pub listen: Option<std::net::SocketAddr>,
+    /// Over HTTP: how long a session may go without a request before it is closed (its run ends
+    /// `client-closed`)
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    pub session_idle: Duration,
     /// PEM certificates to trust, beside the system's roots, for servers given by `https://` URL
     #[arg(long, value_name = "FILE")]
     pub upstream_ca: Vec<PathBuf>,
@@ -177,6 +181,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         listen: args.listen,
         upstream_ca,
         call_timeout: args.call_timeout,
+        session_idle: args.session_idle,
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
     let code = runtime.block_on(proxy::main(config));

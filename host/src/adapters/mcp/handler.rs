@@ -409,6 +409,7 @@ impl ServerHandler for Proxy {
 
     async fn list_tools(&self, _request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
         self.s().requests_begun.fetch_add(1, Ordering::SeqCst);
+        self.s().last_request_ms.store(crate::run::now_ms(), Ordering::SeqCst);
         let answered = Answered(&self.s(), false);
         if let Err(f) = self.started(&context) {
             answered.done();
@@ -429,6 +430,7 @@ impl ServerHandler for Proxy {
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         self.s().requests_begun.fetch_add(1, Ordering::SeqCst);
+        self.s().last_request_ms.store(crate::run::now_ms(), Ordering::SeqCst);
         let answered = Answered(&self.s(), false);
         if let Err(f) = self.started(&context) {
             answered.done();
@@ -452,7 +454,11 @@ impl Drop for Proxy {
     fn drop(&mut self) {
         if let Bind::Http { mine, .. } = &self.bind {
             if let Some(s) = mine.get() {
-                let (reason, final_output) = s.leave_reason();
+                // A session closed for being idle is a client that went away, not a clean shutdown: no
+                // final output (which could complete a run the agent abandoned).
+                let idle = crate::run::now_ms().saturating_sub(s.last_request_ms.load(Ordering::SeqCst));
+                let (reason, final_output) =
+                    if idle + 1000 >= s.session_idle.as_millis() as u64 { (crate::EndReason::ClientClosed, false) } else { s.leave_reason() };
                 s.end_run(reason, final_output);
             }
         }

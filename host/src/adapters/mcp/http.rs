@@ -6,7 +6,7 @@
 //!
 //! What one run is over HTTP (DESIGN 9.23): a 2025-11-25 client gets an MCP session (`Mcp-Session-Id`),
 //! and each session is its own run with its own bundle, ended when the client deletes the session (or
-//! leaves it idle past `SESSION_IDLE`). 2026-07-28 has no session: every request without one belongs to
+//! leaves it idle past `--session-idle`, 15 minutes: then `client-closed`, never a clean shutdown). 2026-07-28 has no session: every request without one belongs to
 //! the proxy's one stateless run, opened at the first such request and ended when the proxy stops. A
 //! client-chosen run id was not taken: any client that can reach the port could then join another's run.
 
@@ -23,8 +23,6 @@ use tokio::sync::mpsc;
 pub const PATH: &str = "/mcp";
 /// The largest request body read (tool arguments included).
 pub const BODY_LIMIT: usize = 16 << 20;
-/// A session without a request for this long is closed, and its run ended.
-pub const SESSION_IDLE: Duration = Duration::from_secs(15 * 60);
 
 pub struct Bound {
     listener: tokio::net::TcpListener,
@@ -56,7 +54,7 @@ pub async fn serve(hub: Arc<Hub>, bound: Bound, mut said: mpsc::UnboundedReceive
     }
     let stop = config.cancellation_token.clone();
     let mut sessions = LocalSessionManager::default();
-    sessions.session_config.keep_alive = Some(SESSION_IDLE);
+    sessions.session_config.keep_alive = Some(hub.base.session_idle);
     let factory_hub = Arc::clone(&hub);
     let service = StreamableHttpService::new(move || Ok(handler::Proxy::http(Arc::clone(&factory_hub))), Arc::new(sessions), config);
     let app = axum::Router::new().nest_service(PATH, service);

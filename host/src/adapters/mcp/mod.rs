@@ -49,6 +49,8 @@ pub struct Config {
     pub upstream_ca: Vec<Vec<u8>>,
     /// How long a forwarded call may take at its server.
     pub call_timeout: Duration,
+    /// Over HTTP: a session without a request for this long is closed, and its run ends `client-closed`.
+    pub session_idle: Duration,
 }
 
 /// One server behind the proxy: a command it starts (`argv`, `env`) or a URL it reaches over Streamable
@@ -145,6 +147,7 @@ pub struct Base {
     pub signers: Option<Signers>,
     pub runs: PathBuf,
     pub registry: String,
+    pub session_idle: Duration,
 }
 
 /// One run: over stdio the proxy's only one; over HTTP one per MCP session (2025-11-25), plus one shared by
@@ -156,6 +159,9 @@ pub struct Shared {
     /// Requests that began and that got an answer: the difference is what is in flight.
     pub requests_begun: AtomicU64,
     pub requests_answered: AtomicU64,
+    /// When the last request began (ms since the epoch): a session closed after `--session-idle` of
+    /// silence ends as `client-closed`.
+    pub last_request_ms: AtomicU64,
     /// The client used the `initialize` handshake (and so receives `notifications/tools/list_changed`);
     /// a client on the handshake-less lifecycle is shown the allowlist instead.
     pub initialized: AtomicBool,
@@ -195,6 +201,7 @@ impl Hub {
             client: Mutex::new(None),
             requests_begun: AtomicU64::new(0),
             requests_answered: AtomicU64::new(0),
+            last_request_ms: AtomicU64::new(crate::run::now_ms()),
             initialized: AtomicBool::new(false),
             last_call_timed_out: AtomicBool::new(false),
             applied: Mutex::new(Default::default()),
@@ -625,6 +632,7 @@ pub async fn main(config: Config) -> u8 {
         signers: config.signers.clone(),
         runs: config.runs.clone(),
         registry: config.registry.clone(),
+        session_idle: config.session_idle,
     });
     let hub = Hub::new(base);
     match listener {
