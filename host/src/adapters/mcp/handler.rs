@@ -452,7 +452,7 @@ impl ServerHandler for Proxy {
 impl Drop for Proxy {
     /// An HTTP session ended (the client's DELETE, or the proxy stopping): so does its run.
     fn drop(&mut self) {
-        if let Bind::Http { mine, .. } = &self.bind {
+        if let Bind::Http { mine, hub } = &self.bind {
             if let Some(s) = mine.get() {
                 // A session closed for being idle is a client that went away, not a clean shutdown: no
                 // final output (which could complete a run the agent abandoned).
@@ -460,6 +460,8 @@ impl Drop for Proxy {
                 let (reason, final_output) =
                     if idle + 1000 >= s.session_idle.as_millis() as u64 { (crate::EndReason::ClientClosed, false) } else { s.leave_reason() };
                 s.end_run(reason, final_output);
+                // Its bundle is complete: the run's module instance and files are let go now.
+                hub.forget(s);
             }
         }
     }

@@ -214,6 +214,11 @@ impl Hub {
         s
     }
 
+    /// A run that ended is no longer the hub's to end or to tell.
+    pub fn forget(&self, run: &Arc<Shared>) {
+        lock(&self.runs).retain(|r| !Arc::ptr_eq(r, run));
+    }
+
     /// The run of the requests that carry no session (2026-07-28 has none): one per proxy.
     pub fn stateless(&self) -> &Arc<Shared> {
         self.stateless.get_or_init(|| self.open())
