@@ -316,23 +316,30 @@ fn a_remote_server_over_https_progress_a_client_token_timeouts_and_a_crash() {
     w.verify_all();
 }
 
+/// `run remote.yaml --listen` in front of `url`, which must be refused before anything listens or runs:
+/// exit 1, no listener, no run directory; its standard error.
+fn start_refused(w: &Work, url: &str) -> String {
+    let o = Command::new(BIN)
+        .args(["run", &runbook("remote.yaml"), "--listen", "127.0.0.1:0", "--", url])
+        .current_dir(&w.dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("listening on"), "{err}");
+    assert!(w.run_dirs().is_empty());
+    err
+}
+
 #[test]
 fn a_server_certificate_that_does_not_verify_starts_nothing() {
     let w = work("http-untrusted");
     let (_ca, cert, key) = test_ca(&w.dir);
     let server = remote(&w, &cert, &key);
-    let o = Command::new(BIN)
-        .args(["run", &runbook("remote.yaml"), "--listen", "127.0.0.1:0", "--", &server.url])
-        .current_dir(&w.dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let err = start_refused(&w, &server.url);
     assert!(err.contains("runbook_failed:server-unavailable"), "{err}");
     assert!(err.to_lowercase().contains("certificate") || err.contains("UnknownIssuer"), "the reason is named: {err}");
-    assert!(!err.contains("listening on"), "{err}");
-    assert!(w.run_dirs().is_empty());
     assert!(server.reached().is_empty());
 }
 
@@ -340,17 +347,8 @@ fn a_server_certificate_that_does_not_verify_starts_nothing() {
 fn a_server_that_answers_garbage_starts_nothing() {
     let w = work("http-garbage");
     let server = remote_with(&w, &["--garbage"]);
-    let o = Command::new(BIN)
-        .args(["run", &runbook("remote.yaml"), "--listen", "127.0.0.1:0", "--", &server.url])
-        .current_dir(&w.dir)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    let err = start_refused(&w, &server.url);
     assert!(err.contains("runbook_failed:server-unavailable") && err.contains("failed to initialize"), "{err}");
-    assert!(!err.contains("listening on"), "{err}");
-    assert!(w.run_dirs().is_empty());
 }
 
 #[test]
