@@ -49,17 +49,9 @@ pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<
             let url = s.get("url").and_then(Value::as_str).ok_or_else(|| format!("{at}.url: missing or not a string"))?;
             let url = expand(url, lookup).map_err(|e| format!("{at}.url: {e}"))?;
             check_url(&url).map_err(|e| format!("{at}.url: {e}"))?;
-            let mut headers = Vec::new();
-            if let Some(h) = s.get("headers") {
-                let h = h.as_object().ok_or_else(|| format!("{at}.headers: not an object"))?;
-                let mut h: Vec<(&String, &Value)> = h.iter().collect();
-                h.sort_by(|a, b| a.0.cmp(b.0));
-                for (k, v) in h {
-                    let v = v.as_str().ok_or_else(|| format!("{at}.headers.{k}: not a string"))?;
-                    let v = expand(v, lookup).map_err(|e| format!("{at}.headers.{k}: {e}"))?;
-                    check_header(k, &v).map_err(|e| format!("{at}.headers.{k}: {e}"))?;
-                    headers.push((k.clone(), v));
-                }
+            let headers = string_map(s, "headers", &at, lookup)?;
+            for (k, v) in &headers {
+                check_header(k, v).map_err(|e| format!("{at}.headers.{k}: {e}"))?;
             }
             out.push(ServerSpec { name: Some(name.clone()), argv: Vec::new(), env: Vec::new(), url: Some(url), headers });
             continue;
@@ -76,17 +68,22 @@ pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<
                 argv.push(expand(a, lookup).map_err(|e| format!("{at}.args[{i}]: {e}"))?);
             }
         }
-        let mut env = Vec::new();
-        if let Some(e) = s.get("env") {
-            let e = e.as_object().ok_or_else(|| format!("{at}.env: not an object"))?;
-            let mut e: Vec<(&String, &Value)> = e.iter().collect();
-            e.sort_by(|a, b| a.0.cmp(b.0));
-            for (k, v) in e {
-                let v = v.as_str().ok_or_else(|| format!("{at}.env.{k}: not a string"))?;
-                env.push((k.clone(), expand(v, lookup).map_err(|e| format!("{at}.env.{k}: {e}"))?));
-            }
-        }
+        let env = string_map(s, "env", &at, lookup)?;
         out.push(ServerSpec { name: Some(name.clone()), argv, env, url: None, headers: Vec::new() });
+    }
+    Ok(out)
+}
+
+/// An object of strings (`env`, `headers`), expanded, in the order of its keys; absent is empty.
+fn string_map(server: &serde_json::Map<String, Value>, key: &str, at: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<(String, String)>, String> {
+    let Some(m) = server.get(key) else { return Ok(Vec::new()) };
+    let m = m.as_object().ok_or_else(|| format!("{at}.{key}: not an object"))?;
+    let mut m: Vec<(&String, &Value)> = m.iter().collect();
+    m.sort_by(|a, b| a.0.cmp(b.0));
+    let mut out = Vec::new();
+    for (k, v) in m {
+        let v = v.as_str().ok_or_else(|| format!("{at}.{key}.{k}: not a string"))?;
+        out.push((k.clone(), expand(v, lookup).map_err(|e| format!("{at}.{key}.{k}: {e}"))?));
     }
     Ok(out)
 }
