@@ -467,3 +467,35 @@ fn a_redacted_derivative_verifies_without_replay_and_is_share_ready() {
     assert!(v["failure"]["place"].as_str().unwrap().starts_with("events.ndjson"), "{v}");
     lines.clear();
 }
+
+/// Rewrites the host that `run.json` and the receipt name (the receipt re-pinning `run.json` and staying
+/// canonical), as a bundle written by another host would name itself.
+fn rename_host(dir: &Path, name: &str) {
+    let mut run: Value = serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
+    run["host"]["name"] = name.into();
+    let run_text = serde_json::to_string_pretty(&run).unwrap() + "\n";
+    std::fs::write(dir.join("run.json"), &run_text).unwrap();
+    let mut receipt: Value = serde_json::from_slice(&std::fs::read(dir.join("receipt.json")).unwrap()).unwrap();
+    receipt["host"]["name"] = name.into();
+    receipt["artifacts"]["run.json"] = bundle::sha256_hex(run_text.as_bytes()).into();
+    let text = policy().canonicalize(&receipt.to_string()).unwrap().unwrap();
+    std::fs::write(dir.join("receipt.json"), text).unwrap();
+}
+
+#[test]
+fn the_packages_hosts_are_accepted_and_an_unknown_host_is_refused() {
+    let t = Tmp::new("hosts");
+    let runs = t.0.join("runs");
+    let doc = document_of("rotate-credentials");
+    let dir = write_bundle(&runs, &doc, &event_lines(&repo().join("examples/rotate-credentials/events-deviations.ndjson")));
+    for name in ["runbook-policy-python", "runbook-policy-js", "runbook-host"] {
+        rename_host(&dir, name);
+        let (code, v, err) = verify(&dir);
+        assert_eq!(code, Some(0), "{name}: {v} {err}");
+    }
+    rename_host(&dir, "my-own-host");
+    let (code, v, _) = verify(&dir);
+    assert_eq!(code, Some(1));
+    assert_eq!(v["failure"]["place"], "receipt.json");
+    assert!(v["failure"]["message"].as_str().unwrap().contains("runbook-policy-python"), "{v}");
+}

@@ -78,6 +78,8 @@ pub fn adapter_sees(adapter: &str) -> &'static str {
         "mcp-proxy" => "MCP tool calls only",
         "hook" => "every tool invocation of the agent CLI, shell included",
         "library" => "what the embedding client feeds",
+        "claude-agent-sdk" => "every tool call the Claude Agent SDK's agent loop sends through its hooks",
+        "pydantic-ai" => "tool calls through the wrapped toolsets of a Pydantic AI agent",
         "replay" => "a recorded event stream",
         _ => "unknown",
     }

@@ -83,6 +83,9 @@ pub const SIGNATURES: &str = "signatures.ndjson";
 /// The host's name and version, as written into receipts.
 pub const HOST_NAME: &str = "runbook-host";
 pub const HOST_VERSION: &str = env!("CARGO_PKG_VERSION");
+/// Every host that writes bundles `verify` accepts: this one, and the packages that embed the same
+/// component in a client's own process (packages/python, packages/js). The receipt names which.
+pub const KNOWN_HOSTS: [&str; 3] = [HOST_NAME, "runbook-policy-python", "runbook-policy-js"];
 
 mod chain;
 mod export;

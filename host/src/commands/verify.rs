@@ -640,8 +640,9 @@ fn receipt(cx: &mut Ctx, s: &Seen) -> Result<(), Failure> {
     if receipt["module_sha256"] != module {
         return fail("receipt.json", format!("`module_sha256` is {}, but this host embeds (and replayed with) {module}", receipt["module_sha256"]));
     }
-    if receipt["host"]["name"] != bundle::HOST_NAME || receipt["host"].as_object().map(|o| o.len()) != Some(2) || !receipt["host"]["version"].is_string() {
-        return fail("receipt.json", "`host` must be {name: runbook-host, version}");
+    let known = receipt["host"]["name"].as_str().is_some_and(|n| bundle::KNOWN_HOSTS.contains(&n));
+    if !known || receipt["host"].as_object().map(|o| o.len()) != Some(2) || !receipt["host"]["version"].is_string() {
+        return fail("receipt.json", format!("`host` must be {{name, version}} with a name of {}", bundle::KNOWN_HOSTS.join(", ")));
     }
     let mut files: Vec<(&str, String)> =
         vec![(&s.doc_file, sha256_hex(&s.doc)), ("events.ndjson", s.events_source_sha.clone()), ("report.json", sha256_hex(&s.report_bytes))];
