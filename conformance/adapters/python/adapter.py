@@ -1,47 +1,36 @@
 #!/usr/bin/env python3
-"""Conformance adapter: the runbook policy component run by wasmtime-py.
+"""Conformance adapter: the runbook policy component through the `runbook_policy` package (packages/python),
+so the suite tests what users install.
 
 Speaks the protocol of conformance/PROTOCOL.md: one JSON request a line on standard input, one JSON
 response a line on standard output, in order; logs go to standard error. It exits when standard input
 closes.
 
-The component is the file that `runbook-host module --out` wrote. Before anything else the adapter checks
-its sha256 against the expected value and refuses to start (exit 1) when they differ.
+The component is the file that `runbook-host module --out` wrote, loaded with `runbook_policy.load(path,
+sha256)`: the package checks its sha256 against the expected value first and the adapter refuses to start
+(exit 1) when they differ. Only the package's public API is used; it has no wasmtime glue of its own.
 
 Environment:
   RUNBOOK_POLICY_WASM    the component (default: conformance/build/policy.wasm in this checkout)
   RUNBOOK_POLICY_SHA256  the expected hex sha256 (default: the first word of `<wasm>.sha256`, which
                          conformance/setup writes from `runbook-host module --sha256`)
-  RUNBOOK_POLICY_FUEL    fuel per call (default 20_000_000_000, the Rust host's); a small value makes
-                         the module run out, which is how the trap path is tested
+  RUNBOOK_POLICY_FUEL    fuel per call (default: the package's, 20_000_000_000, the Rust host's); a small
+                         value makes the module run out, which is how the trap path is tested
 
-wasmtime-py's component API has no bindgen: exports are reached by name, inside the exported
-interface instance, and the `session` resource by its component names (`[constructor]session`,
-`[method]session.handle-line`, `[static]session.restore`, ...). Every request gets a fresh store and
-instance (as the Rust host gives every document call; a replay split by a snapshot restores in a second
-one), with fuel and a memory cap as a backstop, so a trap cannot leak into the next request.
+Each replay runs in a session of its own (the package gives every session a fresh store and instance; a
+replay split by a snapshot restores in a second one), so a trap cannot leak into the next request; the
+stateless calls (lint, envelope) share the policy's instance, which the package replaces after a trap.
 """
 
 import base64
 import binascii
-import hashlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-import wasmtime
-import wasmtime.component as wc
-
 IMPLEMENTATION = "python-wasmtime"
-INTERFACE = "runbook:policy/policy@1.1.0"
-# The same backstops as the Rust host (host/src/lib.rs): fuel per call, memory cap, wasm stack.
-FUEL_PER_CALL = 20_000_000_000
-MEMORY_CAP = 1 << 30
-MAX_WASM_STACK = 1 << 20
-
-STRUCTURE = {"p0": "P0", "p1": "P1", "p2": "P2"}
 
 
 def log(msg):
@@ -53,28 +42,21 @@ def fail_start(msg):
     sys.exit(1)
 
 
+try:
+    import runbook_policy as rp
+except ImportError as e:
+    fail_start(f"the runbook_policy package is not installed in this interpreter ({e}); run conformance/setup")
+
+
 class AdapterError(Exception):
     """A request the adapter cannot serve: answered with `ok: false`."""
-
-
-class Trapped(Exception):
-    """The module trapped (or ran out of a host bound) during a call."""
-
-
-def trap_message(e):
-    """Wasmtime's error text is a backtrace, then `Caused by:` and the cause: the cause comes first here."""
-    text = str(e).strip()
-    head, sep, cause = text.partition("Caused by:")
-    if not sep:
-        return text
-    cause = " ".join(line.strip() for line in cause.strip().splitlines() if line.strip())
-    return f"{cause} ({head.strip()})"
 
 
 def runtime_version():
     try:
         from importlib.metadata import version
-        return version("wasmtime")
+
+        return f"runbook-policy {version('runbook-policy')}, wasmtime-py {version('wasmtime')}"
     except Exception:  # noqa: BLE001 - only for the log line
         return "?"
 
@@ -93,60 +75,8 @@ def load_expected_sha(wasm_path):
     return words[0].lower()
 
 
-class Policy:
-    def __init__(self, wasm_bytes):
-        config = wasmtime.Config()
-        # Determinism checklist (as in the Rust host): NaN canonicalization, fuel, capped memory; no imports.
-        config.cranelift_nan_canonicalization = True
-        config.consume_fuel = True
-        config.max_wasm_stack = MAX_WASM_STACK
-        self.engine = wasmtime.Engine(config)
-        self.component = wc.Component(self.engine, wasm_bytes)
-        self.linker = wc.Linker(self.engine)
-        self.fuel = int(os.environ.get("RUNBOOK_POLICY_FUEL") or FUEL_PER_CALL)
-
-    def instance(self):
-        """A fresh store and instance; returns a function calling an export of the interface by name."""
-        store = wasmtime.Store(self.engine)
-        store.set_limits(memory_size=MEMORY_CAP)
-        store.set_fuel(self.fuel)
-        try:
-            inst = self.linker.instantiate(store, self.component)
-        except (wasmtime.WasmtimeError, wasmtime.Trap) as e:
-            raise Trapped(trap_message(e)) from e
-        iface = inst.get_export_index(store, INTERFACE)
-        if iface is None:
-            raise AdapterError(f"the component does not export `{INTERFACE}`")
-        funcs = {}
-
-        def call(name, *args):
-            f = funcs.get(name)
-            if f is None:
-                index = inst.get_export_index(store, name, iface)
-                f = inst.get_func(store, index) if index is not None else None
-                if f is None:
-                    raise AdapterError(f"the component's `{INTERFACE}` has no function `{name}`")
-                funcs[name] = f
-            store.set_fuel(self.fuel)
-            try:
-                result = f(store, *args)
-                f.post_return(store)
-            except (wasmtime.WasmtimeError, wasmtime.Trap) as e:
-                raise Trapped(trap_message(e)) from e
-            return result
-
-        return store, call
-
-
 def finding(f):
-    return {
-        "code": f.code,
-        "severity": f.severity,
-        "line": f.line,
-        "column": f.column,
-        "pointer": f.pointer,
-        "message": f.message,
-    }
+    return f.to_json()
 
 
 def document_bytes(req):
@@ -191,13 +121,12 @@ def event_lines(req):
 def op_lint(policy, req):
     document = document_bytes(req)
     try:
-        _, call = policy.instance()
-        r = call("lint", document)
-    except Trapped as t:
+        r = policy.lint(document)
+    except rp.ModuleTrap as t:
         return {"trap": str(t)}
     return {
         "sha256": r.sha256,
-        "structure": STRUCTURE[r.structure] if r.structure is not None else None,
+        "structure": None if r.structure is None else r.structure.value,
         "findings": [finding(f) for f in r.findings],
     }
 
@@ -205,14 +134,11 @@ def op_lint(policy, req):
 def op_envelope(policy, req):
     document = document_bytes(req)
     try:
-        _, call = policy.instance()
-        r = call("envelope", document)
-    except Trapped as t:
+        return {"envelope": policy.envelope(document), "findings": []}
+    except rp.InvalidDocument as e:
+        return {"envelope": None, "findings": [finding(f) for f in e.findings]}
+    except rp.ModuleTrap as t:
         return {"trap": str(t)}
-    # result<string, list<finding>>: the two cases lift to different Python types (str / list).
-    if isinstance(r, str):
-        return {"envelope": r, "findings": []}
-    return {"envelope": None, "findings": [finding(f) for f in r]}
 
 
 def snapshot_after(req, count):
@@ -233,21 +159,12 @@ def chain_h0(req):
     return h0
 
 
-def drop(policy, store, session):
-    """Frees the resource (runs the guest's destructor)."""
-    try:
-        store.set_fuel(policy.fuel)
-        session.drop(store)
-    except (wasmtime.WasmtimeError, wasmtime.Trap) as e:
-        log(f"dropping the session failed: {e}")
-
-
 def op_replay(policy, req):
-    """With `snapshot_after` k: the first k events go to a new session, which is snapshotted and dropped; a
-    session restored from the snapshot, in a fresh store and instance (as another process would have: only
-    the document and the snapshot carry over), answers the rest and gives the report.
+    """With `snapshot_after` k: the first k events go to a new session, which is snapshotted and closed; a
+    session restored from the snapshot (`Session.restore`, in a fresh instance: only the document and the
+    snapshot carry over, as another process would have) answers the rest and gives the report.
 
-    With `chain_h0`: every event goes in by `feed-line` with the previous link (the first with chain_h0),
+    With `chain_h0`: every event goes in by `feed_line` with the previous link (the first with chain_h0),
     kept here, across the restore too; one link per event is answered in `links` (none after a trap)."""
     document = document_bytes(req)
     events = event_lines(req)
@@ -260,61 +177,61 @@ def op_replay(policy, req):
         extra["links"] = []
     prev = h0
 
-    def feed(call, session, line):
+    def feed(session, line):
         nonlocal prev
         if h0 is None:
-            return call("[method]session.handle-line", session, line)
-        r = call("[method]session.feed-line", session, line, prev)
+            return session.handle_line(line)
+        r = session.feed_line(line, prev)
         prev = r.link
         extra["links"].append(r.link)
-        return getattr(r, "decision-line")
+        return r.decision_line
 
+    session = None
     try:
-        store, call = policy.instance()
-        session = call("[constructor]session", document)
+        session = policy.session(document)
         for line in events[:split]:
-            decisions.append(feed(call, session, line))
+            decisions.append(feed(session, line))
         if k is not None:
-            snapshot = call("[method]session.snapshot", session)
+            snapshot = session.snapshot()
             extra["snapshot"] = snapshot
-            drop(policy, store, session)
-            store, call = policy.instance()
-            r = call("[static]session.restore", document, snapshot)
-            # result<session, string>: the cases lift to different Python types (a resource / str).
-            if isinstance(r, wc.Variant):
-                r = r.payload if r.tag == "ok" else str(r.payload)
-            if isinstance(r, str):
-                return {"decisions": decisions, "report": None, **extra, "restore_error": r}
-            session = r
+            session.close()
+            try:
+                session = rp.Session.restore(policy, document, snapshot)
+            except rp.SnapshotRefused as e:
+                session = None
+                return {"decisions": decisions, "report": None, **extra, "restore_error": e.reason}
         for line in events[split:]:
-            decisions.append(feed(call, session, line))
-        report = call("[method]session.report", session)
-    except Trapped as t:
-        # The store, and the session in it, are dropped with this request: a trapped instance is not reentered.
+            decisions.append(feed(session, line))
+        report = session.report()
+    except rp.ModuleTrap as t:
+        # The session is unusable after a trap; it goes away with this request.
         return {"decisions": decisions, "trap": str(t), **extra}
-    drop(policy, store, session)
+    finally:
+        if session is not None:
+            session.close()
     return {"decisions": decisions, "report": report, **extra}
 
 
 def main():
     default_wasm = Path(__file__).resolve().parent.parent.parent / "build" / "policy.wasm"
     wasm_path = Path(os.environ.get("RUNBOOK_POLICY_WASM") or default_wasm)
-    try:
-        wasm = wasm_path.read_bytes()
-    except OSError as e:
-        fail_start(f"cannot read the component {wasm_path}: {e.strerror} (run conformance/setup)")
+    if not wasm_path.is_file():
+        fail_start(f"cannot read the component {wasm_path}: no such file (run conformance/setup)")
     expected = load_expected_sha(wasm_path)
-    actual = hashlib.sha256(wasm).hexdigest()
-    if actual != expected:
-        fail_start(f"refusing to start: {wasm_path} has sha256 {actual}, expected {expected}")
+    fuel = int(os.environ.get("RUNBOOK_POLICY_FUEL") or rp.FUEL_PER_CALL)
 
     t0 = time.perf_counter()
     try:
-        policy = Policy(wasm)
-        policy.instance()  # proves it instantiates (no imports) before the first request
-    except (wasmtime.WasmtimeError, wasmtime.Trap, Trapped, AdapterError, ValueError) as e:
+        policy = rp.load(wasm_path, sha256=expected, fuel=fuel)
+        # Proves it instantiates (no imports) and answers before the first request, with the default fuel:
+        # a small RUNBOOK_POLICY_FUEL is for the requests' trap path, not for starting.
+        rp.load(wasm_path, sha256=expected).version()
+    except rp.ComponentMismatch as e:
+        fail_start(f"refusing to start: {e}")
+    except (rp.PolicyError, OSError, ValueError) as e:
         fail_start(f"cannot load the component: {e}")
-    log(f"wasmtime-py {runtime_version()}, module {actual}, compiled in {(time.perf_counter() - t0) * 1000:.0f} ms")
+    actual = policy.module_sha256
+    log(f"{runtime_version()}, module {actual}, loaded in {(time.perf_counter() - t0) * 1000:.0f} ms")
 
     out = sys.stdout.buffer
     ops = {

@@ -1,0 +1,115 @@
+"""runbook_policy: the runbook policy component in your own Python process.
+
+The same WebAssembly component that ``runbook-host`` (the CLI, the MCP proxy, the Claude Code hook) and the
+browser playground run, loaded with wasmtime-py and checked against the sha256 this package was built
+with, so every host decides the same way, byte for byte.
+
+::
+
+    import runbook_policy as rp
+
+    policy = rp.load()
+    print(policy.lint(open("runbook.yaml", "rb").read()).ok)
+    with rp.Run.create(policy, "runbook.yaml", agent="my-agent", profile="R2",
+                       risk_ceiling="destructive", coverage=rp.COMPLETE) as run:
+        answer = run.invoke("read_file", {"path": "CHANGELOG.md"}, call_id="c1")
+        ...
+
+``Run`` writes a run bundle under ``.runbook/runs/`` that ``runbook-host verify`` checks. The adapters for
+agent frameworks are modules of their own: :mod:`runbook_policy.pydantic_ai` (install the ``pydantic-ai``
+extra) and :mod:`runbook_policy.claude_agent_sdk`.
+"""
+
+from ._policy import COMPONENT_SHA256, FUEL_PER_CALL, MEMORY_CAP, Policy, Session, load
+from ._run import HOST_NAME, Answer, ApprovalAnswer, ApprovalRequest, Approver, Gated, Guard, Run
+from ._types import (
+    COMPLETE,
+    Advance,
+    Approval,
+    Blind,
+    ComponentMismatch,
+    Coverage,
+    Decision,
+    DecisionKind,
+    Deviation,
+    End,
+    EndReason,
+    Event,
+    FinalOutput,
+    Finding,
+    InvalidDocument,
+    Invoke,
+    LintReport,
+    ModuleTrap,
+    Outcome,
+    Phase,
+    PolicyError,
+    Profile,
+    Reason,
+    Recorded,
+    Refusal,
+    Result,
+    Risk,
+    RunBroken,
+    RunState,
+    Severity,
+    SnapshotRefused,
+    Start,
+    Structure,
+    Tick,
+    Verdict,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "COMPLETE",
+    "COMPONENT_SHA256",
+    "FUEL_PER_CALL",
+    "HOST_NAME",
+    "MEMORY_CAP",
+    "Advance",
+    "Answer",
+    "Approval",
+    "ApprovalAnswer",
+    "ApprovalRequest",
+    "Approver",
+    "Blind",
+    "ComponentMismatch",
+    "Coverage",
+    "Decision",
+    "DecisionKind",
+    "Deviation",
+    "End",
+    "EndReason",
+    "Event",
+    "FinalOutput",
+    "Finding",
+    "Gated",
+    "Guard",
+    "InvalidDocument",
+    "Invoke",
+    "LintReport",
+    "ModuleTrap",
+    "Outcome",
+    "Phase",
+    "Policy",
+    "PolicyError",
+    "Profile",
+    "Reason",
+    "Recorded",
+    "Refusal",
+    "Result",
+    "Risk",
+    "Run",
+    "RunBroken",
+    "RunState",
+    "Session",
+    "Severity",
+    "SnapshotRefused",
+    "Start",
+    "Structure",
+    "Tick",
+    "Verdict",
+    "load",
+]

@@ -1,0 +1,558 @@
+"""The loader, :class:`Policy` (the loaded component) and :class:`Session` (one run in the module)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from importlib import resources
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import wasmtime
+import wasmtime.component as wc
+
+from . import _wasm
+from ._types import (
+    Advance,
+    Approval,
+    Blind,
+    ComponentMismatch,
+    Decision,
+    DecisionKind,
+    Deviation,
+    End,
+    EndReason,
+    Event,
+    FinalOutput,
+    Finding,
+    InvalidDocument,
+    Invoke,
+    LintReport,
+    ModuleTrap,
+    Outcome,
+    PolicyError,
+    Phase,
+    Profile,
+    Reason,
+    Recorded,
+    Refusal,
+    Result,
+    Risk,
+    RunState,
+    Severity,
+    SnapshotRefused,
+    Start,
+    Structure,
+    Tick,
+    Verdict,
+    _Complete,
+)
+
+#: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
+#: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
+COMPONENT_SHA256 = "b0ea924d218818a20b6b9862822282d31566f20ba5fd30a8463b4a1d45011e20"
+
+#: Fuel for one call into the component: far above what the module's own limits let a call use (the
+#: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
+FUEL_PER_CALL = 20_000_000_000
+#: The most linear memory one instance may grow to (the Rust host's value).
+MEMORY_CAP = 1 << 30
+MAX_WASM_STACK = 1 << 20
+
+Document = Union[bytes, bytearray, memoryview]
+
+# Compiling the component takes most of a second: one engine and one compiled component per sha256 and
+# process, shared by every Policy of it (each Policy still has its own stores and instances).
+_COMPILED: Dict[str, Tuple[wasmtime.Engine, wc.Component, wc.Linker]] = {}
+_COMPILED_LOCK = threading.Lock()
+
+
+def _is_hex64(s: str) -> bool:
+    return len(s) == 64 and all(c in "0123456789abcdef" for c in s)
+
+
+def load(path: Union[str, "os.PathLike[str]", None] = None, sha256: Optional[str] = None, *, fuel: int = FUEL_PER_CALL, memory_cap: int = MEMORY_CAP) -> "Policy":
+    """Loads the policy component and checks its bytes first.
+
+    Without arguments: the component this package ships, checked against :data:`COMPONENT_SHA256`.
+    ``path`` loads another file; it must still have :data:`COMPONENT_SHA256` unless ``sha256`` names the
+    hash the caller expects (the conformance runner does that with a freshly built component). Bytes whose
+    sha256 differs are refused with :class:`ComponentMismatch`, naming both hashes. ``fuel`` and
+    ``memory_cap`` are backstops per call and per instance (a run that hits one halts with a trap).
+    """
+    if path is None:
+        where = "the bundled component (runbook_policy/policy.wasm)"
+        try:
+            data = resources.files(__package__).joinpath("policy.wasm").read_bytes()
+        except OSError as e:
+            raise ComponentMismatch(f"{where} cannot be read: {e}", expected=COMPONENT_SHA256, actual="") from None
+    else:
+        where = os.fspath(path)
+        with open(where, "rb") as f:
+            data = f.read()
+    expected = (sha256 or COMPONENT_SHA256).strip().lower()
+    if not _is_hex64(expected):
+        raise ValueError(f"sha256 must be 64 hex digits, not {sha256!r}")
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != expected:
+        source = "the sha256 given to load()" if sha256 else f"the sha256 runbook_policy was built with ({_package_version()})"
+        raise ComponentMismatch(
+            f"refusing the component {where}: its sha256 is {actual}, but {source} is {expected}",
+            expected=expected,
+            actual=actual,
+        )
+    if not isinstance(fuel, int) or fuel <= 0 or not isinstance(memory_cap, int) or memory_cap <= 0:
+        raise ValueError("fuel and memory_cap must be positive integers")
+    return Policy._compiled(data, actual, fuel, memory_cap)
+
+
+def _package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return "runbook-policy " + version("runbook-policy")
+    except Exception:  # noqa: BLE001 - only for a message
+        return "runbook-policy"
+
+
+# ---- values in and out -------------------------------------------------------------------------------------
+
+
+def json_text(value: Any, what: str = "value") -> str:
+    """A JSON-able value as compact JSON text (the module canonicalizes it). Refuses what JSON cannot hold
+    exactly: NaN and infinities, keys that are not strings (``json`` would turn ``1`` into ``"1"``), and
+    anything ``json`` cannot encode. Raises ``TypeError`` or ``ValueError`` naming ``what``."""
+    _check_keys(value, what, 0)
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except RecursionError:
+        raise ValueError(f"{what} is nested too deeply to be JSON") from None
+    except (TypeError, ValueError) as e:
+        raise type(e)(f"{what} is not JSON: {e}") from None
+
+
+def _check_keys(v: Any, what: str, depth: int) -> None:
+    if depth > 200:
+        raise ValueError(f"{what} is nested deeper than 200 levels")
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                raise TypeError(f"{what} is not JSON: a key of type {type(k).__name__} ({k!r}); JSON keys are strings")
+            if isinstance(x, (dict, list, tuple)):
+                _check_keys(x, what, depth + 1)
+    elif isinstance(v, (list, tuple)):
+        for x in v:
+            if isinstance(x, (dict, list, tuple)):
+                _check_keys(x, what, depth + 1)
+
+
+def _code(enum: Any, value: Any, what: str) -> Any:
+    try:
+        return enum(value)
+    except ValueError:
+        codes = ", ".join(m.value for m in enum)
+        raise ValueError(f"{what} must be one of {codes}, not {value!r}") from None
+
+
+def _opt_str(v: Any, what: str) -> Optional[str]:
+    if v is not None and not isinstance(v, str):
+        raise TypeError(f"{what} must be a string or None, not {type(v).__name__}")
+    return v
+
+
+def _str(v: Any, what: str) -> str:
+    if not isinstance(v, str):
+        raise TypeError(f"{what} must be a string, not {type(v).__name__}")
+    return v
+
+
+def _str_list(v: Any, what: str) -> List[str]:
+    if isinstance(v, str) or not all(isinstance(x, str) for x in v):
+        raise TypeError(f"{what} must be a list of strings")
+    return list(v)
+
+
+def lower_event(event: Event, at: int) -> Any:
+    """The WIT ``event`` record for a typed event at ``at`` (milliseconds since the run began)."""
+    if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at < 1 << 64:
+        raise ValueError(f"`at` must be an integer from 0 to 2^64-1 (milliseconds since the run began), not {at!r}")
+    r = _wasm.record
+    v = _wasm.variant
+    if isinstance(event, Invoke):
+        kind = v("invoke", r(**{
+            "tool": _str(event.tool, "Invoke.tool"),
+            "arguments": json_text(event.arguments, "Invoke.arguments"),
+            "call-id": _opt_str(event.call_id, "Invoke.call_id"),
+            "step": _opt_str(event.step, "Invoke.step"),
+            "guard": bool(event.guard),
+        }))
+    elif isinstance(event, Result):
+        kind = v("result", r(**{
+            "tool": _str(event.tool, "Result.tool"),
+            "result": json_text(event.result, "Result.result"),
+            "is-error": bool(event.is_error),
+            "call-id": _opt_str(event.call_id, "Result.call_id"),
+        }))
+    elif isinstance(event, Start):
+        cov = event.coverage
+        if isinstance(cov, _Complete):
+            coverage = None  # wasmtime-py lowers the payload-less case of this variant from None
+        elif isinstance(cov, Blind):
+            coverage = list(cov.what)
+        else:
+            raise TypeError("Start.coverage must be rp.COMPLETE or rp.Blind([...])")
+        kind = v("start", r(**{
+            "run-id": _str(event.run_id, "Start.run_id"),
+            "profile": _code(Profile, event.profile, "Start.profile").value.lower(),
+            "allowlist": _str_list(event.allowlist, "Start.allowlist"),
+            "risk-ceiling": _code(Risk, event.risk_ceiling, "Start.risk_ceiling").value,
+            "coverage": coverage,
+            "agent": _str(event.agent, "Start.agent"),
+            "available": None if event.available is None else _str_list(event.available, "Start.available"),
+        }))
+    elif isinstance(event, Approval):
+        kind = v("approval", r(**{
+            "step": _opt_str(event.step, "Approval.step"),
+            "call-sha256": _opt_str(event.call_sha256, "Approval.call_sha256"),
+            "approver": _str(event.approver, "Approval.approver"),
+            "granted": bool(event.granted),
+        }))
+    elif isinstance(event, Advance):
+        kind = v("advance", _str(event.step, "Advance.step"))
+    elif isinstance(event, Verdict):
+        kind = v("verdict", r(**{"step": _str(event.step, "Verdict.step"), "pass": bool(event.passed), "by": _str(event.by, "Verdict.by")}))
+    elif isinstance(event, FinalOutput):
+        kind = v("final-output")
+    elif isinstance(event, Tick):
+        kind = v("tick")
+    elif isinstance(event, End):
+        kind = v("end", _code(EndReason, event.reason, "End.reason").value)
+    else:
+        raise TypeError(f"not an event: {type(event).__name__} (Start, Invoke, Result, Approval, Advance, Verdict, FinalOutput, Tick or End)")
+    return r(at=at, kind=kind)
+
+
+def _finding(f: Any) -> Finding:
+    return Finding(code=f.code, severity=Severity(f.severity), line=f.line, column=f.column, pointer=f.pointer, message=f.message)
+
+
+def _decision(d: Any) -> Decision:
+    return Decision(
+        seq=d.seq,
+        kind=DecisionKind(d.kind),
+        step=d.step,
+        deviation=None if d.deviation is None else Deviation(d.deviation),
+        reason=None if d.reason is None else Reason(d.reason),
+        refusals=[Refusal(x) for x in d.refusals],
+    )
+
+
+def _state(s: Any) -> RunState:
+    g = s.__dict__
+    return RunState(
+        phase=Phase(g["phase"]),
+        step=g["step"],
+        at_terminal=g["at-terminal"],
+        scope=list(g["scope"]),
+        scope_tools=list(g["scope-tools"]),
+        gated=g["gated"],
+        approved=g["approved"],
+        call_approvals=g["call-approvals"],
+        awaiting_verdict=g["awaiting-verdict"],
+        outcome=None if g["outcome"] is None else Outcome(g["outcome"]),
+        events=g["events"],
+        next_deadline=g["next-deadline"],
+    )
+
+
+def _recorded(r: Any) -> Recorded:
+    g = r.__dict__
+    return Recorded(
+        event_line=g["event-line"],
+        decision=_decision(g["decision"]),
+        decision_line=g["decision-line"],
+        link=g["link"],
+        explanation=g["explanation"],
+        state=_state(g["state"]),
+    )
+
+
+def _document(doc: Any) -> bytes:
+    if isinstance(doc, bytes):
+        return doc
+    if isinstance(doc, (bytearray, memoryview)):
+        return bytes(doc)
+    raise TypeError(
+        f"a document is its exact bytes, not {type(doc).__name__} (read the file with open(path, 'rb').read(), or encode text as UTF-8)"
+    )
+
+
+def _prev(prev: Any) -> str:
+    if not isinstance(prev, str) or not _is_hex64(prev):
+        raise ValueError(f"`prev` must be the previous chain link, 64 lowercase hex digits, not {prev!r}")
+    return prev
+
+
+# ---- the policy --------------------------------------------------------------------------------------------
+
+
+class Policy:
+    """The loaded component. Make one with :func:`load`; it is cheap to keep for the process.
+
+    Stateless calls (lint, envelope, hashes, explanations) share one instance of the component; each
+    :class:`Session` has an instance of its own. A Policy and its sessions are not thread-safe: use one per
+    thread, or a lock.
+    """
+
+    _engine: wasmtime.Engine
+    _component: wc.Component
+    _linker: wc.Linker
+    _fuel: int
+    _memory_cap: int
+    _util: Optional[_wasm.Instance]
+
+    def __init__(self) -> None:
+        raise TypeError("use runbook_policy.load() to make a Policy")
+
+    @classmethod
+    def _compiled(cls, data: bytes, sha: str, fuel: int, memory_cap: int) -> "Policy":
+        with _COMPILED_LOCK:
+            compiled = _COMPILED.get(sha)
+            if compiled is None:
+                config = wasmtime.Config()
+                # Determinism checklist, as in the Rust host: NaN canonicalization, fuel, capped memory; the
+                # component has no imports at all.
+                config.cranelift_nan_canonicalization = True
+                config.consume_fuel = True
+                config.max_wasm_stack = MAX_WASM_STACK
+                engine = wasmtime.Engine(config)
+                try:
+                    component = wc.Component(engine, data)
+                except _wasm.TRAPS as e:
+                    raise ModuleTrap(f"the component does not compile: {_wasm.trap_message(e)}") from None
+                compiled = (engine, component, wc.Linker(engine))
+                _COMPILED[sha] = compiled
+        p: Policy = cls.__new__(cls)
+        p._engine, p._component, p._linker = compiled
+        p._fuel = fuel
+        p._memory_cap = memory_cap
+        p._util = None
+        p.module_sha256 = sha
+        return p
+
+    module_sha256: str
+    """The hex sha256 of the component's bytes (checked at load)."""
+
+    def _instance(self) -> _wasm.Instance:
+        try:
+            return _wasm.Instance(self._engine, self._linker, self._component, self._fuel, self._memory_cap)
+        except _wasm.TRAPS as e:
+            raise ModuleTrap(f"the component cannot be instantiated: {_wasm.trap_message(e)}") from None
+
+    def _call(self, name: str, *args: Any) -> Any:
+        util = self._util
+        if util is None:
+            util = self._util = self._instance()
+        try:
+            return util.call(name, *args)
+        except _wasm.TRAPS as e:
+            # A trapped instance is never entered again: the next call gets a fresh one.
+            self._util = None
+            raise ModuleTrap(f"the policy module trapped in `{name}`: {_wasm.trap_message(e)}") from None
+
+    def lint(self, document: Document) -> LintReport:
+        """Parses and lints a document (JSON or YAML bytes)."""
+        r = self._call("lint", _document(document))
+        return LintReport(
+            sha256=r.sha256,
+            findings=[_finding(f) for f in r.findings],
+            structure=None if r.structure is None else Structure(r.structure.upper()),
+            ok=r.ok,
+        )
+
+    def envelope(self, document: Document) -> str:
+        """The ``runbook-policy-envelope/v1`` as canonical JSON text; raises :class:`InvalidDocument` with
+        the findings that prevent deriving it."""
+        r = self._call("envelope", _document(document))
+        # result<string, list<finding>> lifts bare: a str is the envelope, a list the findings.
+        if isinstance(r, str):
+            return r
+        raise InvalidDocument([_finding(f) for f in r])
+
+    def call_sha256(self, tool: str, arguments: Any) -> str:
+        """The hex SHA-256 of canonical ``{"arguments":..,"tool":..}``: what an approval bound to this one
+        call names (DESIGN 9.19). ``arguments`` is a JSON-able value."""
+        ok, v = _wasm.unwrap_result(self._call("call-sha256", _str(tool, "tool"), json_text(arguments, "arguments")))
+        if not ok:
+            raise ValueError(f"the call cannot be hashed: {v}")
+        return v
+
+    def canonicalize(self, text: str) -> str:
+        """The RFC 8785 canonical form of JSON text; ``ValueError`` when it is not JSON the module accepts."""
+        ok, v = _wasm.unwrap_result(self._call("canonicalize", _str(text, "text")))
+        if not ok:
+            raise ValueError(f"not canonicalizable: {v}")
+        return v
+
+    def encode_event(self, event: Event, at: int) -> str:
+        """The canonical event line a typed event stands for (what hosts record)."""
+        ok, v = _wasm.unwrap_result(self._call("encode-event", lower_event(event, at)))
+        if not ok:
+            raise ValueError(f"the event is malformed: {v}")
+        return v
+
+    def chain_link(self, prev: str, event_line: str, decision_line: str, digested: bool = False) -> str:
+        """The hash-chain link of DESIGN 9.22 for one recorded line, from the previous link."""
+        return self._call("chain-link", _prev(prev), _str(event_line, "event_line"), _str(decision_line, "decision_line"), bool(digested))
+
+    def explain(self, kind: str, code: str) -> Optional[str]:
+        """One sentence explaining a wire code of a kind (``decision``, ``deviation``, ``reason``,
+        ``refusal``, ``outcome``, ``profile``, ``risk``, ``end-reason``, ``lint``); None for an unknown code."""
+        return self._call("explain", _str(kind, "kind"), str(code))
+
+    def version(self) -> str:
+        """The module's own version (the guest crate's)."""
+        return self._call("version")
+
+    def prose(self, document: Document) -> Optional[str]:
+        """The document's prose as canonical JSON (never a decision input); None when it does not parse."""
+        return self._call("prose", _document(document))
+
+    def session(self, document: Document) -> "Session":
+        """A new supervised run of ``document``: feed the ``Start`` claim first."""
+        return Session._new(self, _document(document))
+
+
+class Session:
+    """One supervised run of one document, in an instance of its own.
+
+    Feed every event, the :class:`Start` claim first, with its ``at`` (milliseconds since the run began,
+    never decreasing). If the module traps, this session is unusable: that call and every later one raise
+    :class:`ModuleTrap` (a host records the run as halted with ``host-trap``).
+    """
+
+    _policy: Policy
+    _inst: Optional[_wasm.Instance]
+    _handle: Any
+    _trapped: Optional[str]
+
+    def __init__(self) -> None:
+        raise TypeError("use policy.session(document) or Session.restore(policy, document, snapshot)")
+
+    @classmethod
+    def _new(cls, policy: Policy, document: bytes) -> "Session":
+        inst = policy._instance()
+        try:
+            handle = inst.call("[constructor]session", document)
+        except _wasm.TRAPS as e:
+            raise ModuleTrap(f"the policy module trapped making a session: {_wasm.trap_message(e)}") from None
+        return cls._wrap(policy, inst, handle)
+
+    @classmethod
+    def _wrap(cls, policy: Policy, inst: _wasm.Instance, handle: Any) -> "Session":
+        s: Session = cls.__new__(cls)
+        s._policy = policy
+        s._inst = inst
+        s._handle = handle
+        s._trapped = None
+        return s
+
+    @classmethod
+    def restore(cls, policy: Policy, document: Document, snapshot: str) -> "Session":
+        """A session of ``document`` in the state ``snapshot`` describes (from :meth:`snapshot`), in a fresh
+        instance: it answers every later event, and reports, exactly as the snapshotted one would. Raises
+        :class:`SnapshotRefused` with the module's reason for text that is not a snapshot it wrote for
+        these exact bytes. Restore only a snapshot kept out of the agent's reach (the module checks its
+        form, not its history)."""
+        inst = policy._instance()
+        try:
+            r = inst.call("[static]session.restore", _document(document), _str(snapshot, "snapshot"))
+        except _wasm.TRAPS as e:
+            raise ModuleTrap(f"the policy module trapped restoring a session: {_wasm.trap_message(e)}") from None
+        # result<session, string> lifts bare (a resource or a str), or tagged by other wasmtime-py versions.
+        if isinstance(r, wc.Variant):
+            if r.tag != "ok":
+                raise SnapshotRefused(str(r.payload))
+            r = r.payload
+        if isinstance(r, str):
+            raise SnapshotRefused(r)
+        return cls._wrap(policy, inst, r)
+
+    def _call(self, name: str, *args: Any) -> Any:
+        inst = self._inst
+        if inst is None:
+            raise PolicyError("the session is closed")
+        if self._trapped is not None:
+            raise ModuleTrap(f"the session is unusable: the policy module trapped earlier ({self._trapped})")
+        try:
+            return inst.call(name, self._handle, *args)
+        except _wasm.TRAPS as e:
+            self._trapped = f"in `{name}`: {_wasm.trap_message(e)}"
+            raise ModuleTrap(f"the policy module trapped {self._trapped}") from None
+
+    @property
+    def trapped(self) -> Optional[str]:
+        """Why the session is unusable (the first trap), or None."""
+        return self._trapped
+
+    def handle(self, event: Event, at: int) -> Decision:
+        """The typed path: one event in, one decision out."""
+        return _decision(self._call("[method]session.handle", lower_event(event, at)))
+
+    def feed(self, event: Event, at: int, prev: str) -> Recorded:
+        """The typed path with the record: the canonical event line, the decision and its line, the chain
+        link from ``prev`` (the previous link, or the chain's ``h0`` for the ``Start``), a sentence and the
+        state, in one call into the module."""
+        return _recorded(self._call("[method]session.feed", lower_event(event, at), _prev(prev)))
+
+    def handle_line(self, line: str) -> str:
+        """The wire path: one event line in, one canonical decision line out (a malformed line halts)."""
+        return self._call("[method]session.handle-line", _str(line, "line"))
+
+    def feed_line(self, line: str, prev: str) -> Recorded:
+        """The wire path with the record; the recorded event line is ``line`` exactly (newline stripped)."""
+        return _recorded(self._call("[method]session.feed-line", _str(line, "line"), _prev(prev)))
+
+    def replay_line(self, line: str, prev: str) -> Tuple[str, str]:
+        """The replay path: a recorded event line and the previous link in; its decision line and link out."""
+        d, link = self._call("[method]session.replay-line", _str(line, "line"), _prev(prev))
+        return d, link
+
+    def state(self) -> RunState:
+        return _state(self._call("[method]session.state"))
+
+    def report(self) -> str:
+        """The ``runbook-run-report/v1`` as canonical JSON; final once the run has ended."""
+        return self._call("[method]session.report")
+
+    def status(self) -> str:
+        """The current step, what is in scope and what awaits a human, as canonical JSON."""
+        return self._call("[method]session.status")
+
+    def is_over(self) -> bool:
+        """True once the run has halted or ended (and after a trap)."""
+        if self._trapped is not None:
+            return True
+        return self._call("[method]session.is-over")
+
+    def snapshot(self) -> str:
+        """The session's whole state as canonical JSON (``runbook-session-snapshot/v1``), for
+        :meth:`restore` in another process."""
+        return self._call("[method]session.snapshot")
+
+    def close(self) -> None:
+        """Frees the session's instance now (it is freed with the object otherwise)."""
+        inst, self._inst = self._inst, None
+        if inst is not None and self._trapped is None:
+            try:
+                inst.store.set_fuel(inst.fuel)
+                self._handle.drop(inst.store)
+            except _wasm.TRAPS:
+                pass  # the instance goes away with its store anyway
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,393 @@
+"""The typed vocabulary of the policy module (wit/policy.wit, package runbook:policy@1.1.0).
+
+Enums are ``str`` enums whose values are the wire codes of DESIGN 4 and 9.16, so a member compares equal
+to its code (``DecisionKind.NEEDS_APPROVAL == "needs-approval"``) and serializes as it. Records are frozen
+dataclasses. Events are what a host feeds; everything else is what the module answers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+
+class _Code(str, Enum):
+    """A wire code: ``str(member)`` and ``f"{member}"`` are the code itself."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class Severity(_Code):
+    ERROR = "error"
+    WARNING = "warning"
+
+
+class Structure(_Code):
+    """The structure level a document reaches (DESIGN 2): reported, never declared."""
+
+    P0 = "P0"
+    P1 = "P1"
+    P2 = "P2"
+
+
+class Profile(_Code):
+    """The runtime profile a client claims (DESIGN 4)."""
+
+    R0 = "R0"
+    R1 = "R1"
+    R2 = "R2"
+
+
+class Risk(_Code):
+    READ_ONLY = "read-only"
+    MUTATING = "mutating"
+    DESTRUCTIVE = "destructive"
+    IRREVERSIBLE = "irreversible"
+
+
+class DecisionKind(_Code):
+    ALLOW = "allow"
+    DENY = "deny"
+    NEEDS_APPROVAL = "needs-approval"
+    NEEDS_VERDICT = "needs-verdict"
+    HALT = "halt"
+
+
+class Deviation(_Code):
+    UNDECLARED_TOOL = "undeclared-tool"
+    OUT_OF_SCOPE_TOOL = "out-of-scope-tool"
+    OUT_OF_ORDER_STEP = "out-of-order-step"
+    BUDGET_EXHAUSTED = "budget-exhausted"
+    TERMINAL_NOT_REACHED = "terminal-not-reached"
+
+
+class Reason(_Code):
+    """Reason codes of decisions (the WIT enum is the one place the list is extended)."""
+
+    REFUSED = "refused"
+    AWAITING_APPROVAL = "awaiting-approval"
+    GUARDED = "guarded"
+    LIMIT = "limit"
+    HALTED = "halted"
+    ASSERT_FAILED = "assert-failed"
+    BUDGET_EXHAUSTED = "budget-exhausted"
+    ORPHAN_RESULT = "orphan-result"
+    SELF_APPROVAL = "self-approval"
+    NOT_CURRENT = "not-current"
+    UNKNOWN_STEP = "unknown-step"
+    NO_PENDING = "no-pending"
+    OUT_OF_ORDER_STEP = "out-of-order-step"
+    NOT_R1 = "not-r1"
+    CHECKPOINT_TIMEOUT = "checkpoint-timeout"
+    RUN_ENDED = "run-ended"
+    MALFORMED_EVENT = "malformed-event"
+    HOST_TRAP = "host-trap"
+
+
+class Refusal(_Code):
+    AUTONOMOUS_AT_R0 = "autonomous-at-r0"
+    CAPABILITY_NOT_ALLOWED = "capability-not-allowed"
+    COVERAGE_INCOMPLETE = "coverage-incomplete"
+    INVALID_DOCUMENT = "invalid-document"
+    PREREQUISITE_UNMET = "prerequisite-unmet"
+    PROFILE_TOO_LOW = "profile-too-low"
+    RISK_ABOVE_CEILING = "risk-above-ceiling"
+
+
+class Outcome(_Code):
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"
+    REFUSED = "refused"
+    FAILED = "failed"
+    ABORTED = "aborted"
+
+
+class EndReason(_Code):
+    NORMAL = "normal"
+    CLIENT_CLOSED = "client-closed"
+    SERVER_EXITED = "server-exited"
+    INTERRUPTED = "interrupted"
+    APPROVAL_TIMEOUT = "approval-timeout"
+
+
+class Phase(_Code):
+    NEW = "new"
+    RUNNING = "running"
+    OVER = "over"
+
+
+# ---- coverage --------------------------------------------------------------------------------------------
+
+
+class _Complete:
+    """The adapter sees every tool invocation (``rp.COMPLETE``)."""
+
+    _instance: Optional["_Complete"] = None
+
+    def __new__(cls) -> "_Complete":
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "COMPLETE"
+
+    def __reduce__(self) -> str:
+        return "COMPLETE"
+
+
+COMPLETE = _Complete()
+
+
+@dataclass(frozen=True)
+class Blind:
+    """What the adapter cannot see, e.g. ``Blind(["shell"])``: the run's coverage is incomplete, so the
+    module refuses destructive or irreversible work under it (DESIGN 4, ``coverage-incomplete``)."""
+
+    what: List[str]
+
+    def __post_init__(self) -> None:
+        what = list(self.what) if not isinstance(self.what, str) else None
+        if what is None or not what or not all(isinstance(w, str) and w for w in what):
+            raise ValueError("Blind(...) takes a non-empty list of non-empty strings (what the adapter cannot see)")
+        object.__setattr__(self, "what", what)
+
+
+Coverage = Union[_Complete, Blind]
+
+
+# ---- events ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Start:
+    """The ``start`` claim, the first event of every run (DESIGN 4, admission)."""
+
+    run_id: str
+    profile: Union[Profile, str]
+    allowlist: Sequence[str]
+    risk_ceiling: Union[Risk, str]
+    coverage: Coverage
+    agent: str
+    available: Optional[Sequence[str]] = None
+
+
+@dataclass(frozen=True)
+class Invoke:
+    """A tool call. ``arguments`` is any JSON-able value; ``guard`` marks a call that names the run
+    directory, the registry or the host binary (DESIGN 9.20; a :class:`Run` sets it itself)."""
+
+    tool: str
+    arguments: Any
+    call_id: Optional[str] = None
+    step: Optional[str] = None
+    guard: bool = False
+
+
+@dataclass(frozen=True)
+class Result:
+    """A tool's result (any JSON-able value), paired with its call by ``call_id`` (DESIGN 9.17)."""
+
+    tool: str
+    result: Any
+    is_error: bool = False
+    call_id: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A human's answer for a gated step; with ``call_sha256``, for that one call (DESIGN 9.19)."""
+
+    approver: str
+    granted: bool
+    step: Optional[str] = None
+    call_sha256: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Advance:
+    """R1: the client routes the run to ``step``."""
+
+    step: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A human's ruling on an unevaluable step."""
+
+    step: str
+    passed: bool
+    by: str
+
+
+@dataclass(frozen=True)
+class FinalOutput:
+    """The model gave its final answer."""
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed (checkpoint deadlines)."""
+
+
+@dataclass(frozen=True)
+class End:
+    """The run ends, for ``reason``."""
+
+    reason: Union[EndReason, str] = EndReason.NORMAL
+
+
+Event = Union[Start, Invoke, Result, Approval, Advance, Verdict, FinalOutput, Tick, End]
+
+
+# ---- answers ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A lint finding: 1-based line and column (column in Unicode scalar values), a JSON Pointer."""
+
+    code: str
+    severity: Severity
+    line: int
+    column: int
+    pointer: str
+    message: str
+
+    def to_json(self) -> Dict[str, Any]:
+        """The finding as `runbook-host lint --format json` prints it."""
+        return {
+            "code": self.code,
+            "severity": self.severity.value,
+            "line": self.line,
+            "column": self.column,
+            "pointer": self.pointer,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class LintReport:
+    sha256: str
+    """Hex SHA-256 of the document's exact bytes."""
+    findings: List[Finding]
+    """Sorted by line, column, code."""
+    structure: Optional[Structure]
+    """None when the document did not parse."""
+    ok: bool
+    """True when no finding is an error."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The module's decision on one event (DESIGN 9.16)."""
+
+    seq: int
+    kind: DecisionKind
+    step: Optional[str]
+    deviation: Optional[Deviation]
+    reason: Optional[Reason]
+    refusals: List[Refusal] = field(default_factory=list)
+
+    @property
+    def allowed(self) -> bool:
+        return self.kind is DecisionKind.ALLOW
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What a host may act on between events (the WIT's ``run-state``)."""
+
+    phase: Phase
+    step: Optional[str]
+    """The current step or terminal."""
+    at_terminal: bool
+    scope: List[str]
+    """Capability names in scope now, sorted."""
+    scope_tools: List[str]
+    """The tools of those capabilities, sorted, without duplicates."""
+    gated: bool
+    approved: bool
+    call_approvals: int
+    awaiting_verdict: bool
+    outcome: Optional[Outcome]
+    """Set once the run is over."""
+    events: int
+    next_deadline: Optional[int]
+    """The earliest ``at`` at which a pending checkpoint times out (feed a ``Tick`` then); None when none."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One event as a host records it, from one call into the module: the event line to write, the
+    decision and its canonical line, the hash-chain link (DESIGN 9.22), a sentence, and the state after."""
+
+    event_line: str
+    decision: Decision
+    decision_line: str
+    link: str
+    explanation: str
+    state: RunState
+
+
+# ---- errors ----------------------------------------------------------------------------------------------
+
+
+class PolicyError(Exception):
+    """Every error this package raises on purpose. ``code`` names the fault (as the JS package's)."""
+
+    code = "policy-error"
+
+
+class ComponentMismatch(PolicyError):
+    """The component's bytes are not the ones this package was built with (their sha256 differs)."""
+
+    code = "component-mismatch"
+
+    def __init__(self, message: str, *, expected: str, actual: str) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.actual = actual
+
+
+class InvalidDocument(PolicyError):
+    """The document has errors that prevent deriving its envelope; ``findings`` says which, where."""
+
+    code = "invalid-document"
+
+    def __init__(self, findings: List[Finding]) -> None:
+        self.findings = list(findings)
+        errors = [f for f in self.findings if f.severity is Severity.ERROR] or self.findings
+        shown = "; ".join(f"{f.line}:{f.column} {f.code}: {f.message}" for f in errors[:3])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        super().__init__(f"the document has no envelope: {shown}{more}" if shown else "the document has no envelope")
+
+
+class SnapshotRefused(PolicyError):
+    """The module refused a snapshot: not one it wrote for these exact document bytes. ``reason`` is the
+    module's own text (it names the field, a JSON Pointer)."""
+
+    code = "snapshot-refused"
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the snapshot is refused: {reason}")
+        self.reason = reason
+
+
+class ModuleTrap(PolicyError):
+    """The component trapped or ran out of a host bound (fuel, memory). The session it happened in is
+    unusable from then on: every later call raises this again (fail closed)."""
+
+    code = "module-trap"
+
+
+class RunBroken(PolicyError):
+    """A :class:`Run` cannot go on: its evidence could not be written, or the module trapped. The call that
+    broke it and every later one raise this; an adapter blocks the tool call it was deciding."""
+
+    code = "run-broken"

@@ -1,0 +1,1 @@
+"""The tests of runbook_policy (run by ../test)."""

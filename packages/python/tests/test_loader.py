@@ -1,0 +1,75 @@
+"""The loader: the bundled component is the CLI's, its sha256 is checked, other bytes are refused."""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+import runbook_policy as rp
+
+from .conftest import run_cli
+
+
+def bundled_bytes() -> bytes:
+    return resources.files("runbook_policy").joinpath("policy.wasm").read_bytes()
+
+
+def test_the_recorded_sha256_is_the_bundled_bytes_and_the_clis_component(cli: Path, tmp_path: Path) -> None:
+    assert hashlib.sha256(bundled_bytes()).hexdigest() == rp.COMPONENT_SHA256
+    assert run_cli(cli, "module", "--sha256").stdout.decode().strip() == rp.COMPONENT_SHA256
+    assert run_cli(cli, "module", "--out", str(tmp_path / "cli.wasm")).returncode == 0
+    assert (tmp_path / "cli.wasm").read_bytes() == bundled_bytes()
+
+
+def test_load_checks_and_loads_the_bundled_component(policy: rp.Policy) -> None:
+    assert policy.module_sha256 == rp.COMPONENT_SHA256
+    assert policy.version() == "0.1.0"
+
+
+def test_load_refuses_bytes_whose_sha256_differs_naming_both_hashes(tmp_path: Path) -> None:
+    data = bytearray(bundled_bytes())
+    data[len(data) // 2] ^= 0x01  # one bit
+    bad = tmp_path / "policy.wasm"
+    bad.write_bytes(bytes(data))
+    actual = hashlib.sha256(bytes(data)).hexdigest()
+    with pytest.raises(rp.ComponentMismatch) as e:
+        rp.load(bad)
+    assert e.value.code == "component-mismatch"
+    assert e.value.expected == rp.COMPONENT_SHA256 and e.value.actual == actual
+    assert rp.COMPONENT_SHA256 in str(e.value) and actual in str(e.value) and str(bad) in str(e.value)
+    assert isinstance(e.value, rp.PolicyError)
+
+
+def test_load_refuses_the_right_bytes_when_told_to_expect_others(tmp_path: Path) -> None:
+    good = tmp_path / "policy.wasm"
+    good.write_bytes(bundled_bytes())
+    other = "ab" * 32
+    with pytest.raises(rp.ComponentMismatch) as e:
+        rp.load(good, sha256=other)
+    assert other in str(e.value) and rp.COMPONENT_SHA256 in str(e.value)
+    # The hash the caller names is what counts (the conformance runner's freshly built component).
+    assert rp.load(good, sha256=rp.COMPONENT_SHA256.upper()).module_sha256 == rp.COMPONENT_SHA256
+
+
+def test_load_refuses_an_unreadable_component_and_a_malformed_hash(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        rp.load(tmp_path / "missing.wasm")
+    with pytest.raises(ValueError, match="64 hex digits"):
+        rp.load(sha256="not-a-hash")
+
+
+def test_truncated_bytes_are_refused_before_compiling(tmp_path: Path) -> None:
+    short = tmp_path / "short.wasm"
+    short.write_bytes(bundled_bytes()[:1000])
+    with pytest.raises(rp.ComponentMismatch):
+        rp.load(short)
+
+
+def test_a_policy_is_made_by_load_only() -> None:
+    with pytest.raises(TypeError):
+        rp.Policy()
+    with pytest.raises(TypeError):
+        rp.Session()

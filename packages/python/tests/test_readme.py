@@ -1,0 +1,42 @@
+"""The README's ten-line example runs as written, and its bundle verifies."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shutil
+from pathlib import Path
+
+from .conftest import EXAMPLES, verify
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def python_blocks() -> list:
+    return re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+
+
+def test_the_ten_line_example_runs_and_its_bundle_verifies(cli: Path, workdir: Path) -> None:
+    example = python_blocks()[0]
+    assert "rp.load()" in example and len([l for l in example.splitlines() if l.strip()]) <= 12
+    # Run "from the repository root": the example names an example document by its path there.
+    (workdir / "examples" / "rotate-credentials").mkdir(parents=True)
+    shutil.copy(EXAMPLES / "rotate-credentials" / "runbook.yaml", workdir / "examples" / "rotate-credentials")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(example, str(README), "exec"), {"__name__": "readme"})
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "P2"
+    assert lines[1] == "allow deny out-of-scope-tool"
+    run_dir = Path(lines[2])
+    assert run_dir.parent == Path(".runbook/runs")
+    assert verify(cli, run_dir)["outcome"] == "incomplete"
+
+
+def test_the_repository_readme_shows_this_very_example() -> None:
+    """The root README's "Use from Python" section shows the block this file runs, not a copy that drifts."""
+    root = README.parent.parent.parent / "README.md"
+    section = root.read_text(encoding="utf-8").split("## Use from Python", 1)[1].split("\n## ", 1)[0]
+    shown = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert shown and shown[0] == python_blocks()[0]
