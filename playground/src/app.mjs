@@ -1,5 +1,6 @@
 // The envelope playground: editor and lint findings, envelope and picture, admission, simulator, sharing.
-// Every answer comes from the policy component (policy.mjs); this file only moves text in and out of it.
+// Every answer comes from the policy component through the runbook-policy package (policy.mjs); this file
+// only moves text in and out of it.
 
 import { loadPolicy, ModuleMismatch, Policy, sha256Hex, utf8Bytes } from './policy.mjs';
 import { drawGraph, fitGraph, routeOrder } from './graph.mjs';
@@ -810,13 +811,13 @@ async function main() {
     document.body.dataset.failed = 'yes';
     return;
   }
-  policy = new AppPolicy(loaded);
+  policy = new Policy(loaded);
   $('module-sha').textContent = loaded.sha256;
   $('module-check').textContent = '✓ equals module.sha256: these are the bytes this page loaded and runs';
   $('module-check').dataset.ok = 'yes';
   document.body.dataset.moduleSha256 = loaded.sha256;
   const version = await policy.version();
-  $('module-info').textContent = `runbook:policy component ${version}, ${loaded.size.toLocaleString('en')} bytes, hashed here with WebCrypto; JavaScript glue by jco ${loaded.jco}. Nothing leaves this page.`;
+  $('module-info').textContent = `runbook:policy component ${version}, ${loaded.size.toLocaleString('en')} bytes, hashed here with WebCrypto and run by the runbook-policy package (JavaScript glue by jco ${loaded.jco}). Nothing leaves this page.`;
   setStatus(`Policy module ${version} loaded and verified in ${Math.round(performance.now() - t0)} ms.`);
 
   examples = await index;
@@ -835,24 +836,6 @@ async function main() {
   // Everything else the page may show, fetched now, so that it keeps working offline.
   await Promise.allSettled(examples.flatMap((ex) => [ex.document, ...ex.events].map((p) => exampleText(p))));
   document.body.dataset.prefetched = 'yes';
-}
-
-/** The page's view of the module: Policy plus admission (a short session on the document instance). */
-class AppPolicy extends Policy {
-  async admit(text, startLine) {
-    return this.call((api) => {
-      const s = new api.Session(utf8Bytes(text));
-      try {
-        return s.handleLine(startLine);
-      } finally {
-        try {
-          s[Symbol.dispose ?? Symbol.for('dispose')]?.();
-        } catch {
-          // dropped with the instance
-        }
-      }
-    });
-  }
 }
 
 main();

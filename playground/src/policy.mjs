@@ -1,13 +1,14 @@
-// Loads the policy component in the browser.
+// The page's view of the policy component: the JavaScript package runbook-policy (packages/js), its
+// browser entry, bundled into app.mjs by esbuild with jco's glue.
 //
-// The page fetches the component itself (policy.wasm, exactly the bytes `runbook-host module --out` writes),
-// hashes those bytes with WebCrypto and compares the digest with module.sha256 (written by playground/build
-// from the same bytes). Only then does it compile the core modules, each a byte range of the verified
-// component (cores.json says where; playground/build checked that jco's core modules are exactly those
-// ranges), and hands them to jco's `instantiate` through its getCoreModule callback. The JavaScript glue is
-// jco's transpilation of the same component (jco/policy.js).
+// The page fetches the component itself (policy.wasm, exactly the bytes `runbook-host module --out`
+// writes) and the sha256 playground/build wrote beside it (module.sha256), and gives the bytes to the
+// package's `load`, which hashes them with WebCrypto, refuses any bytes but the component it records, and
+// compiles the core modules from byte ranges of those verified bytes. The page also holds the digest to
+// module.sha256 (what `runbook-host playground` checked before serving), so the footer's claim is exact.
 
-const INTERFACE = 'runbook:policy/policy@1.1.0';
+import { ComponentMismatch, InvalidDocument, InvalidInput, load } from '../../packages/js/src/browser.js';
+
 const utf8 = new TextEncoder();
 
 export async function sha256Hex(bytes) {
@@ -28,138 +29,111 @@ async function fetchOk(url, what) {
   return r;
 }
 
-/** Whether an exception is the `err` case of a `result` export (jco's ComponentError), not a trap. */
-export function isResultErr(e) {
-  return e instanceof Error && e.constructor?.name === 'ComponentError' && Object.hasOwn(e, 'payload');
-}
-
 export class ModuleMismatch extends Error {}
 
 /**
- * Loads and verifies the component; returns `{sha256, expected, size, jco, instantiate}` where
- * `instantiate()` makes a fresh instance and resolves to the `policy` interface.
+ * Loads and verifies the component; returns `{sha256, expected, size, jco, policy}` with `policy` the
+ * package's Policy. A component that is not the package's, or not module.sha256's, is a ModuleMismatch
+ * whose `info` says what was found.
  */
 export async function loadPolicy() {
-  // Everything starts at once: the glue, the bytes, the expected digest, the core module index.
-  const glue = import('./jco/policy.js');
-  const [wasm, expectedText, index] = await Promise.all([
+  const [wasm, expectedText] = await Promise.all([
     fetchOk('policy.wasm', 'the component').then((r) => r.arrayBuffer()),
     fetchOk('module.sha256', 'the expected sha256').then((r) => r.text()),
-    fetchOk('cores.json', 'the core module index').then((r) => r.json()),
   ]);
   const bytes = new Uint8Array(wasm);
-  const sha256 = await sha256Hex(bytes);
   const expected = (expectedText.trim().split(/\s+/)[0] || '').toLowerCase();
-  const info = { sha256, expected, size: bytes.length, jco: index.jco };
-  if (sha256 !== expected) {
-    throw Object.assign(new ModuleMismatch(`policy.wasm has sha256 ${sha256}, but module.sha256 says ${expected || '(nothing)'}: refusing to run it (run playground/build)`), { info });
-  }
-  const compiled = new Map();
-  for (const [name, c] of Object.entries(index.cores)) {
-    if (!(Number.isSafeInteger(c.offset) && Number.isSafeInteger(c.length) && c.offset >= 0 && c.offset + c.length <= bytes.length)) {
-      throw new Error(`cores.json names a range outside the component for ${name}`);
+  let policy;
+  try {
+    policy = await load({ bytes });
+  } catch (e) {
+    if (e instanceof ComponentMismatch) {
+      const info = { sha256: e.actual, expected: e.expected, size: bytes.length };
+      throw Object.assign(new ModuleMismatch(`policy.wasm has sha256 ${e.actual}, but the runbook-policy package runs only ${e.expected}: refusing to run it (run playground/build)`), { info });
     }
-    compiled.set(name, WebAssembly.compile(bytes.slice(c.offset, c.offset + c.length)));
+    throw e;
   }
-  const transpiled = await glue;
-  const getCoreModule = (name) => {
-    const m = compiled.get(name);
-    if (!m) throw new Error(`the glue asks for core module ${name}, which cores.json does not name`);
-    return m;
-  };
-  async function instantiate() {
-    const root = await transpiled.instantiate(getCoreModule, {});
-    const api = root[INTERFACE] ?? root.policy;
-    if (!api) throw new Error(`the component does not export ${INTERFACE}`);
-    return api;
+  const info = { sha256: policy.sha256, expected, size: policy.size, jco: policy.jco };
+  if (policy.sha256 !== expected) {
+    throw Object.assign(new ModuleMismatch(`policy.wasm has sha256 ${policy.sha256}, but module.sha256 says ${expected || '(nothing)'}: refusing to run it (run playground/build)`), { info });
   }
-  // The first instance proves the component loads at all.
-  const first = await instantiate();
-  return { ...info, first, instantiate };
+  return { ...info, policy };
 }
 
 /**
- * The calls the page makes, over one instance for document calls (replaced after a trap) and a fresh
- * instance for every run, as the Rust host gives each session its own store.
+ * The calls the page makes. Document calls run in the package's shared instance (replaced by the package
+ * after a trap); every simulated run gets an instance of its own, as the Rust host gives each session its
+ * own store.
  */
 export class Policy {
   constructor(loaded) {
-    this.loaded = loaded;
-    this.api = loaded.first;
-  }
-
-  async docApi() {
-    if (!this.api) this.api = await this.loaded.instantiate();
-    return this.api;
-  }
-
-  /** Runs `f(api)`; a throw that is not a result's `err` poisons the instance. */
-  async call(f) {
-    const api = await this.docApi();
-    try {
-      return f(api);
-    } catch (e) {
-      if (!isResultErr(e)) this.api = undefined;
-      throw e;
-    }
+    this.policy = loaded.policy;
   }
 
   async version() {
-    return this.call((api) => api.version());
+    return this.policy.version();
   }
 
+  /** `{sha256, findings, structure ('P0'..'P2' or null), ok}`. */
   async lint(text) {
-    return this.call((api) => api.lint(utf8Bytes(text)));
+    return this.policy.lint(utf8Bytes(text));
   }
 
   /** `{envelope}` or `{findings}`. */
   async envelope(text) {
     try {
-      return { envelope: await this.call((api) => api.envelope(utf8Bytes(text))) };
+      return { envelope: this.policy.envelope(utf8Bytes(text)) };
     } catch (e) {
-      if (isResultErr(e)) return { findings: e.payload };
+      if (e instanceof InvalidDocument) return { findings: e.findings };
       throw e;
     }
   }
 
   /** The module's one sentence for a wire code of a kind (`refusal`, `reason`, `lint`, ...), or undefined. */
   async explain(kind, code) {
-    return this.call((api) => api.explain(kind, code));
+    return this.policy.explain(kind, code) ?? undefined;
   }
 
+  /** `{sha256}` of a call whose arguments are JSON text, or `{error}`. */
   async callSha256(tool, argumentsJson) {
+    let args;
     try {
-      return { sha256: await this.call((api) => api.callSha256(tool, argumentsJson)) };
+      args = JSON.parse(argumentsJson);
     } catch (e) {
-      if (isResultErr(e)) return { error: String(e.payload) };
+      return { error: `the arguments are not JSON: ${e.message}` };
+    }
+    try {
+      return { sha256: this.policy.callSha256(tool, args) };
+    } catch (e) {
+      if (e instanceof InvalidInput) return { error: e.detail ?? e.message };
       throw e;
+    }
+  }
+
+  /** The admission decision line for a `start` line (a short session in the shared instance). */
+  async admit(text, startLine) {
+    const s = this.policy.session(utf8Bytes(text), { instance: 'shared' });
+    try {
+      return s.handleLine(startLine);
+    } finally {
+      s.close();
     }
   }
 
   /** A new run of `text` in an instance of its own. */
   async session(text) {
-    const api = await this.loaded.instantiate();
-    return new Run(api, text);
+    return new Run(this.policy.session(utf8Bytes(text)));
   }
 }
 
-const dispose = Symbol.dispose ?? Symbol.for('dispose');
-
 /** One supervised run: event lines in, canonical decision lines out. */
 export class Run {
-  constructor(api, text) {
-    this.session = new api.Session(utf8Bytes(text));
-    this.trapped = null;
+  constructor(session) {
+    this.session = session;
   }
 
   handleLine(line) {
-    if (this.trapped) throw new Error(`the module trapped earlier: ${this.trapped}`);
-    try {
-      return this.session.handleLine(line);
-    } catch (e) {
-      this.trapped = e?.message ?? String(e);
-      throw e;
-    }
+    return this.session.handleLine(line);
   }
 
   report() {
@@ -176,7 +150,7 @@ export class Run {
 
   close() {
     try {
-      this.session[dispose]?.();
+      this.session.close();
     } catch {
       // a trapped instance is dropped with the run
     }

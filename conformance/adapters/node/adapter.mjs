@@ -1,36 +1,27 @@
 #!/usr/bin/env node
-// Conformance adapter: the runbook policy component transpiled by jco, run by Node.
+// Conformance adapter: the runbook policy component as the JavaScript package `runbook-policy`
+// (packages/js: jco's transpilation, run by Node) gives it to its users, through its public API.
 //
 // Speaks the protocol of conformance/PROTOCOL.md: one JSON request a line on standard input, one JSON
 // response a line on standard output, in order; logs go to standard error. It exits when standard input
 // closes.
 //
-// The component is the file that `runbook-host module --out` wrote. Before anything else the adapter checks
-// its sha256 against the expected value and refuses to start (exit 1) when they differ. The JavaScript is
-// what `jco transpile --instantiation async` made of that component (conformance/setup puts it in build/
-// beside this file, with a stamp naming the component's sha256); every core module it loads must occur
-// byte for byte inside the verified component, so the code that runs is the code that was checked.
+// The component is the file RUNBOOK_POLICY_WASM names (the runner's: conformance/build/policy.wasm, what
+// `runbook-host module --out` wrote), else the package's own policy.wasm. `load` refuses any bytes whose
+// sha256 is not the one the package records (so a component the package was not built for fails here, at
+// start, exit 1), and compiles the core modules from byte ranges of the very bytes it hashed.
 //
 // Environment:
-//   RUNBOOK_POLICY_WASM     the component (default: conformance/build/policy.wasm in this checkout)
-//   RUNBOOK_POLICY_SHA256   the expected hex sha256 (default: the first word of `<wasm>.sha256`, which
-//                           conformance/setup writes from `runbook-host module --sha256`)
-//   RUNBOOK_POLICY_JCO_DIR  the transpiled output (default: build/ beside this file)
+//   RUNBOOK_POLICY_WASM     the component file (default: the package's policy.wasm)
+//   RUNBOOK_POLICY_SHA256   the expected hex sha256; when set, the loaded component must have it too
 //
-// Every request runs in a fresh instance of the component (as the Rust host gives every document call its
-// own store), so a trap cannot leak into the next request; a replay split by a snapshot restores in a
-// second one. Node has no fuel: a runaway call is bounded only
-// by the runner's time-out.
-
-import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { dirname, join, resolve } from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
+// Requests run as the Rust host runs them: document calls in one shared instance (replaced by the package
+// after a trap), a whole replay in a session of that instance, and the second half of a replay split by a
+// snapshot in a session restored into an instance of its own, as another process would restore it (only
+// the document and the snapshot carry over). Node has no fuel: a runaway call is bounded only by the
+// runner's time-out.
 
 const IMPLEMENTATION = 'node-jco';
-const INTERFACE = 'runbook:policy/policy@1.1.0';
-const STRUCTURE = { p0: 'P0', p1: 'P1', p2: 'P2' };
-const here = dirname(fileURLToPath(import.meta.url));
 
 function log(msg) {
   process.stderr.write(`${IMPLEMENTATION}: ${msg}\n`);
@@ -43,141 +34,42 @@ function failStart(msg) {
 
 class AdapterError extends Error {}
 
-class Trapped extends Error {}
-
-function readOrFail(path, what) {
-  try {
-    return readFileSync(path);
-  } catch (e) {
-    return failStart(`cannot read ${what} ${path}: ${e.code ?? e.message} (run conformance/setup)`);
-  }
-}
-
-// ---- start-up: verify the component, then load the transpiled JavaScript --------------------------------
-
-const wasmPath = resolve(process.env.RUNBOOK_POLICY_WASM || join(here, '..', '..', 'build', 'policy.wasm'));
-const jcoDir = resolve(process.env.RUNBOOK_POLICY_JCO_DIR || join(here, 'build'));
-const component = readOrFail(wasmPath, 'the component');
-let expected = (process.env.RUNBOOK_POLICY_SHA256 || '').trim().toLowerCase();
-if (!expected) {
-  const words = readOrFail(`${wasmPath}.sha256`, 'the expected sha256 (RUNBOOK_POLICY_SHA256 is unset)')
-    .toString('utf8').split(/\s+/).filter(Boolean);
-  if (words.length === 0) failStart(`no expected sha256: ${wasmPath}.sha256 is empty`);
-  expected = words[0].toLowerCase();
-}
-const actual = createHash('sha256').update(component).digest('hex');
-if (actual !== expected) {
-  failStart(`refusing to start: ${wasmPath} has sha256 ${actual}, expected ${expected}`);
-}
-
-let stamp;
-try {
-  stamp = JSON.parse(readOrFail(join(jcoDir, 'stamp.json'), 'the transpile stamp').toString('utf8'));
-} catch (e) {
-  failStart(`the transpile stamp in ${jcoDir} is not JSON: ${e.message} (run conformance/setup)`);
-}
-if (stamp.component_sha256 !== actual) {
-  failStart(`refusing to start: ${jcoDir} was transpiled from component ${stamp.component_sha256}, not ${actual} (run conformance/setup)`);
-}
-
-const compiled = new Map();
-function getCoreModule(name) {
-  let m = compiled.get(name);
-  if (!m) {
-    if (name.includes('/') || name.includes('\\')) throw new AdapterError(`unexpected core module path ${name}`);
-    const bytes = readFileSync(join(jcoDir, name));
-    if (component.indexOf(bytes) < 0) {
-      throw new AdapterError(`core module ${name} does not occur in the verified component (run conformance/setup)`);
-    }
-    m = new WebAssembly.Module(bytes);
-    compiled.set(name, m);
-  }
-  return m;
-}
+// ---- start-up: load and verify the component -------------------------------------------------------------
 
 const t0 = performance.now();
-let transpiled;
+// The package's Node entry (what `import ... from 'runbook-policy'` resolves to in Node), by its path in
+// this checkout: nothing to install here, only the package's own `npm ci` (which builds its dist/).
+let pkg;
 try {
-  transpiled = await import(pathToFileURL(join(jcoDir, 'policy.js')).href);
+  pkg = await import('../../../packages/js/src/node.js');
 } catch (e) {
-  failStart(`cannot load the transpiled component from ${jcoDir}: ${e.message} (run conformance/setup)`);
+  failStart(`cannot load the runbook-policy package (packages/js): ${e.message} (run conformance/setup: \`npm ci\` in packages/js builds it)`);
 }
-
-async function instantiate() {
-  let root;
-  try {
-    root = await transpiled.instantiate(getCoreModule, {});
-  } catch (e) {
-    if (e instanceof AdapterError) throw e;
-    throw new Trapped(`instantiation failed: ${describe(e)}`);
-  }
-  const api = root[INTERFACE] ?? root.policy;
-  if (!api) throw new AdapterError(`the component does not export \`${INTERFACE}\``);
-  return api;
-}
-
-// The first instance proves the component loads at all.
-let spare;
+const { InvalidDocument, ModuleTrap, Session, SnapshotRefused, load } = pkg;
+const wasmPath = process.env.RUNBOOK_POLICY_WASM || undefined;
+let policy;
 try {
-  spare = await instantiate();
+  policy = await load(wasmPath === undefined ? {} : { path: wasmPath });
 } catch (e) {
-  failStart(`cannot instantiate the component: ${e.message}`);
+  failStart(`refusing to start: ${e.message}${e.code === 'component-mismatch' ? ' (the package runbook-policy runs one component: update packages/js/policy.wasm and its recorded sha256)' : ''}`);
 }
-log(`jco ${stamp.jco ?? '?'}, node ${process.version}, module ${actual}, loaded in ${(performance.now() - t0).toFixed(0)} ms`);
+const expected = (process.env.RUNBOOK_POLICY_SHA256 || '').trim().toLowerCase();
+if (expected && expected !== policy.sha256) {
+  failStart(`refusing to start: ${wasmPath ?? 'the package\'s policy.wasm'} has sha256 ${policy.sha256}, expected ${expected}`);
+}
+log(`runbook-policy (jco ${policy.jco}), node ${process.version}, module ${policy.sha256}, loaded in ${(performance.now() - t0).toFixed(0)} ms`);
 
-// One instance serves every request that needs no fresh one (lint, envelope, the first part of a replay):
-// jco's glue costs about 25 ms per instantiation of this component, more than a whole replay. Sessions are
-// resources, each dropped after its request, so nothing carries over but the allocator's state; after a
-// trap the instance is never entered again (`poison`).
-let shared;
-async function sharedInstance() {
-  shared ??= await freshInstance();
-  return shared;
-}
-function poison() {
-  shared = undefined;
-}
-
-/** A fresh instance for one request. */
-async function freshInstance() {
-  if (spare) {
-    const api = spare;
-    spare = undefined;
-    return api;
-  }
-  return instantiate();
-}
-
-// ---- calls into the component ---------------------------------------------------------------------------
+// ---- requests -------------------------------------------------------------------------------------------
 
 function describe(e) {
   if (e instanceof Error) return `${e.constructor?.name ?? 'Error'}: ${e.message}`;
   return String(e);
 }
 
-/** Whether an exception is the `err` case of a `result` export (jco's ComponentError), not a trap. */
-function isResultErr(e) {
-  return e instanceof Error && e.constructor?.name === 'ComponentError' && Object.hasOwn(e, 'payload');
-}
-
-/** Calls into the component; any exception is a trap (the module has no other way to throw). */
-function call(f) {
-  try {
-    return f();
-  } catch (e) {
-    throw new Trapped(describe(e));
-  }
-}
-
-function finding(f) {
-  return {
-    code: f.code,
-    severity: f.severity,
-    line: f.line,
-    column: f.column,
-    pointer: f.pointer,
-    message: f.message,
-  };
+/** A trap's message: the package's ModuleTrap says where the module trapped and how. */
+function trapOf(e) {
+  if (e instanceof ModuleTrap) return e.message;
+  throw e;
 }
 
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
@@ -223,41 +115,22 @@ async function opLint(req) {
   const document = documentBytes(req);
   let r;
   try {
-    const api = await sharedInstance();
-    r = call(() => api.lint(document));
+    r = policy.lint(document);
   } catch (e) {
-    poison();
-    if (e instanceof Trapped) return { trap: e.message };
-    throw e;
+    return { trap: trapOf(e) };
   }
-  return {
-    sha256: r.sha256,
-    structure: r.structure === undefined ? null : STRUCTURE[r.structure],
-    findings: r.findings.map(finding),
-  };
+  return { sha256: r.sha256, structure: r.structure, findings: r.findings };
 }
 
 async function opEnvelope(req) {
   const document = documentBytes(req);
-  let api;
   try {
-    api = await sharedInstance();
+    return { envelope: policy.envelope(document), findings: [] };
   } catch (e) {
-    poison();
-    if (e instanceof Trapped) return { trap: e.message };
-    throw e;
-  }
-  try {
-    return { envelope: api.envelope(document), findings: [] };
-  } catch (e) {
-    // result<string, list<finding>>: jco throws the `err` case as a ComponentError carrying the payload.
-    if (isResultErr(e)) return { envelope: null, findings: e.payload.map(finding) };
-    poison();
-    return { trap: describe(e) };
+    if (e instanceof InvalidDocument) return { envelope: null, findings: e.findings };
+    return { trap: trapOf(e) };
   }
 }
-
-const dispose = Symbol.dispose ?? Symbol.for('dispose');
 
 function snapshotAfter(req, count) {
   if (!Object.hasOwn(req, 'snapshot_after')) return undefined;
@@ -279,20 +152,11 @@ function chainH0(req) {
   return h0;
 }
 
-/** Frees a session resource (runs the guest's destructor). */
-function drop(session) {
-  try {
-    session[dispose]();
-  } catch (e) {
-    log(`dropping the session failed: ${describe(e)}`);
-  }
-}
-
-// With `snapshot_after` k: the first k events go to a new session, which is snapshotted and dropped; a
-// session restored from the snapshot, in a fresh instance (as another process would have: only the
+// With `snapshot_after` k: the first k events go to a new session, which is snapshotted and closed; a
+// session restored from the snapshot, in an instance of its own (as another process would have: only the
 // document and the snapshot carry over), answers the rest and gives the report.
 //
-// With `chain_h0`: every event goes in by `feed-line` with the previous link (the first with chain_h0),
+// With `chain_h0`: every event goes in by `feedLine` with the previous link (the first with chain_h0),
 // kept here, across the restore too; one link per event is answered in `links` (none after a trap).
 async function opReplay(req) {
   const document = documentBytes(req);
@@ -305,44 +169,45 @@ async function opReplay(req) {
   if (h0 !== undefined) extra.links = [];
   let prev = h0;
   const feed = (session, line) => {
-    if (h0 === undefined) return call(() => session.handleLine(line));
-    const r = call(() => session.feedLine(line, prev));
+    if (h0 === undefined) return session.handleLine(line);
+    const r = session.feedLine(line, prev);
     prev = r.link;
     extra.links.push(r.link);
     return r.decisionLine;
   };
+  let session;
   try {
-    let api = await sharedInstance();
-    let session = call(() => new api.Session(document));
+    // The whole run, or its first part, in the shared instance: a session costs no instantiation there.
+    session = policy.session(document, { instance: 'shared' });
     for (const line of events.slice(0, split)) decisions.push(feed(session, line));
     if (k !== undefined) {
-      const snapshot = call(() => session.snapshot());
+      const snapshot = session.snapshot();
       extra.snapshot = snapshot;
-      drop(session);
-      // The restored session lives in a fresh instance: only the document and the snapshot carry over.
-      api = await freshInstance();
+      session.close();
       try {
-        session = api.Session.restore(document, snapshot);
+        session = Session.restore(policy, document, snapshot);
       } catch (e) {
-        // result<session, string>: jco throws the `err` case (the module's refusal) as a ComponentError.
-        if (isResultErr(e)) return { decisions, report: null, ...extra, restore_error: String(e.payload) };
-        throw new Trapped(describe(e));
+        // The module's own refusal, word for word (the runner compares it across implementations).
+        if (e instanceof SnapshotRefused) return { decisions, report: null, ...extra, restore_error: e.detail };
+        throw e;
       }
     }
     for (const line of events.slice(split)) decisions.push(feed(session, line));
-    const report = call(() => session.report());
-    drop(session);
-    return { decisions, report, ...extra };
+    return { decisions, report: session.report(), ...extra };
   } catch (e) {
-    // A trapped instance, and the session in it, are never entered again.
-    poison();
-    if (e instanceof Trapped) return { decisions, trap: e.message, ...extra };
-    throw e;
+    return { decisions, trap: trapOf(e), ...extra };
+  } finally {
+    // A trapped session's instance is never entered again, not even to drop it (the package sees to it).
+    try {
+      session?.close();
+    } catch (e) {
+      log(`closing the session failed: ${describe(e)}`);
+    }
   }
 }
 
 const OPS = {
-  hello: async () => ({ implementation: IMPLEMENTATION, module_sha256: actual }),
+  hello: async () => ({ implementation: IMPLEMENTATION, module_sha256: policy.sha256 }),
   lint: opLint,
   envelope: opEnvelope,
   replay: opReplay,

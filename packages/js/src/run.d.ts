@@ -1,0 +1,94 @@
+// `runbook-policy/run` (Node only): a supervised run that writes the same bundle as runbook-host.
+import type { Coverage, Decision, EndReason, Json, Outcome, Policy, Profile, Risk, RunBroken, RunState } from './types.js';
+
+export const HOST_NAME: 'runbook-policy-js';
+export const HOST_VERSION: string;
+/** What each adapter name publishes in run.json as what it sees. */
+export const ADAPTERS: Readonly<Record<string, string>>;
+
+/** The module's answer to one event, recorded (fsync'd) before it is returned. */
+export interface Answer {
+  readonly decision: Decision;
+  readonly kind: Decision['kind'];
+  /** Run the tool only when this is true. */
+  readonly allowed: boolean;
+  /** One sentence for the agent or the person reading it. */
+  readonly explanation: string;
+  readonly state: RunState;
+  readonly eventLine: string;
+  readonly decisionLine: string;
+  /** This event's chain link. */
+  readonly link: string;
+  /** For a `needs-approval` call: the hash an approval bound to it names; else null. */
+  readonly callSha256: string | null;
+}
+
+export interface RunOptions {
+  /** The runbook: its bytes, or a path (a string or a file: URL). */
+  document: Uint8Array | ArrayBuffer | string | URL;
+  /** The agent's identity (an approval from it is refused). */
+  agent: string;
+  profile: Profile;
+  riskCeiling: Risk;
+  /** What the adapter can see: set it from what your loop routes through the run. */
+  coverage: Coverage;
+  /** Default `["*"]`. */
+  allowlist?: string[];
+  available?: string[] | null;
+  /** Default `.runbook/runs`. */
+  runsRoot?: string;
+  /** Default a new `r-<time>-<random>`. */
+  runId?: string;
+  /** The document's name in run.json (a file name only); default the file's name. */
+  reference?: string;
+  /** `library` (default), `claude-agent-sdk`, `pydantic-ai`, ... (run.json's adapter). */
+  adapter?: string;
+  /** More paths the agent must not touch (the guard of DESIGN 9.20). */
+  guardPaths?: string[];
+}
+
+/** What names the run's evidence or the supervisor (DESIGN 9.20). */
+export class Guard {
+  addPath(path: string): this;
+  addName(name: string): this;
+  readonly needles: string[];
+  names(tool: string, args: Json): boolean;
+}
+
+/** One supervised run with its bundle; every method records its event before it returns. */
+export class Run {
+  private constructor();
+  /** Creates the bundle and feeds the start claim (a refused run is finished at once: `over` is true). */
+  static create(policy: Policy, options: RunOptions): Promise<Run>;
+  readonly start: Answer;
+  readonly runId: string;
+  readonly dir: string;
+  readonly head: string;
+  readonly guard: Guard;
+  readonly over: boolean;
+  readonly finished: boolean;
+  readonly broken: RunBroken | null;
+  invoke(tool: string, args: Json, options?: { callId?: string | null; step?: string | null }): Answer;
+  result(tool: string, result: Json, options?: { isError?: boolean; callId?: string | null }): Answer;
+  approval(approver: string, granted: boolean, options?: { step?: string | null; callSha256?: string | null }): Answer;
+  advance(step: string): Answer;
+  verdict(step: string, passed: boolean, by: string): Answer;
+  finalOutput(): Answer;
+  tick(): Answer;
+  /** A tick when a checkpoint deadline has passed, else null. */
+  tickIfDue(): Answer | null;
+  /** Milliseconds until a checkpoint deadline passes, or null. */
+  msUntilDeadline(): number | null;
+  /** Ends the run (idempotent) and returns its outcome. */
+  end(reason?: EndReason): Outcome;
+  state(): RunState;
+  report(): string;
+  callSha256(tool: string, args: Json): string;
+  /**
+   * An adapter's: records its framework's input that is not of the shape the framework promised (the raw
+   * input, JSON-encoded or inspected when it is not text, best preceded by why). Fed as an event line that
+   * is no event (one line, at most 4096 characters of the text, prefixed `malformed event: ` when empty or
+   * when it begins with `{`), so the module halts the run with `malformed-event`; recorded like any event.
+   */
+  feedMalformed(text: string): Answer;
+}

@@ -1,0 +1,45 @@
+// Type tests (`tsc -p test/tsconfig.json`, part of `npm test`): the public API as a TypeScript user sees it.
+// Each `@ts-expect-error` must be an error, so a type that became too loose fails the build.
+
+import { load, Run, Session, PolicyError, ComponentMismatch, type Decision, type Event, type RunState, type Wit, type Answer } from 'runbook-policy';
+import * as browser from 'runbook-policy/browser';
+import { Run as RunOnly, HOST_NAME } from 'runbook-policy/run';
+
+export async function example(): Promise<string | null> {
+  const policy = await load({ path: 'policy.wasm' });
+  const sha: string = policy.sha256;
+  const report = policy.lint(new Uint8Array([1]));
+  const level: 'P0' | 'P1' | 'P2' | null = report.structure;
+  const session = policy.session('runbook_id: x\n', { instance: 'shared' });
+  const start: Event = { type: 'start', runId: 'r', profile: 'R2', allowlist: ['*'], riskCeiling: 'destructive', coverage: ['shell'], agent: 'a' };
+  const d: Decision = session.handle(start, 0);
+  const kind: 'allow' | 'deny' | 'needs-approval' | 'needs-verdict' | 'halt' = d.kind;
+  const rec = session.feed({ type: 'invoke', tool: 't', arguments: { a: [1, 'x', null] }, callId: 'c' }, 1n, sha);
+  const state: RunState = rec.state;
+  const deadline: number | null = state.nextDeadline;
+  const [line, link]: [string, string] = session.replayLine('{}', rec.link);
+  const restored: Session = Session.restore(policy, 'x', session.snapshot());
+  restored.close();
+  // @ts-expect-error: profiles are the wire codes
+  session.handle({ type: 'start', runId: 'r', profile: 'r2', allowlist: [], riskCeiling: 'mutating', coverage: 'complete', agent: 'a' }, 0);
+  // @ts-expect-error: an unknown event type
+  session.handle({ type: 'launch' }, 0);
+  // @ts-expect-error: arguments are JSON
+  session.handle({ type: 'invoke', tool: 't', arguments: () => 1 }, 0);
+  const reason: Wit.Reason | null = d.reason;
+  const run = await Run.create(policy, { document: 'runbook.yaml', agent: 'a', profile: 'R1', riskCeiling: 'read-only', coverage: 'complete' });
+  const a: Answer = run.invoke('Bash', { command: 'ls' }, { callId: 'x' });
+  if (a.kind === 'needs-approval' && a.callSha256 !== null) run.approval('alice', true, { callSha256: a.callSha256 });
+  const malformed: Answer = run.feedMalformed('malformed hook input (no `tool_name` string): {"tool_input":{}}');
+  void malformed;
+  // @ts-expect-error: the claim needs a risk ceiling
+  await RunOnly.create(policy, { document: 'runbook.yaml', agent: 'a', profile: 'R1', coverage: 'complete' });
+  const outcome: 'completed' | 'incomplete' | 'refused' | 'failed' | 'aborted' | null = run.end('client-closed');
+  try {
+    await browser.load({ url: 'policy.wasm' });
+  } catch (e) {
+    if (e instanceof ComponentMismatch) return e.actual;
+    if (e instanceof PolicyError && e.code === 'run-broken') return HOST_NAME;
+  }
+  return `${level}${kind}${deadline}${line}${link}${reason}${outcome}`;
+}
