@@ -73,3 +73,39 @@ def test_a_policy_is_made_by_load_only() -> None:
         rp.Policy()
     with pytest.raises(TypeError):
         rp.Session()
+
+
+LOAD_AND_DECIDE = """
+import json, sys, runbook_policy as rp
+p = rp.load()
+s = p.session(open(sys.argv[1], "rb").read())
+print(json.loads(s.handle_line(sys.argv[2]))["decision"])
+"""
+START = '{"type":"start","at":0,"run_id":"c","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"a"}'
+
+
+def test_compiled_code_is_cached_between_processes_and_a_bad_cache_entry_is_compiled_over(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import EXAMPLES
+
+    doc = str(EXAMPLES / "rotate-credentials" / "runbook.yaml")
+    env = dict(os.environ, RUNBOOK_POLICY_CACHE=str(tmp_path / "cache"))
+
+    def decide() -> str:
+        r = subprocess.run([sys.executable, "-c", LOAD_AND_DECIDE, doc, START], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+
+    assert decide() == "allow"
+    entries = list((tmp_path / "cache").iterdir())
+    assert len(entries) == 1 and entries[0].suffix == ".cwasm", entries
+    assert (tmp_path / "cache").stat().st_mode & 0o077 == 0, "the cache directory is private to its user"
+    assert decide() == "allow"  # from the cache
+    entries[0].write_bytes(b"not compiled code")  # a truncated or foreign entry: compiled again, then rewritten
+    assert decide() == "allow"
+    assert entries[0].read_bytes() != b"not compiled code"
+    env["RUNBOOK_POLICY_CACHE"] = ""  # no cache at all
+    assert decide() == "allow"

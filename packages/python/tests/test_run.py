@@ -389,3 +389,20 @@ def test_run_json_holds_the_git_state_as_counts_only(policy: rp.Policy, cli: Pat
     monkeypatch.setenv("PATH", str(workdir / "no-bin"))
     second = rp.Run.create(policy, ROTATE, **ROTATE_CLAIM)
     assert json.loads((second.dir / "run.json").read_text())["source"]["git"] == {"status": "unavailable"}
+
+
+def test_a_pinned_document_is_recorded_as_trust_t2_and_a_pin_of_other_bytes_is_refused(policy: rp.Policy, tmp_path: Path, cli: Path) -> None:
+    import hashlib
+    import json
+
+    doc = (EXAMPLES / "read-only-investigation" / "runbook.yaml").read_bytes()
+    sha = hashlib.sha256(doc).hexdigest()
+    claim = dict(agent="a", profile="R2", risk_ceiling="irreversible", coverage=rp.COMPLETE, reference="read-only-investigation@0.4.0")
+    with pytest.raises(ValueError, match="pinned"):
+        rp.Run.create(policy, doc, runs_root=tmp_path / "runs", pinned_sha256="0" * 64, **claim)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir()), "nothing is written for a refused pin"
+    run = rp.Run.create(policy, doc, runs_root=tmp_path / "runs", pinned_sha256=sha, **claim)
+    run.end()
+    manifest = json.loads((run.dir / "run.json").read_text())
+    assert (manifest["document"]["trust"], manifest["document"]["pinned_sha256"]) == ("T2", sha)
+    assert verify(cli, run.dir)["ok"] is True

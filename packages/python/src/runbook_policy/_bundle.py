@@ -317,6 +317,7 @@ class Bundle:
         module_sha256: str,
         adapter: str,
         host: Dict[str, str],
+        pinned_sha256: Optional[str] = None,
     ) -> None:
         if not is_safe_name(run_id):
             raise ValueError(f"`{run_id}` is not a usable run id (letters, digits, `.`, `_`, `-`; not starting with `.`)")
@@ -372,9 +373,10 @@ class Bundle:
             "channels": {"pending": "pending", "approvals": "approvals", "consumed": "consumed"},
             "document": {
                 "reference": pub,
-                "trust": "T1",
+                # T2: resolved from a registry whose index pins these bytes (checked by the caller); T1: a file.
+                "trust": "T2" if pinned_sha256 else "T1",
                 "sha256": sha256_hex(document),
-                "pinned_sha256": None,
+                "pinned_sha256": pinned_sha256 or None,
                 "file": self.document_file,
                 "runbook_id": runbook_id,
                 "version": version,
@@ -391,7 +393,7 @@ class Bundle:
         self.write_manifest()
         self.write_latest(created)
         self.append_history(
-            {"schema": HISTORY_SCHEMA, "event": "created", "run_id": run_id, "at": created, "path": run_id, "reference": pub, "trust": "T1", "adapter": adapter}
+            {"schema": HISTORY_SCHEMA, "event": "created", "run_id": run_id, "at": created, "path": run_id, "reference": pub, "trust": "T2" if pinned_sha256 else "T1", "adapter": adapter}
         )
 
     def record(self, event_line: str, decision_line: str, h: str) -> None:

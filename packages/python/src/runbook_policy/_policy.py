@@ -297,6 +297,55 @@ def _prev(prev: Any) -> str:
 # ---- the policy --------------------------------------------------------------------------------------------
 
 
+def _cache_dir() -> Optional[str]:
+    """Where compiled code is kept between processes: $RUNBOOK_POLICY_CACHE (empty: no cache), else
+    $XDG_CACHE_HOME/runbook-policy-python, else ~/.cache/runbook-policy-python. Compiled code is trusted code
+    (deserializing it runs it unchecked), so the directory is made private to its user (0700)."""
+    env = os.environ.get("RUNBOOK_POLICY_CACHE")
+    if env is not None:
+        return env or None
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "runbook-policy-python")
+
+
+def _precompiled(engine: wasmtime.Engine, data: bytes, sha: str) -> wc.Component:
+    """The component compiled for ``engine``: read from the cache when an earlier process compiled these
+    bytes with this wasmtime and these settings (about 3 s of Cranelift saved per process), else compiled and
+    written there (atomically). A cache that cannot be read or written is only slower, never wrong: any
+    failure falls back to compiling the checked bytes."""
+    try:
+        import importlib.metadata
+
+        runtime = importlib.metadata.version("wasmtime")
+    except Exception:  # noqa: BLE001 - no version, no cache
+        runtime = None
+    where = _cache_dir() if runtime else None
+    path = None
+    if where:
+        key = hashlib.sha256(f"{sha}|wasmtime {runtime}|nan-canonicalization|fuel|stack {MAX_WASM_STACK}|{os.uname().machine}".encode()).hexdigest()
+        path = os.path.join(where, f"{key}.cwasm")
+        try:
+            return wc.Component.deserialize_file(engine, path)
+        except Exception:  # noqa: BLE001 - absent, stale or unreadable: compile instead
+            pass
+    try:
+        component = wc.Component(engine, data)
+    except _wasm.TRAPS as e:
+        raise ModuleTrap(f"the component does not compile: {_wasm.trap_message(e)}") from None
+    if path:
+        try:
+            os.makedirs(where, mode=0o700, exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(component.serialize())
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except OSError:
+            pass
+    return component
+
+
 class Policy:
     """The loaded component. Make one with :func:`load`; it is cheap to keep for the process.
 
@@ -327,10 +376,7 @@ class Policy:
                 config.consume_fuel = True
                 config.max_wasm_stack = MAX_WASM_STACK
                 engine = wasmtime.Engine(config)
-                try:
-                    component = wc.Component(engine, data)
-                except _wasm.TRAPS as e:
-                    raise ModuleTrap(f"the component does not compile: {_wasm.trap_message(e)}") from None
+                component = _precompiled(engine, data, sha)
                 compiled = (engine, component, wc.Linker(engine))
                 _COMPILED[sha] = compiled
         p: Policy = cls.__new__(cls)

@@ -298,6 +298,7 @@ class Run:
         adapter: str = "library",
         available: Optional[Sequence[str]] = None,
         run_id: Optional[str] = None,
+        pinned_sha256: Optional[str] = None,
     ) -> "Run":
         """Creates the bundle ``<runs_root>/<run_id>/`` and feeds the ``start`` claim (its answer is
         :attr:`start`). A refused run is a run too: its bundle is finished (outcome ``refused``) and
@@ -305,7 +306,9 @@ class Run:
 
         ``document`` is the document's bytes, or a path to read them from (a ``str`` is a path).
         ``reference`` is how the bundle names the document (a file's name by default); ``adapter`` names
-        what observes the run (``library``, ``pydantic-ai``, ``claude-agent-sdk``).
+        what observes the run (``library``, ``pydantic-ai``, ``claude-agent-sdk``). ``pinned_sha256``: the
+        digest a registry's index pins for ``id@version`` (trust T2 in the bundle, as the Rust host records a
+        registry document); refused unless it is the document's own sha256.
         """
         if isinstance(document, (str, os.PathLike)):
             path = Path(os.fspath(document))
@@ -335,9 +338,13 @@ class Run:
             envelope: Optional[str] = policy.envelope(data)
         except InvalidDocument:
             envelope = None  # admission refuses it (`invalid-document`), on the record
+        if pinned_sha256 is not None and pinned_sha256 != _bundle.sha256_hex(data):
+            raise ValueError(f"the document's sha256 is {_bundle.sha256_hex(data)}, not the pinned {pinned_sha256}: a pinned run of other bytes is refused")
         runs = Path(os.fspath(runs_root))
         try:
-            bundle = _bundle.Bundle(runs, run_id, data, ref, envelope, policy.module_sha256, adapter, {"name": HOST_NAME, "version": _host_version()})
+            bundle = _bundle.Bundle(
+                runs, run_id, data, ref, envelope, policy.module_sha256, adapter, {"name": HOST_NAME, "version": _host_version()}, pinned_sha256
+            )
         except OSError as e:
             raise RunBroken(f"cannot create the run bundle under {runs}: {e}") from None
         run: Run = cls.__new__(cls)
