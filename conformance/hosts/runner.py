@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """The host conformance runner (conformance/hosts/HOSTS.md, README.md): drives whole MCP hosts as black boxes.
 
-    runner.py [--host NAME]... [--case ID]... [--expect-fail FILE] [--jobs N] [--keep] [--verbose]
+    runner.py [--host NAME]... [--transport stdio|http]... [--case ID]... [--expect-fail FILE] [--jobs N] [--keep] [--verbose]
     runner.py --table          rewrites the case table in README.md from the case files (runs nothing)
     runner.py --check-cases    validates the case files (and their fixtures with `runbook-host lint`)
 
 For every host of hosts.json and every case of cases/*.json: lays out the case's directory registry and an
 empty runs directory in a temporary directory, starts the host from its command template with the fixture
-server (fixture_server.py) behind it, plays the case's client script with the Python MCP SDK's stdio client,
+server (fixture_server.py) behind it, plays the case's client script with the Python MCP SDK's stdio client
+(or, for a host's `http_command`, its Streamable HTTP client in one MCP session),
 shuts the client down cleanly, then checks what the client saw, what reached the server (the fixture's log),
 the host's exit code and the run bundle (its files, the receipt's pins, the report masked as DESIGN 9.27 says,
 and `runbook-host verify`). Prints a table (case, area, one column per host) and `N passed, M failed` per
@@ -240,8 +241,16 @@ def build_registry(case, reg):
 # Hosts.
 
 
-def load_hosts(path=None):
-    return json.loads(Path(path or HERE / "hosts.json").read_text())["hosts"]
+def load_hosts(path=None, transports=("stdio", "http")):
+    """Each host once per transport it offers: `command` is its stdio template; `http_command`, when
+    present, its Streamable HTTP one (column `NAME/http`)."""
+    hosts = []
+    for h in json.loads(Path(path or HERE / "hosts.json").read_text())["hosts"]:
+        if "stdio" in transports:
+            hosts.append({**h, "transport": "stdio"})
+        if "http" in transports and "http_command" in h:
+            hosts.append({**h, "name": f"{h['name']}/http", "base": h["name"], "command": h["http_command"], "transport": "http"})
+    return hosts
 
 
 def expand(template, ctx):
@@ -266,7 +275,7 @@ def host_ctx(**kw):
 
 
 def host_unavailable(host):
-    cmd = expand(host["command"], host_ctx(reference="x@1", registry="r", runs="r", profile="R1", server=[]))
+    cmd = expand(host["command"], host_ctx(reference="x@1", registry="r", runs="r", profile="R1", server=[], listen="127.0.0.1:1"))
     exe = cmd[0]
     if os.sep in exe:
         if not os.path.exists(exe):
@@ -324,11 +333,8 @@ def short(v, n=300):
     return s if len(s) <= n else s[:n] + "..."
 
 
-async def play(case, host, base_dir, keep):
-    import anyio
-    from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
-    from mcp import types
-
+def lay_out(case, host, base_dir, **extra):
+    """The case's directory: registry, fixture server spec, the host's command; a transcript writer."""
     res = Result(case, host)
     t0 = time.monotonic()
     d = Path(tempfile.mkdtemp(prefix=f"{case['id']}-", dir=base_dir))
@@ -339,10 +345,147 @@ async def play(case, host, base_dir, keep):
     tools_file.write_text(json.dumps(server_spec(case), indent=2))
     server = [sys.executable, str(HERE / "fixture_server.py"), str(tools_file), str(log_file)]
     profile = case.get("profile", "R1")
-    cmd = expand(host["command"], host_ctx(reference=case["reference"], registry=str(reg), runs=str(runs), profile=profile, server=server))
+    cmd = expand(host["command"], host_ctx(reference=case["reference"], registry=str(reg), runs=str(runs), profile=profile, server=server, **extra))
     env = {k: os.path.expandvars(v) for k, v in host.get("env", {}).items()}
+
     def say(line):
         res.transcript.append(f"{(time.monotonic() - t0) * 1000:6.0f} ms  {line}")
+
+    return res, d, reg, runs, pinned, log_file, profile, cmd, env, say, t0
+
+
+async def play_http(case, host, base_dir, keep):
+    """One case over Streamable HTTP (HOSTS.md 1): the host listens on `{listen}`; the client opens one MCP
+    session (one run), plays the script and deletes the session; the suite then stops the host with SIGTERM.
+    A host that must refuse the reference may refuse before it listens (exit 1, `runbook_failed:` on its
+    standard error) or answer `initialize` with the refusal, as over stdio."""
+    import anyio
+    import httpx2
+    from mcp import ClientSession, MCPError
+    from mcp import types
+    from mcp.client.streamable_http import streamable_http_client
+
+    port = free_port()
+    listen = f"127.0.0.1:{port}"
+    res, d, reg, runs, pinned, log_file, profile, cmd, env, say, t0 = lay_out(case, host, base_dir, listen=listen)
+    say(f"$ {' '.join(cmd)}")
+    refused_expect = case.get("refused")
+    exit_code = None
+    full_env = {**{k: v for k, v in os.environ.items() if k in ("HOME", "PATH", "LANG", "TMPDIR", "RUNBOOK_HOST")}, **env}
+    with open(d / "host.stderr", "w") as errlog:
+        proc = await anyio.open_process(cmd, cwd=str(d), env=full_env, stdin=subprocess.DEVNULL, stdout=errlog, stderr=errlog)
+        try:
+            with anyio.fail_after(CASE_TIMEOUT_S):
+                up = await wait_listening(port, proc, anyio, INITIALIZE_TIMEOUT_S)
+                if not up:
+                    if proc.returncode is None:
+                        res.fail(f"the host did not listen on {listen} within {INITIALIZE_TIMEOUT_S} s")
+                    else:
+                        errlog.flush()
+                        line = refusal_line((d / "host.stderr").read_text(errors="replace"))
+                        say(f"host exited before listening ({proc.returncode}): {line}")
+                        if refused_expect is None:
+                            res.fail(f"the host exited with {proc.returncode} before listening, expected the run to be admitted")
+                        elif line is None:
+                            res.fail("the host exited before listening without a `runbook_failed:` line on its standard error (HOSTS.md 3)")
+                        else:
+                            check_refusal(line, refused_expect, res.fail)
+                            if case.get("lint") and case["lint"] not in line:
+                                res.notes.append(f"the refusal does not name the lint finding `{case['lint']}` (HOSTS.md 3: a host SHOULD say which findings made the document invalid)")
+                else:
+                    url = f"http://{listen}/mcp"
+                    say(f"listening: {url}")
+                    client = httpx2.AsyncClient(timeout=httpx2.Timeout(REQUEST_TIMEOUT_S, read=CASE_TIMEOUT_S))
+                    try:
+                        async with streamable_http_client(url, http_client=client) as (r, w):
+                            async with ClientSession(r, w, read_timeout_seconds=INITIALIZE_TIMEOUT_S, client_info=types.Implementation(name=CLIENT_NAME, version="1.0.0")) as s:
+                                places = {"runs": str(runs), "registry": str(reg)}
+                                await run_script(s, case, res, MCPError, anyio, refused_expect, say, places)
+                    except Exception as e:  # noqa: BLE001 - a host that broke the session is a failure, named
+                        msg = describe(e)
+                        if not getattr(res, "_ended_by_refusal", False):
+                            res.fail(f"the session with the host broke: {msg}")
+                        else:
+                            say(f"(session closed after the refusal: {msg})")
+                    finally:
+                        await client.aclose()
+                    # Deleting the session ends its run (HOSTS.md 1): the report appears without a signal.
+                    # Only then is the host stopped, so a host that waits for the signal to end the run
+                    # is seen to (its report says `interrupted`).
+                    deadline = time.monotonic() + 10
+                    while time.monotonic() < deadline and runs.exists() and not any(runs.glob("*/report.json")) and any(runs.glob("*/run.json")):
+                        await anyio.sleep(0.05)
+        except TimeoutError:
+            res.fail(f"the case took longer than {CASE_TIMEOUT_S} s")
+        finally:
+            exit_code = await stop_host(proc, anyio)
+    say(f"host exit code: {exit_code}")
+    check_after(case, res, d, reg, runs, log_file, pinned, profile, exit_code)
+    res.seconds = time.monotonic() - t0
+    if res.ok and not keep:
+        shutil.rmtree(d, ignore_errors=True)
+    return res
+
+
+def free_port():
+    """A loopback port nothing listens on now (the host binds it a moment later)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def wait_listening(port, proc, anyio, timeout):
+    """True once the host accepts connections on the port; False when it exited first."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.returncode is not None:
+            return False
+        try:
+            stream = await anyio.connect_tcp("127.0.0.1", port)
+            await stream.aclose()
+            return True
+        except OSError:
+            await anyio.sleep(0.05)
+    return False
+
+
+async def stop_host(proc, anyio, grace=10.0):
+    """SIGTERM, as an operator stops a server; SIGKILL after `grace` seconds. The exit code."""
+    import signal
+
+    if proc.returncode is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        with anyio.move_on_after(grace):
+            await proc.wait()
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
+        return None
+    return proc.returncode
+
+
+def refusal_line(stderr):
+    """A refusal printed at start (HOSTS.md 3, over HTTP): the text from `runbook_failed:` on its line."""
+    for line in stderr.splitlines():
+        i = line.find("runbook_failed:")
+        if i >= 0:
+            return line[i:]
+    return None
+
+
+async def play(case, host, base_dir, keep):
+    if host.get("transport") == "http":
+        return await play_http(case, host, base_dir, keep)
+    import anyio
+    from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
+    from mcp import types
+
+    res, d, reg, runs, pinned, log_file, profile, cmd, env, say, t0 = lay_out(case, host, base_dir)
 
     say(f"$ {' '.join(cmd)}")
     PROC.set({})
@@ -866,6 +1009,7 @@ def main():
     ap = argparse.ArgumentParser(description="The host conformance suite (conformance/hosts/HOSTS.md).")
     ap.add_argument("--host", action="append", default=[], help="run only this host of hosts.json (repeatable)")
     ap.add_argument("--case", action="append", default=[], help="run only this case id (repeatable)")
+    ap.add_argument("--transport", action="append", choices=["stdio", "http"], help="only this transport (repeatable; default: every transport a host offers)")
     ap.add_argument("--table", action="store_true", help="rewrite the case table in README.md from the data, then exit")
     ap.add_argument("--check-cases", action="store_true", help="validate the case files and their fixtures, then exit")
     ap.add_argument("--hosts", help="another hosts file in the shape of hosts.json (default: conformance/hosts/hosts.json)")
@@ -895,12 +1039,12 @@ def main():
         if unknown:
             sys.exit(f"no such case: {sorted(unknown)}")
         cases = [c for c in cases if c["id"] in a.case]
-    hosts = load_hosts(a.hosts)
+    hosts = load_hosts(a.hosts, a.transport or ("stdio", "http"))
     if a.host:
-        unknown = set(a.host) - {h["name"] for h in hosts}
+        unknown = set(a.host) - {h["name"] for h in hosts} - {h.get("base") for h in hosts}
         if unknown:
-            sys.exit(f"no such host in hosts.json: {sorted(unknown)}")
-        hosts = [h for h in hosts if h["name"] in a.host]
+            sys.exit(f"no such host in hosts.json (for the transports chosen): {sorted(unknown)}")
+        hosts = [h for h in hosts if h["name"] in a.host or h.get("base") in a.host]
     expect_fail = {}
     for h in hosts:
         ef = host_expect_fail(h)

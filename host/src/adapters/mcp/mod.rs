@@ -186,11 +186,14 @@ pub struct Hub {
     pub base: Arc<Base>,
     runs: Mutex<Vec<Arc<Shared>>>,
     stateless: OnceLock<Arc<Shared>>,
+    /// The worst exit code of the runs already let go (their sessions ended): the proxy's exit code
+    /// counts them too (0 only when every run completed).
+    let_go: std::sync::atomic::AtomicU8,
 }
 
 impl Hub {
     pub fn new(base: Arc<Base>) -> Arc<Hub> {
-        Arc::new(Hub { base, runs: Mutex::new(Vec::new()), stateless: OnceLock::new() })
+        Arc::new(Hub { base, runs: Mutex::new(Vec::new()), stateless: OnceLock::new(), let_go: Default::default() })
     }
 
     /// A new run (not started: the bundle is made at the client's first request).
@@ -209,14 +212,25 @@ impl Hub {
         });
         let mut runs = lock(&self.runs);
         // Runs that ended are let go (their bundles are complete).
-        runs.retain(|r| lock(&r.run).ended.is_none());
+        runs.retain(|r| {
+            let ended = lock(&r.run).ended;
+            self.let_go(ended);
+            ended.is_none()
+        });
         runs.push(Arc::clone(&s));
         s
     }
 
     /// A run that ended is no longer the hub's to end or to tell.
     pub fn forget(&self, run: &Arc<Shared>) {
+        self.let_go(lock(&run.run).ended);
         lock(&self.runs).retain(|r| !Arc::ptr_eq(r, run));
+    }
+
+    fn let_go(&self, ended: Option<u8>) {
+        if let Some(code) = ended {
+            self.let_go.fetch_max(code, Ordering::SeqCst);
+        }
     }
 
     /// The run of the requests that carry no session (2026-07-28 has none): one per proxy.
@@ -237,7 +251,7 @@ impl Hub {
 
     /// Ends every run still open; the exit code is 0 only when each run that started completed.
     pub fn end_all(&self, reason: EndReason, final_output: bool) -> u8 {
-        let mut code = 0;
+        let mut code = self.let_go.load(Ordering::SeqCst);
         for r in self.all() {
             code = code.max(r.end_run(reason, final_output));
         }
