@@ -9,6 +9,7 @@
 pub mod adapters;
 pub mod approvals;
 pub mod bundle;
+pub mod faults;
 pub mod registry;
 pub mod run;
 pub mod sshsig;

@@ -453,6 +453,10 @@ impl Run {
             }
         };
         if let Err(e) = self.bundle.record_linked(&rec.event_line, &rec.decision_line, &rec.link) {
+            // The event was decided but cannot be recorded: nothing more is decided, and the bundle is
+            // marked ended without a report where the disk still takes it (run.json says why; verify
+            // refuses the bundle and names it).
+            let _ = self.bundle.end_without_report("bundle-unwritable");
             return Err(self.break_with(RunError::Evidence(format!("cannot record the event: {e}"))));
         }
         if rec.decision.step != self.last_step {

@@ -297,8 +297,19 @@ impl Bundle {
         }
         let h = h.to_string();
         let line = event_record_line(&h, event_line, decision_line);
-        self.events.write_all(line.as_bytes())?;
-        self.events.sync_data()?;
+        let whole = self.events.metadata()?.len();
+        crate::faults::point("events.ndjson", "before");
+        let written = self.events.write_all(line.as_bytes()).and_then(|()| {
+            crate::faults::point("events.ndjson", "written-before-sync");
+            self.events.sync_data()
+        });
+        if let Err(e) = written {
+            // A disk that filled up (or failed) mid-line: the partial record is cut off, so the file
+            // ends at its last whole record and nothing half written is ever read as evidence.
+            let _ = self.events.set_len(whole).and_then(|()| self.events.sync_data());
+            return Err(e);
+        }
+        crate::faults::point("events.ndjson", "synced");
         self.head = h;
         self.lines += 1;
         if self.lines == 1 {
@@ -448,9 +459,12 @@ impl Bundle {
     fn append_history(&self, entry: Value) -> io::Result<()> {
         let mut line = serde_json::to_string(&entry)?;
         line.push('\n');
+        crate::faults::point("history.ndjson", "before");
         let mut f = self.root.open_with("history.ndjson", OpenOptions::new().append(true).create(true))?;
         f.write_all(line.as_bytes())?;
-        f.sync_data()
+        f.sync_data()?;
+        crate::faults::point("history.ndjson", "synced");
+        Ok(())
     }
 }
 

@@ -496,6 +496,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
     }
     match result {
         Ok((_event, answer)) => {
+            // After the decision was recorded, before the client hears it.
+            runbook_host::faults::point("answer", "before");
             if let Some(v) = answer {
                 println!("{v}");
             }

@@ -272,7 +272,18 @@ fn presence(dir: &Dir, cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
     s.doc = read(dir, &s.doc_file)?;
     s.envelope = if s.has_envelope { Some(read(dir, "envelope.json")?) } else { None };
     s.events_bytes = read(dir, "events.ndjson")?;
-    s.report_bytes = read(dir, "report.json")?;
+    s.report_bytes = read(dir, "report.json").map_err(|f| match (f.message.as_str(), s.run.get("ended_without_report")) {
+        // Why there is no report, as run.json says: so an auditor tells a run its host could not end
+        // (a trap, a full disk) from one still running or killed.
+        ("missing", Some(code)) => Failure {
+            place: f.place,
+            message: format!("missing: the run ended without a report ({}): nothing vouches for its outcome", code.as_str().unwrap_or("?")),
+        },
+        ("missing", None) if !s.run["lifecycle"].as_array().is_some_and(|l| l.iter().any(|e| e["event"] == "ended")) => {
+            Failure { place: f.place, message: "missing: the run has not ended (it is still running, or its host was stopped before it could end it)".into() }
+        }
+        _ => f,
+    })?;
     s.receipt_bytes = read(dir, "receipt.json")?;
     // A redacted derivative (`export --redact`) carries derivation.json: its chain and receipt verify, its
     // events cannot be replayed.

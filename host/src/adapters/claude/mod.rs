@@ -211,12 +211,16 @@ fn lock(runs: &Path, session: &str, create: bool, timeout: Duration) -> Result<F
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    crate::faults::point(&name, "before");
     {
         let mut f = OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(&tmp)?;
         f.write_all(bytes)?;
         f.sync_all()?;
     }
+    crate::faults::point(&name, "synced-before-rename");
     std::fs::rename(&tmp, path)?;
+    crate::faults::point(&name, "renamed");
     Ok(())
 }
 

@@ -445,6 +445,8 @@ impl ServerHandler for Proxy {
         if !context.ct.is_cancelled() {
             answered.done();
         }
+        // After the decision (and the result) were recorded, before the client hears it.
+        crate::faults::point("answer", "before");
         r
     }
 }

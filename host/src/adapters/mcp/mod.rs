@@ -114,6 +114,9 @@ impl From<RunError> for Failure {
         let code = match e {
             RunError::Finished(_) => "run-ended",
             RunError::Refused(_) => "approval-refused",
+            // The evidence cannot be written (a full or failing disk): said as such, so an operator
+            // looks at the disk, not at the agent.
+            RunError::Evidence(_) => "bundle-unwritable",
             _ => "host-error",
         };
         Failure { code: code.into(), message: e.to_string() }

@@ -1,0 +1,388 @@
+//! Faults: `kill -9` at every write point of a run (the hook and the MCP proxy), and a full disk.
+//!
+//! Each durable write of the evidence passes a crash point (`runbook_host::faults`): a scenario is first
+//! run with `RUNBOOK_HOST_FAULT_LOG` to list its points, then once per point with `RUNBOOK_HOST_KILL_AT=N`,
+//! so the process dies by SIGKILL exactly there: before a write, between write and fsync, between the
+//! fsync and the rename of every atomically replaced file, after it, and after the decision was recorded
+//! but before the client heard it. Every point is tested, not a sample. After each kill:
+//!
+//! - nothing the client was told is lost: every answer it received has its event (and decision) in
+//!   `events.ndjson`;
+//! - `verify` gives a consistent answer: it passes only on a bundle with its report and receipt, and a
+//!   bundle the kill left unfinished is refused for being unfinished, never for a broken chain or a
+//!   torn line (a kill cannot tear a line: each record is one `write`);
+//! - the hook, whose next invocation resumes the run from its bundle, goes on: every later event is
+//!   answered (or refused, failing closed, with a reason), and a run that reaches its end verifies.
+
+mod common;
+
+use common::hooks::{self, base, bash, out, post, pre, start};
+use common::mcp::{self, everything, runbook, Client};
+use serde_json::{json, Value};
+use std::io::Write;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
+
+/// The lines of a fault log: `N what:when`.
+fn points(log: &Path) -> Vec<String> {
+    std::fs::read_to_string(log).unwrap_or_default().lines().map(|l| l.split_once(' ').unwrap().1.to_string()).collect()
+}
+
+fn verify_json(run_dir: &Path) -> (bool, String) {
+    let o = Command::new(BIN).args(["verify", "--format", "json"]).arg(run_dir).output().unwrap();
+    (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+/// Every line of events.ndjson is a whole record (the chain itself is `verify`'s to check).
+fn event_lines(run_dir: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(run_dir.join("events.ndjson")).unwrap_or_default();
+    assert!(text.is_empty() || text.ends_with('\n'), "{}: a torn last line: {text:?}", run_dir.display());
+    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: not a whole record ({e}): {l}", run_dir.display()))).collect()
+}
+
+/// What verify says of a bundle after a kill: passes only when the bundle was finished; otherwise it is
+/// refused for being unfinished, never for damage.
+fn check_verify(run_dir: &Path, at: &str) {
+    let (ok, text) = verify_json(run_dir);
+    let finished = run_dir.join("report.json").exists() && run_dir.join("receipt.json").exists();
+    if ok {
+        assert!(finished, "killed at {at}: verify passed a bundle without its report and receipt:\n{text}");
+        return;
+    }
+    let lower = text.to_lowercase();
+    for damage in ["chain is broken", "hash chain", "not json", "torn", "differently than recorded", "panicked"] {
+        assert!(!lower.contains(damage), "killed at {at}: verify reports damage ({damage}) where the kill can only leave a bundle unfinished:\n{text}");
+    }
+    if finished {
+        // The receipt was written last but one: a kill after it leaves only latest.json/history behind,
+        // which verify does not need.
+        panic!("killed at {at}: a finished bundle fails verify:\n{text}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The hook: one process per event; the next event resumes the run from the bundle.
+
+fn hook_script(s: &str) -> Vec<Value> {
+    let get = bash("kubectl -n payments get secret payments-db-credentials");
+    let meta = json!({"path": "database/creds/payments-app"});
+    vec![
+        start(s),
+        pre(s, "Bash", get.clone(), "t1"),
+        post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1"),
+        pre(s, "Bash", bash("rm -rf /var/lib/postgres"), "t2"),
+        pre(s, "mcp__vault__read_metadata", meta.clone(), "t3"),
+        post(s, "mcp__vault__read_metadata", meta, json!({"age_days": 97}), "t3"),
+        base(s, "Stop"),
+        base(s, "SessionEnd"),
+    ]
+}
+
+struct HookOut {
+    code: Option<i32>,
+    killed: bool,
+    stdout: String,
+    stderr: String,
+}
+
+fn hook(dir: &Path, payload: &Value, env: &[(&str, String)]) -> HookOut {
+    let mut c = Command::new(BIN)
+        .args(["hook", "--runbook", "runbook.yaml"])
+        .current_dir(dir)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    c.stdin.take().unwrap().write_all(payload.to_string().as_bytes()).unwrap();
+    let o = c.wait_with_output().unwrap();
+    HookOut {
+        code: o.status.code(),
+        killed: o.status.signal() == Some(libc::SIGKILL),
+        stdout: String::from_utf8_lossy(&o.stdout).into(),
+        stderr: String::from_utf8_lossy(&o.stderr).into(),
+    }
+}
+
+/// The run directory the session's state names (None before SessionStart wrote it).
+fn hook_run_dir(dir: &Path, session: &str) -> Option<PathBuf> {
+    let runs = dir.join(".runbook/runs");
+    let s: Value = serde_json::from_slice(&std::fs::read(runs.join(format!(".hook/{session}.json"))).ok()?).ok()?;
+    Some(runs.join(s["run_id"].as_str()?))
+}
+
+/// The (type, tool) of each recorded event: what a client was told about.
+fn shape(lines: &[Value]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| {
+            format!(
+                "{}:{}:{}",
+                l["event"]["type"].as_str().unwrap_or("?"),
+                l["event"]["tool"].as_str().unwrap_or("-"),
+                l["decision"]["decision"].as_str().unwrap_or("?")
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn the_hook_killed_at_every_write_point() {
+    let w = hooks::work("crash");
+    let s = "sess-crash";
+    let script = hook_script(s);
+    // The points of each invocation, and the events each one adds, from a run without faults.
+    let mut per_call = Vec::new();
+    let mut recorded_after = Vec::new();
+    for (i, p) in script.iter().enumerate() {
+        let log = w.0.join(format!("points-{i}.log"));
+        let o = hook(&w.0, p, &[("RUNBOOK_HOST_FAULT_LOG", log.display().to_string())]);
+        assert_eq!(o.code, Some(0), "event {i} without faults: {}", o.stderr);
+        per_call.push(points(&log));
+        recorded_after.push(shape(&event_lines(&hook_run_dir(&w.0, s).unwrap())));
+    }
+    let reference = recorded_after.last().unwrap().clone();
+    let run_dir = hook_run_dir(&w.0, s).unwrap();
+    assert!(verify_json(&run_dir).0, "the run without faults verifies");
+    let total: usize = per_call.iter().map(Vec::len).sum();
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+
+    for (i, pts) in per_call.iter().enumerate() {
+        for (n, at) in pts.iter().enumerate() {
+            let at = format!("event {i} ({}), point {} {at}", script[i]["hook_event_name"].as_str().unwrap(), n + 1);
+            let d = hooks::work(&format!("crash-{i}-{n}"));
+            for p in &script[..i] {
+                assert_eq!(hook(&d.0, p, &[]).code, Some(0));
+            }
+            let o = hook(&d.0, &script[i], &[("RUNBOOK_HOST_KILL_AT", (n + 1).to_string())]);
+            assert!(o.killed, "{at}: the hook was not killed (exit {:?}): {}", o.code, o.stderr);
+            // What the client had been told (events 0..i) is all recorded.
+            if let Some(rd) = hook_run_dir(&d.0, s) {
+                let got = shape(&event_lines(&rd));
+                if i > 0 {
+                    let told = &recorded_after[i - 1];
+                    assert!(
+                        got.len() >= told.len() && got[..told.len()] == told[..],
+                        "{at}: events the client was told about are missing:\n{got:?}\nexpected a prefix {told:?}"
+                    );
+                }
+                check_verify(&rd, &at);
+            } else {
+                assert_eq!(i, 0, "{at}: the session's state is gone");
+            }
+            // The client goes on (Claude Code sends the next event); every later event is answered, or
+            // refused failing closed (exit 2) with a reason: never a crash or an unexplained exit.
+            let mut refused = Vec::new();
+            for (j, p) in script.iter().enumerate().skip(i + 1) {
+                let o = hook(&d.0, p, &[]);
+                match o.code {
+                    Some(0) => {}
+                    Some(2) => {
+                        assert!(o.stderr.contains("denied (fail closed)"), "{at}: event {j} exit 2 without a reason: {}", o.stderr);
+                        refused.push(format!("event {j}: {}", o.stderr.trim()));
+                    }
+                    c => panic!("{at}: event {j} exited {c:?}: {}\n{}", o.stdout, o.stderr),
+                }
+            }
+            let kind = match hook_run_dir(&d.0, s) {
+                None => {
+                    // Killed before SessionStart recorded its session: every later event fails closed.
+                    assert_eq!(refused.len(), script.len() - 1 - i, "{at}: a session without state let an event through: {refused:?}");
+                    "no session: every later event refused".to_string()
+                }
+                Some(rd) => {
+                    let (ok, text) = verify_json(&rd);
+                    let got = shape(&event_lines(&rd));
+                    if i + 1 == script.len() {
+                        // The last event was killed: nothing comes after it to end the run. Finished or
+                        // not, verify said so above (check_verify).
+                        if rd.join("receipt.json").exists() {
+                            "the last event killed after the receipt: verifies".to_string()
+                        } else {
+                            "the last event killed before the receipt: unfinished, verify refuses it".to_string()
+                        }
+                    } else if refused.is_empty() {
+                        // The run resumed and ended: it verifies, and holds what the client was told.
+                        assert!(ok, "{at}: the resumed run ended but does not verify:\n{text}");
+                        if i > 0 {
+                            let told = &recorded_after[i - 1];
+                            assert!(got[..told.len()] == told[..], "{at}: events lost: {got:?}");
+                        }
+                        if got == reference {
+                            "resumed, same events as without the kill".to_string()
+                        } else {
+                            "resumed, the killed event not recorded (its client got no answer)".to_string()
+                        }
+                    } else {
+                        assert!(!ok || refused.iter().all(|r| r.contains("is over")), "{at}: refused events {refused:?} but the bundle verifies");
+                        let why = refused[0].split("denied (fail closed): ").nth(1).unwrap_or("").chars().take(90).collect::<String>();
+                        format!("later events refused: {why}")
+                    }
+                }
+            };
+            *outcomes.entry(kind).or_default() += 1;
+        }
+    }
+    eprintln!("hook: {total} crash points over {} events:", script.len());
+    for (k, v) in &outcomes {
+        eprintln!("  {v:3}  {k}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The MCP proxy over stdio: a killed proxy's run is not resumed (a new start is a new run); its bundle
+// must say what happened up to the kill.
+
+/// The client script: (tool, arguments) in order; `echo` is in scope, `get-env` is undeclared.
+fn proxy_calls() -> Vec<(&'static str, Value)> {
+    vec![("echo", json!({"message": "one"})), ("get-env", json!({})), ("echo", json!({"message": "two"}))]
+}
+
+/// Runs the proxy scenario; kill_at None lists the points. The calls the client got an answer to.
+fn proxy_scenario(w: &mcp::Work, env: &[String]) -> Vec<Value> {
+    let mut cmd = vec!["env".to_string()];
+    cmd.extend(env.iter().cloned());
+    cmd.extend([BIN.to_string(), "run".into(), runbook("everything-tour.yaml"), "--".into()]);
+    cmd.extend(everything());
+    let mut c = Client::new(w, "crash-agent", cmd);
+    let mut told = Vec::new();
+    let r = c.ask(json!({"op": "init"}));
+    if r["ok"] != true {
+        let _ = c.close();
+        return told;
+    }
+    for (tool, args) in proxy_calls() {
+        let r = c.ask(json!({"op": "call", "tool": tool, "args": args, "timeout": 30}));
+        if r["ok"] == true {
+            told.push(json!({"tool": tool, "is_error": r["is_error"], "text": r["text"]}));
+        } else {
+            break;
+        }
+    }
+    let _ = c.close();
+    told
+}
+
+#[test]
+fn the_proxy_killed_at_every_write_point() {
+    let w = mcp::work("crash-points");
+    let log = w.dir.join("points.log");
+    let told = proxy_scenario(&w, &[format!("RUNBOOK_HOST_FAULT_LOG={}", log.display())]);
+    assert_eq!(told.len(), 3, "{told:?}");
+    let all = points(&log);
+    let run = w.latest();
+    assert!(verify_json(&run).0);
+    let reference = event_lines(&run);
+    assert!(all.len() > 20, "{all:?}");
+    drop(w);
+    let mut unfinished = 0;
+    for (n, at) in all.iter().enumerate() {
+        let at = format!("point {} {at}", n + 1);
+        let w = mcp::work(&format!("crash-{n}"));
+        let told = proxy_scenario(&w, &[format!("RUNBOOK_HOST_KILL_AT={}", n + 1)]);
+        let dirs = w.run_dirs();
+        if dirs.is_empty() {
+            assert!(told.is_empty(), "{at}: the client was answered but no bundle exists");
+            continue;
+        }
+        assert_eq!(dirs.len(), 1, "{at}");
+        let lines = event_lines(&dirs[0]);
+        // Each answer the client got has its invoke (and, for a forwarded call, its result) recorded, with
+        // the decision the client saw.
+        for (k, t) in told.iter().enumerate() {
+            let invokes: Vec<&Value> = lines.iter().filter(|l| l["event"]["type"] == "invoke").collect();
+            let inv = invokes.get(k).unwrap_or_else(|| panic!("{at}: the client was answered for call {k} ({t}) but its invoke is not recorded"));
+            assert_eq!(inv["event"]["tool"], t["tool"], "{at}");
+            let blocked = inv["decision"]["decision"] != "allow";
+            assert_eq!(blocked, t["is_error"] == true, "{at}: the answer {t} and the recorded decision {} disagree", inv["decision"]);
+            if !blocked {
+                let results = lines.iter().filter(|l| l["event"]["type"] == "result" && l["event"]["tool"] == t["tool"]).count();
+                assert!(results >= 1, "{at}: the forwarded call {t} was answered but its result is not recorded");
+            }
+        }
+        // The recorded events are a prefix of the run without the kill (the same decisions).
+        let shape_of = |v: &[Value]| v.iter().map(|l| format!("{}:{}", l["event"]["type"], l["decision"]["decision"])).collect::<Vec<_>>();
+        let (got, want) = (shape_of(&lines), shape_of(&reference));
+        assert!(got.len() <= want.len() && got[..] == want[..got.len()], "{at}: {got:?} is not a prefix of {want:?}");
+        check_verify(&dirs[0], &at);
+        if !dirs[0].join("receipt.json").exists() {
+            unfinished += 1;
+        }
+    }
+    eprintln!("proxy: {} crash points; {unfinished} left the bundle unfinished (verify refuses it as such), the rest after its receipt", all.len());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A full disk: the runs directory on a tmpfs of 64 KiB of its own (mounting needs root; the test says so
+// and fails elsewhere rather than pass without trying).
+
+struct Mount(PathBuf);
+
+impl Mount {
+    fn tmpfs(at: &Path, size: &str) -> Mount {
+        std::fs::create_dir_all(at).unwrap();
+        let o = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(at).output().expect("mount(8)");
+        assert!(o.status.success(), "this test mounts a small tmpfs and needs root: {}", String::from_utf8_lossy(&o.stderr));
+        Mount(at.to_path_buf())
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_blocks_the_call_and_verify_names_it() {
+    let w = mcp::work("disk-full");
+    let _m = Mount::tmpfs(&w.dir.join(".runbook"), "64k");
+    let mut c = Client::proxy(&w, "disk-agent", &runbook("everything-tour.yaml"), &[], &[everything()]);
+    c.init();
+    // Each call records its 16 KB argument twice (the invoke, the result): the disk fills within a few.
+    let big = "x".repeat(16 << 10);
+    let mut answers = Vec::new();
+    for i in 0..8 {
+        let r = c.ask(json!({"op": "call", "tool": "echo", "args": {"message": format!("{i}{big}")}, "timeout": 30}));
+        answers.push(r);
+    }
+    let _ = c.close();
+    let first_bad = answers.iter().position(|r| r["is_error"] == true || r["ok"] != true).expect("the disk never filled");
+    assert!(first_bad >= 1, "the first call already failed: {}", answers[0]);
+    for (i, r) in answers.iter().enumerate() {
+        if i < first_bad {
+            assert!(mcp::text(r).starts_with(&format!("Echo: {i}")), "call {i}: {r}");
+        } else {
+            // Never the server's answer once the evidence cannot be written: an error naming why.
+            assert!(
+                !mcp::text(r).starts_with("Echo:"),
+                "call {i} was answered with the result although its evidence could not be written: {}",
+                &mcp::text(r)[..40.min(mcp::text(r).len())]
+            );
+            assert!(r["is_error"] == true || r["ok"] != true, "call {i}: {r}");
+        }
+    }
+    let shown = mcp::text(&answers[first_bad]);
+    assert!(shown.starts_with("runbook_failed:bundle-unwritable"), "the refusal names the cause: {shown}");
+    let run = w.run_dirs().pop().unwrap();
+    // Nothing half written: every line of events.ndjson is a whole record, and the chain holds (verify
+    // gets as far as the report and stops there).
+    let lines = event_lines(&run);
+    let invokes = lines.iter().filter(|l| l["event"]["type"] == "invoke").count();
+    assert!(invokes >= first_bad, "the answered calls are recorded");
+    let (ok, text) = verify_json(&run);
+    assert!(!ok, "{text}");
+    let v: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(v["failure"]["place"], "report.json", "{text}");
+    let msg = v["failure"]["message"].as_str().unwrap();
+    assert!(msg.contains("bundle-unwritable") || msg.contains("has not ended"), "{msg}");
+    eprintln!(
+        "disk full after {first_bad} calls: {} whole records kept; the client saw: {}; verify: report.json: {msg}",
+        lines.len(),
+        &shown[..shown.len().min(160)]
+    );
+}
