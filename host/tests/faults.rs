@@ -386,3 +386,156 @@ fn a_full_disk_blocks_the_call_and_verify_names_it() {
         &shown[..shown.len().min(160)]
     );
 }
+
+// ---------------------------------------------------------------------------------------------------
+// A server that answers badly: under another id, with a line that is not JSON, with JSON that is not
+// JSON-RPC, or not at all. None of it may reach the client as a result; each call is recorded as failed.
+
+#[test]
+fn a_server_that_answers_badly_never_yields_a_result() {
+    let w = mcp::work("bad-server");
+    let log = w.dir.join("server-calls.ndjson");
+    let server = vec![
+        mcp::python().to_string_lossy().into_owned(),
+        mcp::mcp_dir().join("bad_server.py").to_string_lossy().into_owned(),
+        log.to_string_lossy().into_owned(),
+    ];
+    let mut c = Client::proxy(&w, "bad-agent", &runbook("bad-server.yaml"), &["--call-timeout", "2s"], &[server]);
+    c.init();
+    let mut seen = Vec::new();
+    for tool in ["ok", "wrong_id", "ok", "hang", "ok", "not_rpc", "ok", "garbage", "ok"] {
+        let r = c.ask(json!({"op": "call", "tool": tool, "args": {}, "timeout": 30}));
+        seen.push((tool, r));
+    }
+    let _ = c.close();
+    let mut server_alive = true;
+    for (i, (tool, r)) in seen.iter().enumerate() {
+        let t = mcp::text(r);
+        if *tool == "ok" && server_alive {
+            if r["ok"] == true && r["is_error"] == false {
+                assert_eq!(t, "ok", "call {i}");
+                continue;
+            }
+            // The server's connection was given up on after garbage: every later call fails closed.
+            server_alive = false;
+        }
+        assert!(r["ok"] != true || r["is_error"] == true, "call {i} ({tool}) was answered as a success: {r}");
+        assert!(!t.contains("another id") && !t.contains("not JSON-RPC"), "call {i} ({tool}): a bad answer reached the client: {r}");
+    }
+    let run = w.latest();
+    let lines = event_lines(&run);
+    let results: Vec<(String, bool)> = lines
+        .iter()
+        .filter(|l| l["event"]["type"] == "result")
+        .map(|l| (l["event"]["tool"].as_str().unwrap().to_string(), l["event"]["is_error"] == true))
+        .collect();
+    for (tool, is_error) in &results {
+        assert_eq!(*is_error, tool != "ok", "the recorded result of `{tool}`: {results:?}");
+    }
+    for bad in ["wrong_id", "hang", "not_rpc", "garbage"] {
+        assert!(results.iter().any(|(t, e)| t == bad && *e), "the failed call `{bad}` is recorded as failed: {results:?}");
+    }
+    let (ok, text) = verify_json(&run);
+    assert!(ok, "{text}");
+    let answers: Vec<String> = seen
+        .iter()
+        .map(|(t, r)| format!("{t}: {}", if r["ok"] == true { mcp::text(r).chars().take(70).collect::<String>() } else { r["error"]["message"].to_string() }))
+        .collect();
+    eprintln!("bad server: {answers:#?}\nrecorded results: {results:?}; ended: {}", lines.last().unwrap()["event"]);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Approvals under contention: two humans answering the same call at once, and a client that leaves while
+// its call waits for one.
+
+/// `runbook-host approve RUN STEP [--deny]` on a pseudo-terminal (script(1)), confirmed with `y` after
+/// `delay`: (exit code, what it printed).
+fn approve_on_a_terminal(w: &mcp::Work, run_dir: &Path, step: &str, deny: bool, delay: std::time::Duration) -> (Option<i32>, String) {
+    let run_id = run_dir.file_name().unwrap().to_string_lossy().into_owned();
+    let cmd = format!("{BIN} approve {run_id} {step} --runs {}{}", w.runs().display(), if deny { " --deny" } else { "" });
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .current_dir(&w.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux");
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(delay);
+    let _ = stdin.write_all(b"y\n");
+    let _ = stdin.flush();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+#[test]
+fn two_humans_answer_the_same_call_at_once_and_one_answer_counts() {
+    let w = mcp::work("two-approvers");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &["--approval-timeout", "60s"], &[everything()]);
+    c.init();
+    assert_eq!(mcp::text(&c.call("echo", json!({"message": "hi"}))), "Echo: hi");
+    assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
+    let run = w.latest();
+    let args = json!({"a": 2, "b": 3});
+    c.write(json!({"op": "call", "tool": "get-sum", "args": args}));
+    mcp::pending_request(&run);
+    // One approves, the other denies, both confirming at the same moment on their own terminals.
+    let delay = std::time::Duration::from_millis(1500);
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| approve_on_a_terminal(&w, &run, "add", false, delay));
+        let b = s.spawn(|| approve_on_a_terminal(&w, &run, "add", true, delay));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let r = c.read();
+    let wins: Vec<bool> = [&a, &b].iter().map(|(code, _)| *code == Some(0)).collect();
+    assert_eq!(wins.iter().filter(|x| **x).count(), 1, "exactly one answer is taken:\napprover: {a:?}\ndenier: {b:?}");
+    let loser = if wins[0] { &b } else { &a };
+    assert!(loser.1.contains("already answered") || loser.1.contains("no pending") || loser.1.contains("nothing"), "the other human is told: {}", loser.1);
+    let granted = wins[0];
+    if granted {
+        assert_eq!(mcp::text(&r), "The sum of 2 and 3 is 5.", "{r}");
+    } else {
+        assert_eq!(r["is_error"], true, "{r}");
+    }
+    let _ = c.close();
+    let rep = mcp::report(&run);
+    let approvals = rep["approvals"].as_array().unwrap();
+    assert_eq!(approvals.len(), 1, "{rep}");
+    assert_eq!(approvals[0]["granted"], granted);
+    assert!(verify_json(&run).0);
+    eprintln!("two approvers: the {} won; the other was told: {}", if granted { "approver" } else { "denier" }, loser.1.trim().lines().last().unwrap_or(""));
+}
+
+#[test]
+fn a_client_that_leaves_while_its_call_waits_for_approval() {
+    let w = mcp::work("leave-waiting");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &["--approval-timeout", "60s"], &[everything()]);
+    c.init();
+    assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
+    let run = w.latest();
+    c.write(json!({"op": "call", "tool": "get-sum", "args": {"a": 1, "b": 1}}));
+    mcp::pending_request(&run);
+    // The client goes away (its process killed: no clean shutdown, no final output).
+    let _ = c.child.kill();
+    let _ = c.child.wait();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !run.join("receipt.json").exists() {
+        assert!(std::time::Instant::now() < deadline, "the run did not end after its client left");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // The waiting request is withdrawn: a human arriving now finds nothing to answer, and nothing ran.
+    assert!(runbook_host::approvals::pending(&run).unwrap().is_empty());
+    let (code, said) = approve_on_a_terminal(&w, &run, "add", false, std::time::Duration::from_millis(800));
+    assert_ne!(code, Some(0), "an approval after the run ended was taken: {said}");
+    let lines = event_lines(&run);
+    assert!(!lines.iter().any(|l| l["event"]["type"] == "result" && l["event"]["tool"] == "get-sum"), "the waiting call ran");
+    let end = &lines.last().unwrap()["event"];
+    assert_eq!(end["type"], "end");
+    assert_eq!(end["reason"], "client-closed", "{end}");
+    assert_ne!(mcp::report(&run)["outcome"], "completed");
+    assert!(verify_json(&run).0);
+    eprintln!("left while waiting: run ended {}, the late approver was told: {}", end["reason"], said.trim().lines().last().unwrap_or(""));
+}
