@@ -27,6 +27,11 @@ fn agent() -> ureq::Agent {
 
 impl Server {
     fn start(w: &Work, extra: &[&str]) -> Server {
+        Server::start_env(w, extra, &[])
+    }
+
+    /// [`Server::start`] with more environment (the crash points of `runbook_host::faults`).
+    fn start_env(w: &Work, extra: &[&str], env: &[(&str, String)]) -> Server {
         let info = w.runs().join(".hook/server/server.json");
         let _ = std::fs::remove_file(&info);
         std::fs::create_dir_all(w.runs()).unwrap();
@@ -34,6 +39,7 @@ impl Server {
         let child = Command::new(BIN)
             .args(["hook", "serve", "--port", "0", "--runbook", "runbook.yaml"])
             .args(extra)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .current_dir(&w.0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -72,6 +78,23 @@ impl Server {
         } else {
             Out { code: 2, stdout: String::new(), stderr: format!("{status}: {body}") }
         }
+    }
+
+    /// [`Server::hook`], or None when nothing answered (the server died).
+    fn try_hook(&self, payload: &Value) -> Option<Out> {
+        let mut r = self
+            .agent
+            .post(&self.url())
+            .header("Authorization", &format!("Bearer {}", self.token))
+            .content_type("application/json")
+            .send(payload.to_string().as_bytes())
+            .ok()?;
+        let (status, body) = (r.status().as_u16(), r.body_mut().read_to_string().ok()?);
+        Some(if status == 200 {
+            Out { code: 0, stdout: body, stderr: String::new() }
+        } else {
+            Out { code: 2, stdout: String::new(), stderr: format!("{status}: {body}") }
+        })
     }
 
     fn status(&self) -> Value {
@@ -483,4 +506,130 @@ fn a_session_start_with_other_options_replaces_the_server_and_its_sessions_go_on
     assert!(stop.status.success(), "{}", String::from_utf8_lossy(&stop.stderr));
     let log = std::fs::read_to_string(w.runs().join(".hook/server/log")).unwrap();
     assert!(log.contains("resumed session s1"), "{log}");
+}
+
+/// The events of the session's run as (type, tool, decision), when its state exists.
+fn shape_of(w: &Work, s: &str) -> Option<Vec<String>> {
+    let state = w.runs().join(format!(".hook/{s}.json"));
+    if !state.exists() {
+        return None;
+    }
+    let text = std::fs::read_to_string(w.run_dir(s).join("events.ndjson")).unwrap_or_default();
+    assert!(text.is_empty() || text.ends_with('\n'), "a torn last line: {text:?}");
+    Some(
+        text.lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not a whole record ({e}): {l}"));
+                format!(
+                    "{}:{}:{}",
+                    v["event"]["type"].as_str().unwrap_or("?"),
+                    v["event"]["tool"].as_str().unwrap_or("-"),
+                    v["decision"]["decision"].as_str().unwrap_or("?")
+                )
+            })
+            .collect(),
+    )
+}
+
+/// kill -9 of the resident server at every crash point its events pass (host/tests/faults.rs does the
+/// same for the command hook and the proxy): a new server resumes the open run from its bundle; nothing
+/// the client was told is lost; every later event is answered or refused with a reason; a run that ends
+/// verifies.
+#[test]
+fn the_server_killed_at_every_write_point() {
+    let s = "sess-points";
+    let get = bash("kubectl -n payments get secret payments-db-credentials");
+    let meta = json!({"path": "database/creds/payments-app"});
+    let script = vec![
+        start(s),
+        pre(s, "Bash", get.clone(), "t1"),
+        post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1"),
+        pre(s, "Bash", bash("rm -rf /var/lib/postgres"), "t2"),
+        pre(s, "mcp__vault__read_metadata", meta.clone(), "t3"),
+        post(s, "mcp__vault__read_metadata", meta, json!({"age_days": 97}), "t3"),
+        base(s, "Stop"),
+        base(s, "SessionEnd"),
+    ];
+    // The points a run without faults passes, after the server is up.
+    let w = work("srv-points");
+    let log = w.0.join("points.log");
+    let server = Server::start_env(&w, &[], &[("RUNBOOK_HOST_FAULT_LOG", log.display().to_string())]);
+    let count = || std::fs::read_to_string(&log).unwrap_or_default().lines().count();
+    let startup = count();
+    let mut recorded_after = Vec::new();
+    for p in &script {
+        assert_eq!(server.hook(p.clone()).code, 0);
+        recorded_after.push(shape_of(&w, s).unwrap());
+    }
+    let total = count();
+    drop(server);
+    assert!(total - startup > 40, "{startup}..{total}");
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+    for n in startup + 1..=total {
+        let w = work(&format!("srv-points-{n}"));
+        let mut server = Server::start_env(&w, &[], &[("RUNBOOK_HOST_KILL_AT", n.to_string())]);
+        let mut killed_at = None;
+        for (i, p) in script.iter().enumerate() {
+            match server.try_hook(p) {
+                Some(o) => assert_eq!(o.code, 0, "point {n}: event {i} before the kill: {}", o.stderr),
+                None => {
+                    killed_at = Some(i);
+                    break;
+                }
+            }
+        }
+        let i = killed_at.unwrap_or_else(|| panic!("point {n}: the server was not killed"));
+        let status = server.child.wait().unwrap();
+        assert_eq!(std::os::unix::process::ExitStatusExt::signal(&status), Some(9), "point {n}");
+        let at = format!("point {n} (event {i}, {})", script[i]["hook_event_name"]);
+        if i > 0 {
+            let got = shape_of(&w, s).unwrap_or_else(|| panic!("{at}: the session is gone"));
+            let told = &recorded_after[i - 1];
+            assert!(got.len() >= told.len() && got[..told.len()] == told[..], "{at}: events the client was told about are missing: {got:?}");
+        }
+        // A new server (Claude Code's next event of a server-mode install starts one) resumes the run.
+        let server = Server::start(&w, &[]);
+        let mut refused = Vec::new();
+        for (j, p) in script.iter().enumerate().skip(i + 1) {
+            // Refused: an HTTP error, or a 200 whose answer blocks failing closed (the http hook's deny).
+            let o = server.hook(p.clone());
+            if o.code != 0 || o.stdout.contains("fail closed") {
+                assert!(!(o.stderr.clone() + &o.stdout).trim().is_empty(), "{at}: event {j} refused without a reason");
+                refused.push(o.stderr + &o.stdout);
+            }
+        }
+        let kind = match shape_of(&w, s) {
+            None => {
+                assert_eq!(refused.len(), script.len() - 1 - i, "{at}: a session without state let an event through");
+                "no session: every later event refused"
+            }
+            Some(got) => {
+                let dir = w.run_dir(s);
+                let (ok, text) = verify(&dir);
+                let finished = dir.join("receipt.json").exists();
+                assert_eq!(ok, finished, "{at}: verify ({ok}) disagrees with the bundle being finished ({finished}): {text}");
+                if i + 1 == script.len() {
+                    if finished {
+                        "the last event killed after the receipt: verifies"
+                    } else {
+                        "the last event killed before the receipt: unfinished, verify refuses it"
+                    }
+                } else if refused.is_empty() {
+                    assert!(ok, "{at}: the resumed run ended but does not verify: {text}");
+                    if got == *recorded_after.last().unwrap() {
+                        "resumed, same events as without the kill"
+                    } else {
+                        "resumed, the killed event not recorded (its client got no answer)"
+                    }
+                } else {
+                    "later events refused"
+                }
+            }
+        };
+        *outcomes.entry(kind.to_string()).or_default() += 1;
+    }
+    eprintln!("hook server: {} crash points after start-up:", total - startup);
+    for (k, v) in &outcomes {
+        eprintln!("  {v:3}  {k}");
+    }
 }

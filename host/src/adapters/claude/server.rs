@@ -381,7 +381,11 @@ async fn on_hook(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) 
     let event = ev.name();
     let worker = sh.clone();
     match tokio::task::spawn_blocking(move || worker.handle(&ev)).await {
-        Ok(Ok(answer)) => json_answer(claude::render(event, &answer)),
+        Ok(Ok(answer)) => {
+            // After the decision was recorded, before the client hears it.
+            crate::faults::point("answer", "before");
+            json_answer(claude::render(event, &answer))
+        }
         Ok(Err(e)) => {
             log(format_args!("{event}: {e:#}"));
             fail_closed(event, &format!("{e:#}"))
