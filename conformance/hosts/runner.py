@@ -361,8 +361,6 @@ async def play_http(case, host, base_dir, keep):
     standard error) or answer `initialize` with the refusal, as over stdio."""
     import anyio
     import httpx2
-    from mcp import ClientSession, MCPError
-    from mcp import types
     from mcp.client.streamable_http import streamable_http_client
 
     port = free_port()
@@ -398,15 +396,9 @@ async def play_http(case, host, base_dir, keep):
                     client = httpx2.AsyncClient(timeout=httpx2.Timeout(REQUEST_TIMEOUT_S, read=CASE_TIMEOUT_S))
                     try:
                         async with streamable_http_client(url, http_client=client) as (r, w):
-                            async with ClientSession(r, w, read_timeout_seconds=INITIALIZE_TIMEOUT_S, client_info=types.Implementation(name=CLIENT_NAME, version="1.0.0")) as s:
-                                places = {"runs": str(runs), "registry": str(reg)}
-                                await run_script(s, case, res, MCPError, anyio, refused_expect, say, places)
+                            await play_script(r, w, case, res, say, runs, reg)
                     except Exception as e:  # noqa: BLE001 - a host that broke the session is a failure, named
-                        msg = describe(e)
-                        if not getattr(res, "_ended_by_refusal", False):
-                            res.fail(f"the session with the host broke: {msg}")
-                        else:
-                            say(f"(session closed after the refusal: {msg})")
+                        session_broke(res, say, e)
                     finally:
                         await client.aclose()
                     # Deleting the session ends its run (HOSTS.md 1): the report appears without a signal.
@@ -419,12 +411,7 @@ async def play_http(case, host, base_dir, keep):
             res.fail(f"the case took longer than {CASE_TIMEOUT_S} s")
         finally:
             exit_code = await stop_host(proc, anyio)
-    say(f"host exit code: {exit_code}")
-    check_after(case, res, d, reg, runs, log_file, pinned, profile, exit_code)
-    res.seconds = time.monotonic() - t0
-    if res.ok and not keep:
-        shutil.rmtree(d, ignore_errors=True)
-    return res
+    return finish_case(case, res, d, reg, runs, log_file, pinned, profile, exit_code, say, t0, keep)
 
 
 def free_port():
@@ -482,28 +469,20 @@ async def play(case, host, base_dir, keep):
     if host.get("transport") == "http":
         return await play_http(case, host, base_dir, keep)
     import anyio
-    from mcp import ClientSession, MCPError, StdioServerParameters, stdio_client
-    from mcp import types
+    from mcp import StdioServerParameters, stdio_client
 
     res, d, reg, runs, pinned, log_file, profile, cmd, env, say, t0 = lay_out(case, host, base_dir)
 
     say(f"$ {' '.join(cmd)}")
     PROC.set({})
-    refused_expect = case.get("refused")
     exit_code = None
     try:
         with anyio.fail_after(CASE_TIMEOUT_S), open(d / "host.stderr", "w") as errlog:
             params = StdioServerParameters(command=cmd[0], args=cmd[1:], cwd=str(d), env=env or None)
             async with stdio_client(params, errlog=errlog) as (r, w):
-                async with ClientSession(r, w, read_timeout_seconds=INITIALIZE_TIMEOUT_S, client_info=types.Implementation(name=CLIENT_NAME, version="1.0.0")) as s:
-                    places = {"runs": str(runs), "registry": str(reg)}
-                    await run_script(s, case, res, MCPError, anyio, refused_expect, say, places)
+                await play_script(r, w, case, res, say, runs, reg)
     except Exception as e:  # noqa: BLE001 - a host that broke the session is a failure, named
-        msg = describe(e)
-        if not getattr(res, "_ended_by_refusal", False):
-            res.fail(f"the session with the host broke: {msg}")
-        else:
-            say(f"(session closed after the refusal: {msg})")
+        session_broke(res, say, e)
     p = PROC.get().get("p")
     if p is not None:
         for _ in range(500):
@@ -511,6 +490,30 @@ async def play(case, host, base_dir, keep):
                 break
             await anyio.sleep(0.02)
         exit_code = p.returncode
+    return finish_case(case, res, d, reg, runs, log_file, pinned, profile, exit_code, say, t0, keep)
+
+
+async def play_script(r, w, case, res, say, runs, reg):
+    """The case's client script in one MCP session over the streams `r`, `w` (either transport)."""
+    import anyio
+    from mcp import ClientSession, MCPError
+    from mcp import types
+
+    async with ClientSession(r, w, read_timeout_seconds=INITIALIZE_TIMEOUT_S, client_info=types.Implementation(name=CLIENT_NAME, version="1.0.0")) as s:
+        places = {"runs": str(runs), "registry": str(reg)}
+        await run_script(s, case, res, MCPError, anyio, case.get("refused"), say, places)
+
+
+def session_broke(res, say, e):
+    """The session ended by an exception: a failure, unless the host had just refused the run."""
+    msg = describe(e)
+    if not getattr(res, "_ended_by_refusal", False):
+        res.fail(f"the session with the host broke: {msg}")
+    else:
+        say(f"(session closed after the refusal: {msg})")
+
+
+def finish_case(case, res, d, reg, runs, log_file, pinned, profile, exit_code, say, t0, keep):
     say(f"host exit code: {exit_code}")
     check_after(case, res, d, reg, runs, log_file, pinned, profile, exit_code)
     res.seconds = time.monotonic() - t0

@@ -16,6 +16,8 @@
 
 mod common;
 
+use common::event_records;
+
 use common::hooks::{self, base, bash, out, post, pre, start};
 use common::mcp::{self, everything, runbook, Client};
 use serde_json::{json, Value};
@@ -34,13 +36,6 @@ fn points(log: &Path) -> Vec<String> {
 fn verify_json(run_dir: &Path) -> (bool, String) {
     let o = Command::new(BIN).args(["verify", "--format", "json"]).arg(run_dir).output().unwrap();
     (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
-}
-
-/// Every line of events.ndjson is a whole record (the chain itself is `verify`'s to check).
-fn event_lines(run_dir: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(run_dir.join("events.ndjson")).unwrap_or_default();
-    assert!(text.is_empty() || text.ends_with('\n'), "{}: a torn last line: {text:?}", run_dir.display());
-    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: not a whole record ({e}): {l}", run_dir.display()))).collect()
 }
 
 /// What verify says of a bundle after a kill: passes only when the bundle was finished; otherwise it is
@@ -115,21 +110,6 @@ fn hook_run_dir(dir: &Path, session: &str) -> Option<PathBuf> {
     Some(runs.join(s["run_id"].as_str()?))
 }
 
-/// The (type, tool) of each recorded event: what a client was told about.
-fn shape(lines: &[Value]) -> Vec<String> {
-    lines
-        .iter()
-        .map(|l| {
-            format!(
-                "{}:{}:{}",
-                l["event"]["type"].as_str().unwrap_or("?"),
-                l["event"]["tool"].as_str().unwrap_or("-"),
-                l["decision"]["decision"].as_str().unwrap_or("?")
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn the_hook_killed_at_every_write_point() {
     let w = hooks::work("crash");
@@ -143,7 +123,7 @@ fn the_hook_killed_at_every_write_point() {
         let o = hook(&w.0, p, &[("RUNBOOK_HOST_FAULT_LOG", log.display().to_string())]);
         assert_eq!(o.code, Some(0), "event {i} without faults: {}", o.stderr);
         per_call.push(points(&log));
-        recorded_after.push(shape(&event_lines(&hook_run_dir(&w.0, s).unwrap())));
+        recorded_after.push(common::event_shape(&event_records(&hook_run_dir(&w.0, s).unwrap())));
     }
     let reference = recorded_after.last().unwrap().clone();
     let run_dir = hook_run_dir(&w.0, s).unwrap();
@@ -162,7 +142,7 @@ fn the_hook_killed_at_every_write_point() {
             assert!(o.killed, "{at}: the hook was not killed (exit {:?}): {}", o.code, o.stderr);
             // What the client had been told (events 0..i) is all recorded.
             if let Some(rd) = hook_run_dir(&d.0, s) {
-                let got = shape(&event_lines(&rd));
+                let got = common::event_shape(&event_records(&rd));
                 if i > 0 {
                     let told = &recorded_after[i - 1];
                     assert!(
@@ -196,7 +176,7 @@ fn the_hook_killed_at_every_write_point() {
                 }
                 Some(rd) => {
                     let (ok, text) = verify_json(&rd);
-                    let got = shape(&event_lines(&rd));
+                    let got = common::event_shape(&event_records(&rd));
                     if i + 1 == script.len() {
                         // The last event was killed: nothing comes after it to end the run. Finished or
                         // not, verify said so above (check_verify).
@@ -276,7 +256,7 @@ fn the_proxy_killed_at_every_write_point() {
     let all = points(&log);
     let run = w.latest();
     assert!(verify_json(&run).0);
-    let reference = event_lines(&run);
+    let reference = event_records(&run);
     assert!(all.len() > 20, "{all:?}");
     drop(w);
     let mut unfinished = 0;
@@ -290,7 +270,7 @@ fn the_proxy_killed_at_every_write_point() {
             continue;
         }
         assert_eq!(dirs.len(), 1, "{at}");
-        let lines = event_lines(&dirs[0]);
+        let lines = event_records(&dirs[0]);
         // Each answer the client got has its invoke (and, for a forwarded call, its result) recorded, with
         // the decision the client saw.
         for (k, t) in told.iter().enumerate() {
@@ -371,7 +351,7 @@ fn a_full_disk_blocks_the_call_and_verify_names_it() {
     let run = w.run_dirs().pop().unwrap();
     // Nothing half written: every line of events.ndjson is a whole record, and the chain holds (verify
     // gets as far as the report and stops there).
-    let lines = event_lines(&run);
+    let lines = event_records(&run);
     let invokes = lines.iter().filter(|l| l["event"]["type"] == "invoke").count();
     assert!(invokes >= first_bad, "the answered calls are recorded");
     let (ok, text) = verify_json(&run);
@@ -423,7 +403,7 @@ fn a_server_that_answers_badly_never_yields_a_result() {
         assert!(!t.contains("another id") && !t.contains("not JSON-RPC"), "call {i} ({tool}): a bad answer reached the client: {r}");
     }
     let run = w.latest();
-    let lines = event_lines(&run);
+    let lines = event_records(&run);
     let results: Vec<(String, bool)> = lines
         .iter()
         .filter(|l| l["event"]["type"] == "result")
@@ -448,29 +428,6 @@ fn a_server_that_answers_badly_never_yields_a_result() {
 // Approvals under contention: two humans answering the same call at once, and a client that leaves while
 // its call waits for one.
 
-/// `runbook-host approve RUN STEP [--deny]` on a pseudo-terminal (script(1)), confirmed with `y` after
-/// `delay`: (exit code, what it printed).
-fn approve_on_a_terminal(w: &mcp::Work, run_dir: &Path, step: &str, deny: bool, delay: std::time::Duration) -> (Option<i32>, String) {
-    let run_id = run_dir.file_name().unwrap().to_string_lossy().into_owned();
-    let cmd = format!("{BIN} approve {run_id} {step} --runs {}{}", w.runs().display(), if deny { " --deny" } else { "" });
-    let mut child = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .current_dir(&w.dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("script(1) from util-linux");
-    let mut stdin = child.stdin.take().unwrap();
-    std::thread::sleep(delay);
-    let _ = stdin.write_all(b"y\n");
-    let _ = stdin.flush();
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    drop(stdin);
-    let o = child.wait_with_output().unwrap();
-    (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
-}
-
 #[test]
 fn two_humans_answer_the_same_call_at_once_and_one_answer_counts() {
     let w = mcp::work("two-approvers");
@@ -485,8 +442,8 @@ fn two_humans_answer_the_same_call_at_once_and_one_answer_counts() {
     // One approves, the other denies, both confirming at the same moment on their own terminals.
     let delay = std::time::Duration::from_millis(1500);
     let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| approve_on_a_terminal(&w, &run, "add", false, delay));
-        let b = s.spawn(|| approve_on_a_terminal(&w, &run, "add", true, delay));
+        let a = s.spawn(|| mcp::approve_on_a_terminal(&w, &run, "add", false, delay));
+        let b = s.spawn(|| mcp::approve_on_a_terminal(&w, &run, "add", true, delay));
         (a.join().unwrap(), b.join().unwrap())
     });
     let r = c.read();
@@ -528,9 +485,9 @@ fn a_client_that_leaves_while_its_call_waits_for_approval() {
     }
     // The waiting request is withdrawn: a human arriving now finds nothing to answer, and nothing ran.
     assert!(runbook_host::approvals::pending(&run).unwrap().is_empty());
-    let (code, said) = approve_on_a_terminal(&w, &run, "add", false, std::time::Duration::from_millis(800));
+    let (code, said) = mcp::approve_on_a_terminal(&w, &run, "add", false, std::time::Duration::from_millis(800));
     assert_ne!(code, Some(0), "an approval after the run ended was taken: {said}");
-    let lines = event_lines(&run);
+    let lines = event_records(&run);
     assert!(!lines.iter().any(|l| l["event"]["type"] == "result" && l["event"]["tool"] == "get-sum"), "the waiting call ran");
     let end = &lines.last().unwrap()["event"];
     assert_eq!(end["type"], "end");

@@ -514,21 +514,7 @@ fn shape_of(w: &Work, s: &str) -> Option<Vec<String>> {
     if !state.exists() {
         return None;
     }
-    let text = std::fs::read_to_string(w.run_dir(s).join("events.ndjson")).unwrap_or_default();
-    assert!(text.is_empty() || text.ends_with('\n'), "a torn last line: {text:?}");
-    Some(
-        text.lines()
-            .map(|l| {
-                let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not a whole record ({e}): {l}"));
-                format!(
-                    "{}:{}:{}",
-                    v["event"]["type"].as_str().unwrap_or("?"),
-                    v["event"]["tool"].as_str().unwrap_or("-"),
-                    v["decision"]["decision"].as_str().unwrap_or("?")
-                )
-            })
-            .collect(),
-    )
+    Some(common::event_shape(&common::event_records(&w.run_dir(s))))
 }
 
 /// kill -9 of the resident server at every crash point its events pass (host/tests/faults.rs does the

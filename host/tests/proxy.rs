@@ -10,7 +10,6 @@ mod common;
 
 use common::mcp::*;
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -152,28 +151,6 @@ fn bundled_registry_runs_pinned_documents() {
     w.verify_all();
 }
 
-/// Runs `runbook-host approve RUN STEP` on a pseudo-terminal (`script`), answering `y`.
-fn approve_on_a_terminal(w: &Work, run_dir: &Path, step: &str) -> std::process::Output {
-    let run_id = run_dir.file_name().unwrap().to_string_lossy().into_owned();
-    let cmd = format!("{BIN} approve {run_id} {step} --runs {}", w.runs().display());
-    let mut child = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .current_dir(&w.dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("script(1) from util-linux");
-    // Answer once the question is on the terminal.
-    let mut stdin = child.stdin.take().unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    let _ = stdin.write_all(b"y\n");
-    let _ = stdin.flush();
-    std::thread::sleep(Duration::from_millis(500));
-    drop(stdin);
-    child.wait_with_output().unwrap()
-}
-
 #[test]
 fn gated_call_approved_by_a_human_then_the_run_completes() {
     let w = work("approved");
@@ -189,8 +166,8 @@ fn gated_call_approved_by_a_human_then_the_run_completes() {
     assert_eq!(p.tool, "get-sum");
     assert_eq!(p.step.as_deref(), Some("add"));
     assert_eq!(p.call_sha256, call_sha256("get-sum", &args));
-    let out = approve_on_a_terminal(&w, &run, "add");
-    assert!(out.status.success(), "approve: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (code, said) = approve_on_a_terminal(&w, &run, "add", false, Duration::from_millis(1500));
+    assert_eq!(code, Some(0), "approve: {said}");
     let r = c.read();
     assert_eq!(r["is_error"], false, "{r}");
     assert_eq!(text(&r), "The sum of 2 and 3 is 5.");
@@ -297,8 +274,8 @@ fn an_agent_cannot_approve_itself() {
     let run = w.latest();
     c.write(json!({"op": "call", "tool": "get-sum", "args": {"a": 2, "b": 3}}));
     pending_request(&run);
-    let out = approve_on_a_terminal(&w, &run, "add");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (code, said) = approve_on_a_terminal(&w, &run, "add", false, Duration::from_millis(1500));
+    assert_eq!(code, Some(0), "{said}");
     let r = c.read();
     assert_blocked(&r, "needs-approval");
     assert!(text(&r).contains("self-approval"), "{r}");

@@ -319,3 +319,26 @@ pub fn call_sha256(tool: &str, args: &Value) -> String {
     let policy = runbook_host::Policy::load().unwrap();
     policy.call_sha256(tool, &args.to_string()).unwrap().unwrap()
 }
+
+/// `runbook-host approve RUN STEP [--deny]` on a pseudo-terminal (script(1)), confirmed with `y` after
+/// `delay`: (exit code, what it printed).
+pub fn approve_on_a_terminal(w: &Work, run_dir: &Path, step: &str, deny: bool, delay: Duration) -> (Option<i32>, String) {
+    let run_id = run_dir.file_name().unwrap().to_string_lossy().into_owned();
+    let cmd = format!("{BIN} approve {run_id} {step} --runs {}{}", w.runs().display(), if deny { " --deny" } else { "" });
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .current_dir(&w.dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux");
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(delay);
+    let _ = stdin.write_all(b"y\n");
+    let _ = stdin.flush();
+    std::thread::sleep(Duration::from_millis(500));
+    drop(stdin);
+    let o = child.wait_with_output().unwrap();
+    (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}

@@ -1,6 +1,7 @@
 //! Helpers shared by the host's integration tests.
 #![allow(dead_code)]
 
+use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -57,3 +58,25 @@ pub fn all_streams() -> Vec<(PathBuf, PathBuf)> {
 pub mod claude_cli;
 pub mod hooks;
 pub mod mcp;
+
+/// Every line of events.ndjson is a whole record (the chain itself is `verify`'s to check).
+pub fn event_records(run_dir: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(run_dir.join("events.ndjson")).unwrap_or_default();
+    assert!(text.is_empty() || text.ends_with('\n'), "{}: a torn last line: {text:?}", run_dir.display());
+    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{}: not a whole record ({e}): {l}", run_dir.display()))).collect()
+}
+
+/// The `type:tool:decision` of each recorded event: what a client was told about, comparable across runs.
+pub fn event_shape(lines: &[Value]) -> Vec<String> {
+    lines
+        .iter()
+        .map(|l| {
+            format!(
+                "{}:{}:{}",
+                l["event"]["type"].as_str().unwrap_or("?"),
+                l["event"]["tool"].as_str().unwrap_or("-"),
+                l["decision"]["decision"].as_str().unwrap_or("?")
+            )
+        })
+        .collect()
+}
