@@ -9,7 +9,11 @@
 pub mod adapters;
 pub mod approvals;
 pub mod bundle;
+pub mod dsse;
 pub mod faults;
+pub mod fetch;
+pub mod oci;
+pub mod oci_registry;
 pub mod registry;
 pub mod run;
 pub mod sshsig;

@@ -39,6 +39,10 @@ enum Command {
     Playground(commands::playground::Args),
     /// The tool-call hook for agent CLIs (Claude Code): one process per hook event
     Hook(commands::hook::Args),
+    /// Make an ed25519 key pair for signing documents, the component and receipts
+    Keygen(commands::sign::KeygenArgs),
+    /// Sign a runbook document (or the component) with a DSSE envelope beside it, `<FILE>.dsse.json`
+    Sign(commands::sign::SignArgs),
 }
 
 /// Output format shared by the commands.
@@ -63,6 +67,8 @@ fn main() -> ExitCode {
         Command::Export(a) => commands::verify::export(a),
         Command::Playground(a) => commands::playground::run(a),
         Command::Hook(a) => commands::hook::run(a),
+        Command::Keygen(a) => commands::sign::keygen(a),
+        Command::Sign(a) => commands::sign::sign(a),
     };
     match result {
         Ok(code) => code,

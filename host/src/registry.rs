@@ -19,11 +19,11 @@
 //! Any other reference naming an existing file is a local document of trust T1 (unpinned).
 
 use crate::bundle::{open_or_create_dir, sha256_hex, shared_policy, write_atomic};
+use crate::{dsse, fetch, oci_registry};
 use cap_std::fs::Dir;
 use serde_json::{json, Map, Value};
-use std::io::{Read, Write};
-use std::path::Path;
-use std::time::Duration;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 pub const INDEX_SCHEMA: &str = "runbook-registry-index/v1";
 /// The most an index may weigh.
@@ -66,6 +66,12 @@ pub struct Resolved {
     /// The registry requires this runbook's approvals to be signed (`"approvals": "signed"` in its index
     /// entry): a host refuses to run it without an `allowed_signers` file.
     pub signed_approvals: bool,
+    /// Where the bytes came from (recorded in the run's `run.json`).
+    pub provenance: Provenance,
+    /// The document's DSSE envelope, when it has one (checked only when a signature is required).
+    pub signature: Option<Vec<u8>>,
+    /// Where a signature was looked for, for the message when it is missing.
+    pub signature_where: String,
 }
 
 /// Why a reference did not resolve. `code` is one of `unknown-runbook`, `unknown-version`, `tampered`,
@@ -78,7 +84,7 @@ pub struct RegistryError {
 }
 
 impl RegistryError {
-    fn new(code: &'static str, message: impl Into<String>) -> RegistryError {
+    pub(crate) fn new(code: &'static str, message: impl Into<String>) -> RegistryError {
         RegistryError { code, message: message.into() }
     }
 }
@@ -132,23 +138,119 @@ pub fn check_index_path(p: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Resolves a reference: `id@version` from `registry` (a directory or an `http://` base URL), pinned; any
-/// other reference that names an existing file, as a local document (T1).
+/// How to resolve: where the registry is and what a resolution must satisfy.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// A directory, an `https://` base URL (`http://` on loopback only) or an `oci://HOST/PREFIX`.
+    pub registry: String,
+    /// CA certificates (PEM) trusted besides the system's, for `https://` and `oci://` registries.
+    pub ca_pem: Vec<Vec<u8>>,
+    /// When not empty, a document runs only with a DSSE signature by one of these keys (`--require-signature`).
+    pub require_signature: Vec<ed25519_dalek::VerifyingKey>,
+    /// The content-addressed cache of registry bytes (none: no cache, nothing runs offline).
+    pub cache: Option<fetch::Cache>,
+    /// How old a cached index may be when it stands in for a registry that is down (seconds).
+    pub offline_max_age: i64,
+    /// Credentials for `oci://` registries (`RUNBOOK_REGISTRY_USERNAME` / `RUNBOOK_REGISTRY_PASSWORD`).
+    pub oci_username: Option<String>,
+    pub oci_password: Option<String>,
+}
+
+/// A cached index stands in for a registry that is down for at most a day by default: long enough to ride
+/// out an outage, short enough that a revoked version stops running everywhere within a day.
+pub const DEFAULT_OFFLINE_MAX_AGE: i64 = 24 * 3600;
+
+impl Settings {
+    /// The registry with the default cache, no extra CA and no signature required.
+    pub fn new(registry: &str) -> Settings {
+        Settings {
+            registry: registry.to_string(),
+            ca_pem: Vec::new(),
+            require_signature: Vec::new(),
+            cache: fetch::Cache::default_location(),
+            offline_max_age: DEFAULT_OFFLINE_MAX_AGE,
+            oci_username: std::env::var("RUNBOOK_REGISTRY_USERNAME").ok().filter(|v| !v.is_empty()),
+            oci_password: std::env::var("RUNBOOK_REGISTRY_PASSWORD").ok(),
+        }
+    }
+}
+
+/// Where the bytes came from, for the run's evidence (`run.json` `document.source`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// `file`, `directory`, `https`, `http` (loopback) or `oci`.
+    pub kind: &'static str,
+    /// A URL registry as given (never a directory's path: no absolute path enters a bundle).
+    pub registry: Option<String>,
+    /// Why cached bytes stood in for the registry, when they did.
+    pub from_cache: Option<String>,
+    /// The key id of the signature checked (`--require-signature`), and its expiry when it has one.
+    pub signed_by: Option<String>,
+    pub signature_expires: Option<String>,
+}
+
+impl Provenance {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "kind": self.kind,
+            "registry": self.registry,
+            "from_cache": self.from_cache,
+            "signed_by": self.signed_by,
+            "signature_expires": self.signature_expires,
+        })
+    }
+}
+
+/// Resolves a reference with the default [`Settings`] for `registry`.
 pub fn resolve(reference: &str, registry: &str) -> Result<Resolved, RegistryError> {
+    resolve_with(reference, &Settings::new(registry))
+}
+
+/// Resolves a reference: `id@version` from the registry, pinned; `oci://...` directly from an OCI registry
+/// (pinned when it names a digest); any other reference that names an existing file, as a local document
+/// (T1). When the settings require a signature, a document without a valid one is refused here, before
+/// anything runs.
+pub fn resolve_with(reference: &str, settings: &Settings) -> Result<Resolved, RegistryError> {
+    let mut r = resolve_unsigned(reference, settings)?;
+    if !settings.require_signature.is_empty() {
+        let envelope = r.signature.take().ok_or_else(|| {
+            RegistryError::new("signature-missing", format!("`{reference}` has no signature, and a signature is required ({})", r.signature_where))
+        })?;
+        let v = dsse::verify_envelope(&envelope, &settings.require_signature, &r.sha256, dsse::DOCUMENT_PREDICATE, fetch::now_unix())
+            .map_err(|e| RegistryError::new(e.code, format!("`{reference}`: {}", e.message)))?;
+        r.provenance.signed_by = Some(v.key_id);
+        r.provenance.signature_expires = v.predicate["expires"].as_str().map(str::to_string);
+        r.signature = Some(envelope);
+    }
+    Ok(r)
+}
+
+fn resolve_unsigned(reference: &str, settings: &Settings) -> Result<Resolved, RegistryError> {
+    let registry = settings.registry.as_str();
     let as_file = Path::new(reference);
+    if reference.starts_with("oci://") || reference.starts_with("oci+http://") {
+        return oci_registry::resolve_ref(reference, settings);
+    }
     if let Some((id, version)) = parse_reference(reference) {
         // A file literally named like `id@version` is still resolved from the registry: a reference of that
         // shape is always pinned (a local file is named by a path with `/` or an extension without `@`).
-        let source = Source::open(registry)?;
+        if registry.starts_with("oci://") || registry.starts_with("oci+http://") {
+            return oci_registry::resolve_pinned(id, version, settings);
+        }
+        let source = Source::open(settings)?;
         // Which registry was looked in, for a person wondering why a runbook is not there.
         let named = |e: RegistryError| RegistryError { message: format!("{} (looked in {})", e.message, shown(registry)), ..e };
-        let index = source.index().map_err(named)?;
+        let (index, mut provenance) = source.index().map_err(named)?;
         let entry = lookup(&index, id, version).map_err(named)?;
-        let bytes = source.get(&entry.path)?;
+        let bytes = source.get(&entry.path, &entry.sha256, &mut provenance)?;
         let sha = sha256_hex(&bytes);
         if sha != entry.sha256 {
             return Err(RegistryError::new("tampered", format!("`{reference}`: the document's sha256 is {sha}, the registry pins {}", entry.sha256)));
         }
+        let (signature, signature_where) = match &entry.signature {
+            Some(p) => (source.get_signature(p, &mut provenance)?, format!("the registry's `{p}`")),
+            None => (None, "the registry's index names no signature for it".to_string()),
+        };
         return Ok(Resolved {
             file_name: file_name_for(&bytes).into(),
             bytes,
@@ -157,23 +259,49 @@ pub fn resolve(reference: &str, registry: &str) -> Result<Resolved, RegistryErro
             pinned_sha256: Some(entry.sha256),
             trust: Trust::T2,
             signed_approvals: entry.signed_approvals,
+            provenance,
+            signature,
+            signature_where,
         });
     }
     if as_file.is_file() {
         let bytes = std::fs::read(as_file).map_err(|e| RegistryError::new("io", format!("cannot read `{reference}`: {e}")))?;
         let name = as_file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "runbook".into());
+        // A local document's signature is the file beside it, `<file>.dsse.json` (what `runbook-host sign` writes).
+        let sidecar = PathBuf::from(format!("{reference}{SIGNATURE_SUFFIX}"));
+        let signature = read_signature_file(&sidecar)?;
         return Ok(Resolved {
             file_name: file_name_for(&bytes).into(),
             sha256: sha256_hex(&bytes),
             bytes,
-            reference: name,
+            reference: name.clone(),
             pinned_sha256: None,
             trust: Trust::T1,
             signed_approvals: false,
+            provenance: Provenance { kind: "file", ..Default::default() },
+            signature,
+            signature_where: format!("no `{name}{SIGNATURE_SUFFIX}` beside it"),
         });
     }
-    Err(RegistryError::new("unknown-runbook", format!("`{reference}` is neither `id@version` nor an existing file")))
+    Err(RegistryError::new("unknown-runbook", format!("`{reference}` is neither `id@version`, an `oci://` reference nor an existing file")))
 }
+
+/// A signature file's name beside its document.
+pub const SIGNATURE_SUFFIX: &str = ".dsse.json";
+
+fn read_signature_file(path: &Path) -> Result<Option<Vec<u8>>, RegistryError> {
+    match std::fs::read(path) {
+        Ok(b) if b.len() > MAX_SIGNATURE => {
+            Err(RegistryError::new("signature-malformed", format!("`{}` is larger than {MAX_SIGNATURE} bytes", path.display())))
+        }
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(RegistryError::new("io", format!("cannot read `{}`: {e}", path.display()))),
+    }
+}
+
+/// The most a signature envelope may weigh.
+pub const MAX_SIGNATURE: usize = 1 << 20;
 
 /// A registry as a message names it: as given, and for a relative directory also where that is.
 fn shown(registry: &str) -> String {
@@ -193,6 +321,8 @@ pub struct Entry {
     pub sha256: String,
     pub path: String,
     pub signed_approvals: bool,
+    /// The path of its DSSE envelope (`"signature"`), when the registry holds one.
+    pub signature: Option<String>,
 }
 
 /// Parses and checks an index: schema, shapes, hex pins, and every path relative and inside.
@@ -215,6 +345,13 @@ pub fn parse_index(bytes: &[u8]) -> Result<Value, RegistryError> {
             }
             let path = e["path"].as_str().ok_or_else(|| RegistryError::new("invalid-index", format!("index.json: `{id}@{version}` has no path")))?;
             check_index_path(path).map_err(|m| RegistryError::new("invalid-index", format!("index.json: `{id}@{version}`: {m}")))?;
+            match &e["signature"] {
+                Value::Null => {}
+                Value::String(p) => {
+                    check_index_path(p).map_err(|m| RegistryError::new("invalid-index", format!("index.json: `{id}@{version}` signature: {m}")))?
+                }
+                _ => return Err(RegistryError::new("invalid-index", format!("index.json: `{id}@{version}`: `signature` must be a path"))),
+            }
             if !(e["approvals"].is_null() || e["approvals"] == "signed") {
                 return Err(RegistryError::new("invalid-index", format!("index.json: `{id}@{version}`: `approvals` can only be \"signed\"")));
             }
@@ -234,52 +371,160 @@ fn lookup(index: &Value, id: &str, version: &str) -> Result<Entry, RegistryError
         sha256: e["sha256"].as_str().unwrap_or_default().to_string(),
         path: e["path"].as_str().unwrap_or_default().to_string(),
         signed_approvals: e["approvals"] == "signed",
+        signature: e["signature"].as_str().map(str::to_string),
     })
 }
 
 enum Source {
     Dir(Dir),
-    Http(HttpBase),
+    Url { base: String, client: reqwest::Client, cache: Option<fetch::Cache>, max_age: i64 },
 }
 
 impl Source {
-    fn open(registry: &str) -> Result<Source, RegistryError> {
-        if registry.starts_with("http://") {
-            return Ok(Source::Http(HttpBase::parse(registry)?));
+    fn open(settings: &Settings) -> Result<Source, RegistryError> {
+        let registry = settings.registry.as_str();
+        if registry.starts_with("http://") || registry.starts_with("https://") {
+            fetch::check_url(registry).map_err(|e| RegistryError::new("unreachable", e.message))?;
+            let client = fetch::client(&settings.ca_pem).map_err(|e| RegistryError::new("unreachable", e.message))?;
+            let base = if registry.ends_with('/') { registry.to_string() } else { format!("{registry}/") };
+            return Ok(Source::Url { base, client, cache: settings.cache.clone(), max_age: settings.offline_max_age });
         }
         if registry.contains("://") {
-            return Err(RegistryError::new("unreachable", format!("`{registry}`: only directories and http:// registries are supported")));
+            return Err(RegistryError::new(
+                "unreachable",
+                format!("`{registry}`: a registry is a directory, an https:// URL (http:// on loopback) or oci://HOST/PREFIX"),
+            ));
         }
         Dir::open_ambient_dir(registry, cap_std::ambient_authority())
             .map(Source::Dir)
             .map_err(|e| RegistryError::new("unreachable", format!("cannot open the registry `{registry}`: {e}")))
     }
 
-    fn index(&self) -> Result<Value, RegistryError> {
-        let bytes = match self {
-            Source::Dir(d) => read_bounded(d, "index.json", MAX_INDEX).map_err(|e| {
-                if e.kind() == std::io::ErrorKind::NotFound {
-                    RegistryError::new("unreachable", "the registry has no index.json (`registry add FILE` creates it)")
-                } else {
-                    RegistryError::new("io", format!("index.json: {e}"))
+    /// The parsed index and the provenance so far. A URL registry's index is revalidated with its ETag;
+    /// when the registry cannot be reached, a cached index younger than the allowed age stands in, and the
+    /// provenance says so.
+    fn index(&self) -> Result<(Value, Provenance), RegistryError> {
+        match self {
+            Source::Dir(d) => {
+                let bytes = read_bounded(d, "index.json", MAX_INDEX).map_err(|e| {
+                    if e.kind() == std::io::ErrorKind::NotFound {
+                        RegistryError::new("unreachable", "the registry has no index.json (`registry add FILE` creates it)")
+                    } else {
+                        RegistryError::new("io", format!("index.json: {e}"))
+                    }
+                })?;
+                Ok((parse_index(&bytes)?, Provenance { kind: "directory", ..Default::default() }))
+            }
+            Source::Url { base, client, cache, max_age } => {
+                let url = format!("{base}index.json");
+                let mut provenance = Provenance {
+                    kind: if base.starts_with("https://") { "https" } else { "http" },
+                    registry: Some(base.trim_end_matches('/').to_string()),
+                    ..Default::default()
+                };
+                let prior = cache.as_ref().and_then(|c| fetch::cached(c, &url));
+                let now = fetch::now_unix();
+                match fetch::get(client, &url, prior.as_ref().and_then(|p| p.1.as_deref()), MAX_INDEX) {
+                    Ok(fetch::Got::Body(bytes, etag)) => {
+                        let index = parse_index(&bytes)?;
+                        if let Some(c) = cache {
+                            // Only a valid index is remembered; a cache that cannot be written costs a later fetch.
+                            if let Ok(sha) = c.put_blob(&bytes) {
+                                let _ = c.put_url_entry(&url, etag.as_deref(), &sha, now);
+                            }
+                        }
+                        Ok((index, provenance))
+                    }
+                    Ok(fetch::Got::NotModified) => {
+                        let (bytes, etag, _) = prior.expect("a 304 answers only the ETag we sent");
+                        let index = parse_index(&bytes)?;
+                        if let Some(c) = cache {
+                            let _ = c.put_url_entry(&url, etag.as_deref(), &sha256_hex(&bytes), now);
+                        }
+                        Ok((index, provenance))
+                    }
+                    Err(e) if fetch::is_down(&e) => {
+                        let Some((bytes, _, at)) = prior else {
+                            return Err(RegistryError::new("unreachable", format!("{} (and no copy of its index is cached)", e.message)));
+                        };
+                        let age = now - at;
+                        if age > *max_age {
+                            return Err(RegistryError::new(
+                                "unreachable",
+                                format!("{} (the cached index is {age} s old, more than the {max_age} s allowed offline)", e.message),
+                            ));
+                        }
+                        provenance.from_cache = Some(format!("the registry was unreachable; its index as fetched {age} s before ({})", e.message));
+                        Ok((parse_index(&bytes)?, provenance))
+                    }
+                    Err(e) if matches!(e.code, "status" | "not-found") => {
+                        Err(RegistryError::new("unreachable", format!("the registry has no usable index.json: {}", e.message)))
+                    }
+                    Err(e) => Err(RegistryError::new("unreachable", e.message)),
                 }
-            })?,
-            Source::Http(h) => h.get("index.json", MAX_INDEX).map_err(|e| match e {
-                HttpError::Status(s) => RegistryError::new("unreachable", format!("the registry answered {s} for index.json")),
-                HttpError::Io(m) => RegistryError::new("unreachable", m),
-            })?,
-        };
-        parse_index(&bytes)
+            }
+        }
     }
 
-    fn get(&self, path: &str) -> Result<Vec<u8>, RegistryError> {
+    /// A pinned document: from the cache when its bytes are there (they are named by the pin), else fetched
+    /// and then cached only when they match it.
+    fn get(&self, path: &str, pin: &str, provenance: &mut Provenance) -> Result<Vec<u8>, RegistryError> {
         check_index_path(path).map_err(|m| RegistryError::new("invalid-index", m))?;
         match self {
             Source::Dir(d) => read_bounded(d, path, MAX_DOCUMENT).map_err(|e| RegistryError::new("io", format!("`{path}`: {e}"))),
-            Source::Http(h) => h.get(path, MAX_DOCUMENT).map_err(|e| match e {
-                HttpError::Status(s) => RegistryError::new("io", format!("the registry answered {s} for `{path}`")),
-                HttpError::Io(m) => RegistryError::new("unreachable", m),
-            }),
+            Source::Url { base, client, cache, .. } => {
+                if let Some(b) = cache.as_ref().and_then(|c| c.blob(pin)) {
+                    return Ok(b);
+                }
+                if provenance.from_cache.is_some() {
+                    return Err(RegistryError::new("unreachable", format!("the registry is unreachable and `{path}` (sha256 {pin}) is not in the cache")));
+                }
+                match fetch::get(client, &format!("{base}{path}"), None, MAX_DOCUMENT) {
+                    Ok(fetch::Got::Body(b, _)) => {
+                        if sha256_hex(&b) == pin {
+                            if let Some(c) = cache {
+                                let _ = c.put_blob(&b);
+                            }
+                        }
+                        Ok(b)
+                    }
+                    Ok(fetch::Got::NotModified) => Err(RegistryError::new("io", format!("`{path}`: an unasked-for 304"))),
+                    Err(e) if matches!(e.code, "status" | "not-found" | "too-large") => Err(RegistryError::new("io", e.message)),
+                    Err(e) => Err(RegistryError::new("unreachable", e.message)),
+                }
+            }
+        }
+    }
+
+    /// A document's signature envelope at `path` in the registry (none when it is not there).
+    fn get_signature(&self, path: &str, provenance: &mut Provenance) -> Result<Option<Vec<u8>>, RegistryError> {
+        check_index_path(path).map_err(|m| RegistryError::new("invalid-index", m))?;
+        match self {
+            Source::Dir(d) => match read_bounded(d, path, MAX_SIGNATURE) {
+                Ok(b) => Ok(Some(b)),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(RegistryError::new("io", format!("`{path}`: {e}"))),
+            },
+            Source::Url { base, client, cache, .. } => {
+                let url = format!("{base}{path}");
+                // A signature is not content-addressed by the pin: cache it by URL, used only offline.
+                if provenance.from_cache.is_some() {
+                    return Ok(cache.as_ref().and_then(|c| fetch::cached(c, &url)).map(|c| c.0));
+                }
+                match fetch::get(client, &url, None, MAX_SIGNATURE) {
+                    Ok(fetch::Got::Body(b, etag)) => {
+                        if let Some(c) = cache {
+                            if let Ok(sha) = c.put_blob(&b) {
+                                let _ = c.put_url_entry(&url, etag.as_deref(), &sha, fetch::now_unix());
+                            }
+                        }
+                        Ok(Some(b))
+                    }
+                    Err(e) if e.code == "not-found" => Ok(None),
+                    Ok(fetch::Got::NotModified) => Ok(None),
+                    Err(e) => Err(RegistryError::new("unreachable", e.message)),
+                }
+            }
         }
     }
 }
@@ -292,146 +537,6 @@ fn read_bounded(dir: &Dir, path: &str, max: usize) -> std::io::Result<Vec<u8>> {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("larger than {max} bytes")));
     }
     Ok(v)
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Plain HTTP/1.1 GET.
-
-struct HttpBase {
-    host: String,
-    port: u16,
-    /// Ends with `/`.
-    base_path: String,
-}
-
-enum HttpError {
-    Status(u16),
-    Io(String),
-}
-
-impl HttpBase {
-    fn parse(url: &str) -> Result<HttpBase, RegistryError> {
-        let rest = &url["http://".len()..];
-        let (authority, path) = rest.split_once('/').map(|(a, p)| (a, format!("/{p}"))).unwrap_or((rest, "/".into()));
-        let bad = || RegistryError::new("unreachable", format!("`{url}` is not a usable http:// URL"));
-        if authority.is_empty() || authority.contains('@') || path.contains(['?', '#', ' ']) {
-            return Err(bad());
-        }
-        let (host, port) = match authority.rsplit_once(':') {
-            Some((h, p)) if !h.ends_with(']') || authority.starts_with('[') => (h.to_string(), p.parse::<u16>().map_err(|_| bad())?),
-            _ => (authority.to_string(), 80),
-        };
-        let base_path = if path.ends_with('/') { path } else { format!("{path}/") };
-        Ok(HttpBase { host, port, base_path })
-    }
-
-    fn get(&self, rel: &str, max: usize) -> Result<Vec<u8>, HttpError> {
-        use std::net::{TcpStream, ToSocketAddrs};
-        let io = |e: std::io::Error| HttpError::Io(format!("the registry at {}:{} is unreachable: {e}", self.host, self.port));
-        let host = self.host.trim_start_matches('[').trim_end_matches(']');
-        let addrs: Vec<_> = (host, self.port).to_socket_addrs().map_err(io)?.collect();
-        let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address");
-        let mut stream = None;
-        for a in addrs {
-            match TcpStream::connect_timeout(&a, Duration::from_secs(5)) {
-                Ok(s) => {
-                    stream = Some(s);
-                    break;
-                }
-                Err(e) => last = e,
-            }
-        }
-        let mut s = stream.ok_or_else(|| io(last))?;
-        s.set_read_timeout(Some(Duration::from_secs(15))).map_err(io)?;
-        s.set_write_timeout(Some(Duration::from_secs(15))).map_err(io)?;
-        let host_header = if self.port == 80 { self.host.clone() } else { format!("{}:{}", self.host, self.port) };
-        let req = format!(
-            "GET {}{} HTTP/1.1\r\nHost: {host_header}\r\nUser-Agent: runbook-host/{}\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-            self.base_path,
-            rel,
-            env!("CARGO_PKG_VERSION")
-        );
-        s.write_all(req.as_bytes()).map_err(io)?;
-        // Read until the answer is complete (Content-Length reached, the last chunk, or the end of the
-        // stream), so a server that keeps the connection open does not hold us until the timeout.
-        let limit = (max + 64 * 1024) * 2;
-        let mut raw = Vec::new();
-        let mut buf = [0u8; 16 * 1024];
-        loop {
-            if let Some(he) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&raw[..he]).to_ascii_lowercase();
-                let body = &raw[he + 4..];
-                let len = head.lines().find_map(|l| l.strip_prefix("content-length:").and_then(|v| v.trim().parse::<usize>().ok()));
-                let chunked = head.lines().any(|l| l.starts_with("transfer-encoding:") && l.contains("chunked"));
-                if (chunked && body.ends_with(b"0\r\n\r\n") && dechunk(body).is_some()) || (!chunked && len.is_some_and(|n| body.len() >= n)) {
-                    break;
-                }
-            }
-            if raw.len() > limit {
-                return Err(HttpError::Io(format!("`{rel}` is larger than {max} bytes")));
-            }
-            match s.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => raw.extend_from_slice(&buf[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(io(e)),
-            }
-        }
-        let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| HttpError::Io("the registry sent no complete HTTP head".into()))?;
-        let head = String::from_utf8_lossy(&raw[..head_end]).into_owned();
-        let body = &raw[head_end + 4..];
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().unwrap_or("");
-        let status: u16 =
-            status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).ok_or_else(|| HttpError::Io(format!("not an HTTP answer: `{status_line}`")))?;
-        let mut chunked = false;
-        let mut length: Option<usize> = None;
-        for l in lines {
-            if let Some((k, v)) = l.split_once(':') {
-                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
-                if k == "transfer-encoding" && v.to_ascii_lowercase().contains("chunked") {
-                    chunked = true;
-                } else if k == "content-length" {
-                    length = v.parse().ok();
-                }
-            }
-        }
-        if status != 200 {
-            return Err(HttpError::Status(status));
-        }
-        let body = if chunked {
-            dechunk(body).ok_or_else(|| HttpError::Io("a malformed chunked body".into()))?
-        } else if let Some(n) = length {
-            if body.len() < n {
-                return Err(HttpError::Io("the body is shorter than its Content-Length".into()));
-            }
-            body[..n].to_vec()
-        } else {
-            body.to_vec()
-        };
-        if body.len() > max {
-            return Err(HttpError::Io(format!("`{rel}` is larger than {max} bytes")));
-        }
-        Ok(body)
-    }
-}
-
-fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = b.windows(2).position(|w| w == b"\r\n")?;
-        let size_text = std::str::from_utf8(&b[..eol]).ok()?;
-        let size = usize::from_str_radix(size_text.split(';').next()?.trim(), 16).ok()?;
-        b = &b[eol + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        if b.len() < size + 2 {
-            return None;
-        }
-        out.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
-    }
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -450,8 +555,49 @@ fn read_index_or_empty(dir: &Dir) -> Result<Value, RegistryError> {
 /// Adding the same bytes again is a no-op; a different document at a pinned id@version is `conflict`.
 /// Returns (id, version, sha256).
 pub fn add(registry_dir: &Path, document: &Path) -> Result<(String, String, String), RegistryError> {
+    add_checked(registry_dir, document, &[])
+}
+
+/// [`add`], also storing the document's signature (`<file>.dsse.json` beside it, when there is one) next to
+/// it in the registry, named by the index entry's `signature`. With `require` not empty, the registry takes
+/// only a document signed by one of those keys (checked before anything is written).
+pub fn add_checked(registry_dir: &Path, document: &Path, require: &[ed25519_dalek::VerifyingKey]) -> Result<(String, String, String), RegistryError> {
     let bytes = std::fs::read(document).map_err(|e| RegistryError::new("io", format!("cannot read `{}`: {e}", document.display())))?;
-    add_bytes(registry_dir, &bytes)
+    let sidecar = PathBuf::from(format!("{}{SIGNATURE_SUFFIX}", document.display()));
+    let signature = read_signature_file(&sidecar)?;
+    if !require.is_empty() {
+        let env = signature.as_ref().ok_or_else(|| {
+            RegistryError::new(
+                "signature-missing",
+                format!("`{}` has no signature beside it (`{}`), and this registry requires one", document.display(), sidecar.display()),
+            )
+        })?;
+        dsse::verify_envelope(env, require, &sha256_hex(&bytes), dsse::DOCUMENT_PREDICATE, fetch::now_unix())
+            .map_err(|e| RegistryError::new(e.code, format!("`{}`: {}", sidecar.display(), e.message)))?;
+    }
+    let (id, version, sha) = add_bytes(registry_dir, &bytes)?;
+    if let Some(env) = signature {
+        store_signature(registry_dir, &id, &version, &env)?;
+    }
+    Ok((id, version, sha))
+}
+
+/// Stores a DSSE envelope for `id@version` beside its document and names it in the index.
+pub fn store_signature(registry_dir: &Path, id: &str, version: &str, envelope: &[u8]) -> Result<(), RegistryError> {
+    let dir = open_or_create_dir(registry_dir).map_err(|e| RegistryError::new("io", format!("cannot open the registry: {e}")))?;
+    let mut index = read_index_or_empty(&dir)?;
+    let Some(e) = index["runbooks"].get_mut(id).and_then(|v| v.get_mut(version)).and_then(Value::as_object_mut) else {
+        return Err(RegistryError::new("unknown-runbook", format!("the registry has no `{id}@{version}`")));
+    };
+    let rel = format!("{}{SIGNATURE_SUFFIX}", e["path"].as_str().unwrap_or_default());
+    check_index_path(&rel).map_err(|m| RegistryError::new("invalid-index", m))?;
+    let (parent, name) = rel.rsplit_once('/').unwrap_or((".", rel.as_str()));
+    let io = |e: std::io::Error| RegistryError::new("io", format!("`{rel}`: {e}"));
+    write_atomic(&dir.open_dir(parent).map_err(io)?, name, envelope).map_err(io)?;
+    e.insert("signature".into(), json!(rel));
+    let mut text = serde_json::to_string_pretty(&index).map_err(|e| RegistryError::new("io", e.to_string()))?;
+    text.push('\n');
+    write_atomic(&dir, "index.json", text.as_bytes()).map_err(|e| RegistryError::new("io", format!("index.json: {e}")))
 }
 
 /// Marks `id@version` in the directory registry as requiring signed approvals (`"approvals": "signed"`).
@@ -467,8 +613,9 @@ pub fn require_signed_approvals(registry_dir: &Path, id: &str, version: &str) ->
     write_atomic(&dir, "index.json", text.as_bytes()).map_err(|e| RegistryError::new("io", format!("index.json: {e}")))
 }
 
-/// [`add`] for bytes already in memory.
-pub fn add_bytes(registry_dir: &Path, bytes: &[u8]) -> Result<(String, String, String), RegistryError> {
+/// A document's id and version, from its envelope; lint errors, no model, or an id or version that cannot
+/// name a registry entry are `invalid-document`.
+pub fn document_id(bytes: &[u8]) -> Result<(String, String), RegistryError> {
     let policy = shared_policy().map_err(|e| RegistryError::new("io", e.to_string()))?;
     let lint = policy.lint(bytes).map_err(|e| RegistryError::new("io", e.to_string()))?;
     if !lint.ok {
@@ -486,6 +633,12 @@ pub fn add_bytes(registry_dir: &Path, bytes: &[u8]) -> Result<(String, String, S
     if !is_component(&id) || !is_component(&version) {
         return Err(RegistryError::new("invalid-document", format!("`{id}@{version}` cannot name a registry entry (letters, digits, `.`, `_`, `-`, `+`)")));
     }
+    Ok((id, version))
+}
+
+/// [`add`] for bytes already in memory.
+pub fn add_bytes(registry_dir: &Path, bytes: &[u8]) -> Result<(String, String, String), RegistryError> {
+    let (id, version) = document_id(bytes)?;
     let sha = sha256_hex(bytes);
     let ext = file_name_for(bytes);
     let rel = format!("{id}/{version}/{ext}");

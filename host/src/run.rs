@@ -216,11 +216,28 @@ impl Run {
     /// Creates the bundle under `runs` and feeds the `start` claim. A refused run is a run too: its bundle
     /// is finished (outcome `refused`) and the returned answer is the `halt` with the refusals; nothing
     /// else may be fed to it.
-    pub fn create(policy: Arc<Policy>, doc: &Resolved, claim: Claim, runs: &Path, adapter: &str, mut guard: Guard) -> Result<(Run, Answer), RunError> {
+    pub fn create(policy: Arc<Policy>, doc: &Resolved, claim: Claim, runs: &Path, adapter: &str, guard: Guard) -> Result<(Run, Answer), RunError> {
+        Run::create_with(policy, doc, claim, runs, adapter, guard, None)
+    }
+
+    /// [`Run::create`], with the receipt signed by `receipt_key` at the end (`receipt.dsse.json`; run.json
+    /// names the key from the start, so a refused run's receipt is signed too).
+    pub fn create_with(
+        policy: Arc<Policy>,
+        doc: &Resolved,
+        claim: Claim,
+        runs: &Path,
+        adapter: &str,
+        mut guard: Guard,
+        receipt_key: Option<ed25519_dalek::SigningKey>,
+    ) -> Result<(Run, Answer), RunError> {
         let envelope = policy.envelope(&doc.bytes)?.ok();
         let run_id = bundle::new_run_id().map_err(|e| RunError::Evidence(e.to_string()))?;
-        let bundle = Bundle::create(runs, &run_id, doc, envelope.as_deref(), crate::module_sha256(), adapter)
+        let mut bundle = Bundle::create(runs, &run_id, doc, envelope.as_deref(), crate::module_sha256(), adapter)
             .map_err(|e| RunError::Evidence(format!("cannot create the run bundle under {}: {e}", runs.display())))?;
+        if let Some(key) = receipt_key {
+            bundle.sign_receipts_with(key).map_err(|e| RunError::Evidence(format!("run.json: {e}")))?;
+        }
         guard.add_path(bundle.dir());
         let session = policy.session(&doc.bytes)?;
         let mut run =
@@ -377,6 +394,11 @@ impl Run {
     }
 
     /// Whether `run.json` says this run's approvals must be signed.
+    /// Signs this run's receipt with `key` when it ends (a run reopened by another process: the hook).
+    pub fn sign_receipts_with(&mut self, key: ed25519_dalek::SigningKey) -> Result<(), RunError> {
+        self.bundle.sign_receipts_with(key).map_err(|e| RunError::Evidence(format!("run.json: {e}")))
+    }
+
     pub fn signed_approvals_required(&self) -> bool {
         self.bundle.manifest().get("approvals").is_some_and(|a| a["signed"] == true)
     }

@@ -40,6 +40,10 @@ pub fn export_redacted(run_dir: &Path, out_root: &Path) -> io::Result<PathBuf> {
     if src.is_file(SIGNATURES) {
         copy.push(SIGNATURES.into());
     }
+    // The receipt is copied unchanged, so the host's signature over it still holds.
+    if src.is_file(super::RECEIPT_SIGNATURE) {
+        copy.push(super::RECEIPT_SIGNATURE.into());
+    }
     for f in copy {
         let bytes = src.read(&f)?;
         write_atomic(&out, &f, &bytes)?;

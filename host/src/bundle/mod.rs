@@ -115,7 +115,13 @@ pub struct Bundle {
     document_file: String,
     has_envelope: bool,
     finished: bool,
+    /// Signs the receipt at the end (`receipt.dsse.json`), when the host was given a key.
+    receipt_key: Option<ed25519_dalek::SigningKey>,
 }
+
+/// The signed receipt's file: a DSSE envelope whose in-toto Statement names `receipt.json` and
+/// `report.json` by sha256 (crate::dsse, predicate [`crate::dsse::RECEIPT_PREDICATE`]).
+pub const RECEIPT_SIGNATURE: &str = "receipt.dsse.json";
 
 impl Bundle {
     /// Creates `<runs_root>/<run_id>/` (refusing an existing one) with `run.json`, the document's exact
@@ -163,6 +169,7 @@ impl Bundle {
                 "file": doc_file,
                 "runbook_id": runbook_id,
                 "version": version,
+                "provenance": doc.provenance.to_json(),
             },
             "envelope_sha256": envelope.map(|e| sha256_hex(e.as_bytes())),
             "chain_h0": h0,
@@ -186,6 +193,7 @@ impl Bundle {
             document_file: doc_file.to_string(),
             has_envelope: envelope.is_some(),
             finished: false,
+            receipt_key: None,
         };
         b.write_manifest()?;
         b.write_latest(&created)?;
@@ -232,6 +240,7 @@ impl Bundle {
             document_file,
             has_envelope,
             finished,
+            receipt_key: None,
         })
     }
 
@@ -349,6 +358,23 @@ impl Bundle {
     }
 
     /// Records admission (`admitted`) or refusal (`refused`) in `run.json`'s lifecycle.
+    /// Has the receipt signed with `key` at the end. `run.json` names the key (`receipt_signature`: its id
+    /// and public key), so a bundle whose signature was removed is refused even by a `verify` given no key.
+    pub fn sign_receipts_with(&mut self, key: ed25519_dalek::SigningKey) -> io::Result<()> {
+        let public = key.verifying_key();
+        if self.manifest.get("receipt_signature").is_some_and(|r| r["key_id"] == crate::dsse::key_id(&public).as_str()) {
+            // Reopened by another process of the same run (the hook): run.json already names this key.
+            self.receipt_key = Some(key);
+            return Ok(());
+        }
+        self.manifest.insert(
+            "receipt_signature".into(),
+            json!({"file": RECEIPT_SIGNATURE, "key_id": crate::dsse::key_id(&public), "public_key": crate::dsse::public_pem(&public)}),
+        );
+        self.receipt_key = Some(key);
+        self.write_manifest()
+    }
+
     pub fn admitted(&mut self, admitted: bool) -> io::Result<()> {
         self.lifecycle(if admitted { "admitted" } else { "refused" })?;
         self.write_manifest()
@@ -370,6 +396,16 @@ impl Bundle {
         self.write_manifest()?;
         let receipt = self.receipt(policy, report)?;
         write_atomic(&self.dir, "receipt.json", receipt.as_bytes())?;
+        if let Some(key) = &self.receipt_key {
+            let subjects = [
+                crate::dsse::Subject { name: "receipt.json".into(), sha256: sha256_hex(receipt.as_bytes()) },
+                crate::dsse::Subject { name: "report.json".into(), sha256: sha256_hex(report.as_bytes()) },
+            ];
+            let predicate = json!({"run_id": self.run_id, "outcome": report_v["outcome"], "host": {"name": HOST_NAME, "version": HOST_VERSION},
+                "module_sha256": self.manifest["module_sha256"], "signed_at": ended});
+            let envelope = crate::dsse::sign_statement(key, &subjects, crate::dsse::RECEIPT_PREDICATE, predicate);
+            write_atomic(&self.dir, RECEIPT_SIGNATURE, &envelope)?;
+        }
         self.finished = true;
         if self.latest_is_me() {
             self.write_latest(&ended)?;

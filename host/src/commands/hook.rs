@@ -24,9 +24,19 @@ pub struct Args {
     /// The runbook the session runs: `id@version` (from the registry, pinned) or a file (default: $RUNBOOK_HOOK_RUNBOOK)
     #[arg(long, global = true)]
     pub runbook: Option<String>,
-    /// The registry: a directory or an `http://` base URL
+    /// The registry: a directory, an `https://` base URL (`http://` on loopback only) or `oci://HOST/PREFIX`
     #[arg(long, default_value = ".runbook/registry", global = true)]
     pub registry: String,
+    /// PEM certificates to trust, beside the system's roots, for an `https://` or `oci://` registry
+    #[arg(long, value_name = "FILE", global = true)]
+    pub registry_ca: Vec<PathBuf>,
+    /// Run only a document signed (`runbook-host sign`) by this public key; repeat to accept several keys
+    #[arg(long, value_name = "KEY", global = true)]
+    pub require_signature: Vec<PathBuf>,
+    /// Sign each run's receipt with this private key (`receipt.dsse.json`, checked by `verify --key`);
+    /// keep it where the agent cannot read it
+    #[arg(long, value_name = "KEY", global = true)]
+    pub signing_key: Option<PathBuf>,
     /// Where run bundles (and the hook's session state, in `.hook/`) are written
     #[arg(long, default_value = ".runbook/runs", global = true)]
     pub runs: PathBuf,
@@ -134,6 +144,15 @@ fn hook_command(a: &Args) -> Result<String> {
     }
     let registry = if a.registry.contains("://") { a.registry.clone() } else { absolute(Path::new(&a.registry))?.to_string_lossy().into_owned() };
     c.push(format!("--registry {}", quote(&registry)));
+    for p in &a.registry_ca {
+        c.push(format!("--registry-ca {}", quote(&absolute(p)?.to_string_lossy())));
+    }
+    for p in &a.require_signature {
+        c.push(format!("--require-signature {}", quote(&absolute(p)?.to_string_lossy())));
+    }
+    if let Some(p) = &a.signing_key {
+        c.push(format!("--signing-key {}", quote(&absolute(p)?.to_string_lossy())));
+    }
     c.push(format!("--runs {}", quote(&absolute(&a.runs)?.to_string_lossy())));
     if a.profile != "R2" {
         c.push(format!("--profile {}", a.profile));
@@ -326,12 +345,13 @@ fn remove_token(settings: &mut Value) -> bool {
     true
 }
 
-fn config(a: &Args) -> hook::Config {
+fn config(a: &Args) -> Result<hook::Config> {
     let project = std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    hook::Config {
+    Ok(hook::Config {
         runbook: a.runbook.clone().or_else(|| std::env::var("RUNBOOK_HOOK_RUNBOOK").ok().filter(|s| !s.is_empty())),
-        registry: a.registry.clone(),
+        registry: super::registry::settings(&a.registry, &a.registry_ca, &a.require_signature)?,
+        receipt_key: super::registry::signing_key(a.signing_key.as_deref())?,
         runs: a.runs.clone(),
         profile: match a.profile.as_str() {
             "R0" => runbook_host::Profile::R0,
@@ -343,7 +363,7 @@ fn config(a: &Args) -> hook::Config {
         allowed_signers: a.allowed_signers.clone(),
         allowlist: a.allowlist.clone(),
         settings: hook::permissions::settings_files(&project, home.as_deref()),
-    }
+    })
 }
 
 /// The options a started server gets: the ones this process was given (paths as given: the server
@@ -351,6 +371,15 @@ fn config(a: &Args) -> hook::Config {
 fn server_args(a: &Args, port: u16) -> Vec<String> {
     let mut v: Vec<String> = vec!["hook".into(), "serve".into(), "--port".into(), port.to_string()];
     v.extend(["--registry".into(), a.registry.clone(), "--runs".into(), a.runs.to_string_lossy().into_owned(), "--profile".into(), a.profile.clone()]);
+    for p in &a.registry_ca {
+        v.extend(["--registry-ca".into(), p.to_string_lossy().into_owned()]);
+    }
+    for p in &a.require_signature {
+        v.extend(["--require-signature".into(), p.to_string_lossy().into_owned()]);
+    }
+    if let Some(p) = &a.signing_key {
+        v.extend(["--signing-key".into(), p.to_string_lossy().into_owned()]);
+    }
     if let Some(r) = &a.runbook {
         v.extend(["--runbook".into(), r.clone()]);
     }
@@ -386,7 +415,7 @@ fn spawn_server(a: &Args, port: u16, log: &Path) -> Result<()> {
 
 /// A hook event handed to the server (started when none answers); its answer printed as the client reads it.
 fn through_server(a: &Args, port: u16, payload: &[u8]) -> Result<Option<String>> {
-    let client = server::ensure(&a.runs, port, &config(a).fingerprint(), std::time::Duration::from_secs(10), |log| spawn_server(a, port, log))?;
+    let client = server::ensure(&a.runs, port, &config(a)?.fingerprint(), std::time::Duration::from_secs(10), |log| spawn_server(a, port, log))?;
     let (status, body) = client.hook(payload).map_err(|e| anyhow::anyhow!("the hook server on 127.0.0.1:{port} did not answer: {e}"))?;
     if status != 200 {
         bail!("the hook server answered {status}: {}", body.trim());
@@ -397,7 +426,7 @@ fn through_server(a: &Args, port: u16, payload: &[u8]) -> Result<Option<String>>
 fn serve(a: &Args) -> Result<ExitCode> {
     let policy = super::policy()?;
     let port = a.port.unwrap_or(0);
-    server::serve(policy, config(a), port, |port| eprintln!("runbook-host hook serve: listening on 127.0.0.1:{port} for {}", a.runs.display()))?;
+    server::serve(policy, config(a)?, port, |port| eprintln!("runbook-host hook serve: listening on 127.0.0.1:{port} for {}", a.runs.display()))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -477,7 +506,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let t_load = std::time::Instant::now();
         let policy = super::policy()?;
         timing.load_us = t_load.elapsed().as_micros();
-        let cfg = config(&a);
+        let cfg = config(&a)?;
         let answer = hook::handle(policy, &cfg, &ev, &mut timing)?;
         Ok((ev.name().to_string(), hook::claude::render(ev.name(), &answer).map(|v| v.to_string())))
     }))

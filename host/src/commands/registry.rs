@@ -2,7 +2,7 @@
 //! a directory registry (DESIGN 7.13). See `runbook_host::registry`.
 
 use crate::Format;
-use anyhow::Result;
+use anyhow::{Context, Result};
 use runbook_host::registry;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -26,6 +26,31 @@ pub enum Sub {
         /// `--allowed-signers FILE`
         #[arg(long)]
         signed_approvals: bool,
+        /// Take the document only when `<FILE>.dsse.json` beside it is a valid signature by this public
+        /// key (repeat to accept several); the signature is stored with it
+        #[arg(long, value_name = "KEY")]
+        require_signature: Vec<PathBuf>,
+        #[arg(long, value_enum, default_value = "text")]
+        format: Format,
+    },
+    /// Push a document (and `<FILE>.dsse.json` beside it, when there is one) to an OCI registry: to
+    /// `oci://HOST/REPO:TAG`, or with `--registry oci://HOST/PREFIX` to `PREFIX/<id>:<version>`, pinned in
+    /// the registry's index (`PREFIX:index`) so that `id@version` resolves. Credentials:
+    /// RUNBOOK_REGISTRY_USERNAME and RUNBOOK_REGISTRY_PASSWORD
+    Push {
+        /// The runbook (JSON or YAML)
+        file: PathBuf,
+        /// `oci://HOST/REPO:TAG` (`oci+http://` for a registry on loopback without TLS)
+        target: Option<String>,
+        /// An OCI registry prefix, `oci://HOST/PREFIX`, whose index pins the document
+        #[arg(long)]
+        registry: Option<String>,
+        /// PEM certificates to trust, beside the system's roots
+        #[arg(long, value_name = "FILE")]
+        registry_ca: Vec<PathBuf>,
+        /// Push only a document whose signature is valid by this public key (repeat to accept several)
+        #[arg(long, value_name = "KEY")]
+        require_signature: Vec<PathBuf>,
         #[arg(long, value_enum, default_value = "text")]
         format: Format,
     },
@@ -38,6 +63,24 @@ pub enum Sub {
     },
 }
 
+/// The resolution settings the run and hook commands share: the registry, its extra CAs and the keys a
+/// document must be signed by.
+pub fn settings(registry: &str, ca: &[PathBuf], require_signature: &[PathBuf]) -> Result<registry::Settings> {
+    let mut s = registry::Settings::new(registry);
+    for p in ca {
+        s.ca_pem.push(std::fs::read(p).with_context(|| format!("cannot read the CA file `{}`", p.display()))?);
+    }
+    s.require_signature = super::sign::read_keys(require_signature)?;
+    Ok(s)
+}
+
+/// The receipt-signing key of `--signing-key`, when given.
+pub fn signing_key(path: Option<&std::path::Path>) -> Result<Option<ed25519_dalek::SigningKey>> {
+    let Some(p) = path else { return Ok(None) };
+    let pem = std::fs::read_to_string(p).with_context(|| format!("cannot read the signing key `{}`", p.display()))?;
+    runbook_host::dsse::read_private(&pem).map(Some).map_err(|e| anyhow::anyhow!("`{}`: {e}", p.display()))
+}
+
 fn fail(e: &registry::RegistryError, format: Format) -> Result<ExitCode> {
     if format == Format::Json {
         outln!("{}", serde_json::json!({"ok": false, "code": e.code, "message": e.message}));
@@ -45,17 +88,70 @@ fn fail(e: &registry::RegistryError, format: Format) -> Result<ExitCode> {
         eprintln!("runbook-host: registry: {}: {}", e.code, e.message);
     }
     // A refused document is "found wanting" (1); anything else is an IO problem (2).
-    Ok(ExitCode::from(if matches!(e.code, "invalid-document" | "conflict" | "invalid-index") { 1 } else { 2 }))
+    Ok(ExitCode::from(if matches!(e.code, "invalid-document" | "conflict" | "invalid-index" | "tampered") || e.code.starts_with("signature-") { 1 } else { 2 }))
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
     match args.command {
-        Sub::Add { file, registry: dir, signed_approvals, format } => match registry::add(&dir, &file).and_then(|(id, version, sha)| {
-            if signed_approvals {
-                registry::require_signed_approvals(&dir, &id, &version)?;
+        Sub::Push { file, target, registry: prefix, registry_ca, require_signature, format } => {
+            let keys = super::sign::read_keys(&require_signature)?;
+            let mut settings = settings(prefix.as_deref().unwrap_or(""), &registry_ca, &[])?;
+            settings.cache = None;
+            let bytes = std::fs::read(&file).with_context(|| format!("cannot read `{}`", file.display()))?;
+            let sidecar = PathBuf::from(format!("{}{}", file.display(), registry::SIGNATURE_SUFFIX));
+            let signature = match std::fs::read(&sidecar) {
+                Ok(b) => Some(b),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                Err(e) => anyhow::bail!("cannot read `{}`: {e}", sidecar.display()),
+            };
+            if !keys.is_empty() {
+                let Some(env) = &signature else {
+                    return fail(
+                        &registry::RegistryError { code: "signature-missing", message: format!("`{}` has no signature beside it", file.display()) },
+                        format,
+                    );
+                };
+                let sha = runbook_host::bundle::sha256_hex(&bytes);
+                if let Err(e) = runbook_host::dsse::verify_envelope(env, &keys, &sha, runbook_host::dsse::DOCUMENT_PREDICATE, runbook_host::fetch::now_unix()) {
+                    return fail(&registry::RegistryError { code: e.code, message: format!("`{}`: {}", sidecar.display(), e.message) }, format);
+                }
             }
-            Ok((id, version, sha))
-        }) {
+            let pushed = match (&target, &prefix) {
+                (Some(t), None) => runbook_host::oci_registry::push_document(&bytes, t, signature.as_deref(), &settings),
+                (None, Some(p)) => runbook_host::oci_registry::publish(&bytes, p, signature.as_deref(), &settings),
+                _ => anyhow::bail!("give either a target `oci://HOST/REPO:TAG` or `--registry oci://HOST/PREFIX`, not both or neither"),
+            };
+            match pushed {
+                Ok(p) => {
+                    if format == Format::Json {
+                        outln!(
+                            "{}",
+                            serde_json::json!({"ok": true, "reference": p.reference, "manifest_digest": p.manifest_digest, "sha256": p.sha256,
+                            "signature_digest": p.signature_digest, "id": p.id, "version": p.version})
+                        );
+                    } else {
+                        outln!("pushed {} sha256:{}", p.reference, p.sha256);
+                        if let Some(d) = &p.signature_digest {
+                            outln!("with its signature ({d})");
+                        }
+                        if prefix.is_some() {
+                            outln!("pinned {}@{} in the registry's index", p.id.as_deref().unwrap_or("?"), p.version.as_deref().unwrap_or("?"));
+                        }
+                    }
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => fail(&e, format),
+            }
+        }
+        Sub::Add { file, registry: dir, signed_approvals, require_signature, format } => match super::sign::read_keys(&require_signature)
+            .map_err(|e| registry::RegistryError { code: "io", message: format!("{e:#}") })
+            .and_then(|keys| registry::add_checked(&dir, &file, &keys))
+            .and_then(|(id, version, sha)| {
+                if signed_approvals {
+                    registry::require_signed_approvals(&dir, &id, &version)?;
+                }
+                Ok((id, version, sha))
+            }) {
             Ok((id, version, sha)) => {
                 if format == Format::Json {
                     outln!("{}", serde_json::json!({"ok": true, "id": id, "version": version, "sha256": sha, "path": format!("{id}/{version}")}));

@@ -15,9 +15,19 @@ use std::time::Duration;
 pub struct Args {
     /// The runbook: `id@version` (resolved from the registry and pinned) or a file (trust T1, unpinned)
     pub reference: String,
-    /// The registry: a directory or an `http://` base URL
+    /// The registry: a directory, an `https://` base URL (`http://` on loopback only) or `oci://HOST/PREFIX`
     #[arg(long, default_value = ".runbook/registry")]
     pub registry: String,
+    /// PEM certificates to trust, beside the system's roots, for an `https://` or `oci://` registry
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Vec<PathBuf>,
+    /// Run only a document signed (`runbook-host sign`) by this public key; repeat to accept several keys
+    #[arg(long, value_name = "KEY")]
+    pub require_signature: Vec<PathBuf>,
+    /// Sign each run's receipt with this private key (`receipt.dsse.json`, checked by `verify --key`);
+    /// keep it where the agent cannot read it
+    #[arg(long, value_name = "KEY")]
+    pub signing_key: Option<PathBuf>,
     /// Where run bundles are written
     #[arg(long, default_value = ".runbook/runs")]
     pub runs: PathBuf,
@@ -170,7 +180,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let config = proxy::Config {
         signers,
         reference: args.reference,
-        registry: args.registry,
+        registry: super::registry::settings(&args.registry, &args.registry_ca, &args.require_signature)?,
+        receipt_key: super::registry::signing_key(args.signing_key.as_deref())?,
         runs: args.runs,
         agent: args.agent,
         approval_timeout: args.approval_timeout,

@@ -37,6 +37,55 @@ pub struct Args {
     /// signature is checked against it, and a run that required signatures must name this very file
     #[arg(long, value_name = "FILE")]
     pub allowed_signers: Option<PathBuf>,
+    /// The public key (PEM) the run's receipt must be signed by (`receipt.dsse.json`, written by a host
+    /// given `--signing-key`); repeat to accept several. Without it, a receipt signature that run.json
+    /// announces is checked against the key run.json names, which proves integrity, not who signed
+    #[arg(long, value_name = "KEY")]
+    pub key: Vec<PathBuf>,
+}
+
+/// Checks the receipt's signature (`receipt.dsse.json`): against `keys` when given (and then one is
+/// required), else against the key `run.json` names when it announces one. Returns the signer's key id and
+/// whether it was one of `keys`.
+pub fn receipt_signature(dir: &Dir, keys: &[ed25519_dalek::VerifyingKey]) -> Result<Option<(String, bool)>, Failure> {
+    let run: Value = parse_json("run.json", &read(dir, "run.json")?)?;
+    let announced = &run["receipt_signature"];
+    let envelope = match dir.read(bundle::RECEIPT_SIGNATURE) {
+        Ok(b) => Some(b),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return fail(bundle::RECEIPT_SIGNATURE, e.to_string()),
+    };
+    let Some(envelope) = envelope else {
+        if !announced.is_null() {
+            return fail(bundle::RECEIPT_SIGNATURE, "missing: run.json says the receipt was signed (`receipt_signature`), and the signature is gone");
+        }
+        if !keys.is_empty() {
+            return fail(bundle::RECEIPT_SIGNATURE, "missing: the receipt is not signed, and --key requires a signature");
+        }
+        return Ok(None);
+    };
+    let (trusted, given) = if keys.is_empty() {
+        let pem = announced["public_key"].as_str().ok_or_else(|| Failure {
+            place: "run.json".into(),
+            message: format!("{} is present but run.json names no `receipt_signature.public_key`", bundle::RECEIPT_SIGNATURE),
+        })?;
+        (
+            vec![runbook_host::dsse::read_public(pem)
+                .map_err(|e| Failure { place: "run.json".into(), message: format!("`receipt_signature.public_key`: {e}") })?],
+            false,
+        )
+    } else {
+        (keys.to_vec(), true)
+    };
+    let receipt = read(dir, "receipt.json")?;
+    let v = runbook_host::dsse::verify_envelope(&envelope, &trusted, &sha256_hex(&receipt), runbook_host::dsse::RECEIPT_PREDICATE, i64::MIN)
+        .map_err(|e| Failure { place: bundle::RECEIPT_SIGNATURE.into(), message: format!("{}: {}", e.code, e.message) })?;
+    if let Some(id) = announced["key_id"].as_str() {
+        if id != v.key_id {
+            return fail("run.json", format!("`receipt_signature.key_id` is {id}, the receipt is signed by {}", v.key_id));
+        }
+    }
+    Ok(Some((v.key_id, given)))
 }
 
 pub const VERIFY_SCHEMA: &str = "runbook-verify-result/v1";
@@ -757,7 +806,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(p) => Some(runbook_host::run::Signers::load(p).map_err(anyhow::Error::msg)?),
         None => None,
     };
-    let o = verify_dir_with(&dir, signers);
+    let keys = super::sign::read_keys(&args.key)?;
+    let mut o = verify_dir_with(&dir, signers);
+    let mut receipt_signed = None;
+    if o.failure.is_none() {
+        match receipt_signature(&dir, &keys) {
+            Ok(s) => receipt_signed = s,
+            Err(f) => o.failure = Some(f),
+        }
+        // Listed only where there is a signature to check (or one was asked for with --key).
+        if receipt_signed.is_some() || o.failure.is_some() {
+            o.checks.push(("receipt-signature", o.failure.is_none()));
+        }
+    }
     let status = if o.failure.is_some() {
         "blocked"
     } else if o.reasons.is_empty() {
@@ -770,7 +831,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         reasons.insert(0, json!({"code": "VERIFY_FAILED", "message": format!("{}: {}", f.place, f.message)}));
     }
     if args.format == Format::Json {
-        let v = json!({
+        let mut v = json!({
             "schema": VERIFY_SCHEMA,
             "ok": o.failure.is_none(),
             "replayed": o.checks.iter().any(|(c, _)| *c == "replay-decisions"),
@@ -782,6 +843,9 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "failure": o.failure.as_ref().map(|f| json!({"place": f.place, "message": f.message})),
             "share_safety": {"status": status, "reasons": reasons},
         });
+        if let Some((id, given)) = &receipt_signed {
+            v["receipt_signed_by"] = json!({"key_id": id, "key_given": given});
+        }
         outln!("{v}");
     } else {
         match &o.failure {
@@ -806,6 +870,11 @@ pub fn run(args: Args) -> Result<ExitCode> {
             } else {
                 outln!("{} signed approval(s), each verified by the key it carries; pass --allowed-signers FILE to check who may sign", o.signed.0);
             }
+        }
+        match (&o.failure, &receipt_signed) {
+            (None, Some((id, true))) => outln!("receipt signed by {id}, a key given with --key"),
+            (None, Some((id, false))) => outln!("receipt signed by {id} (the key run.json names); pass --key KEY.pub to check who signed"),
+            _ => {}
         }
         for w in &o.warnings {
             outln!("warning: {w}");

@@ -80,3 +80,4 @@ pub fn event_shape(lines: &[Value]) -> Vec<String> {
         })
         .collect()
 }
+pub mod oci_registry;

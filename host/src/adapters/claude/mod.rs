@@ -109,7 +109,10 @@ pub enum Answer {
 
 pub struct Config {
     pub runbook: Option<String>,
-    pub registry: String,
+    /// Where the runbook resolves and what it must satisfy (a CA, a required signature).
+    pub registry: registry::Settings,
+    /// Signs each run's receipt (`receipt.dsse.json`).
+    pub receipt_key: Option<ed25519_dalek::SigningKey>,
     pub runs: PathBuf,
     pub profile: Profile,
     pub keep_working: bool,
@@ -134,7 +137,10 @@ impl Config {
             "{:?}",
             (
                 &self.runbook,
-                &self.registry,
+                &self.registry.registry,
+                self.registry.ca_pem.iter().map(|c| crate::bundle::sha256_hex(c)).collect::<Vec<_>>(),
+                self.registry.require_signature.iter().map(crate::dsse::key_id).collect::<Vec<_>>(),
+                self.receipt_key.as_ref().map(|k| crate::dsse::key_id(&k.verifying_key())),
                 &self.runs,
                 self.profile,
                 self.keep_working,
@@ -248,7 +254,7 @@ fn load_state(runs: &Path, session: &str) -> Result<SessionState> {
 /// The driver's guard, and what names the hook's own configuration: the client's settings files (where
 /// the hooks and the server's token are written), the token's variable and the server's URL path.
 fn guard(cfg: &Config) -> Guard {
-    let mut g = Guard::new(&cfg.runs, Some(&cfg.registry));
+    let mut g = Guard::new(&cfg.runs, Some(&cfg.registry.registry));
     for name in [".claude/settings", server::TOKEN_ENV, server::HOOK_PATH] {
         g.add_name(name);
     }
@@ -262,6 +268,9 @@ pub fn resume(policy: Arc<Policy>, cfg: &Config, session: &str, timing: &mut Tim
     let (mut run, r) = Run::resume(policy, &cfg.runs, &st.run_id, st.t0_ms, Some(&st.pin), guard(cfg))?;
     if let Some(p) = &cfg.allowed_signers {
         run.require_signed_approvals(Signers::load(p)?)?;
+    }
+    if let Some(k) = &cfg.receipt_key {
+        run.sign_receipts_with(k.clone())?;
     }
     timing.events_replayed = r.events;
     timing.chain_checked = r.links_checked;
@@ -433,7 +442,7 @@ fn start(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<Answer> {
 fn create(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<(Answer, Run)> {
     let state_path = state_path(&cfg.runs, session);
     let reference = cfg.runbook.as_deref().ok_or_else(|| anyhow!("no runbook is configured: pass --runbook REF (or set RUNBOOK_HOOK_RUNBOOK)"))?;
-    let doc = registry::resolve(reference, &cfg.registry).map_err(|e| anyhow!("{e}"))?;
+    let doc = registry::resolve_with(reference, &cfg.registry).map_err(|e| anyhow!("{e}"))?;
     if doc.signed_approvals && cfg.allowed_signers.is_none() {
         bail!("the registry requires signed approvals for {reference}: pass --allowed-signers FILE to the hook (`hook install --allowed-signers FILE`)");
     }
@@ -452,7 +461,7 @@ fn create(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<(Answer, R
     };
     // A signers file that cannot be used refuses the session before its run begins.
     let signers = cfg.allowed_signers.as_deref().map(Signers::load).transpose()?;
-    let (mut run, a) = Run::create(policy, &doc, claim, &cfg.runs, ADAPTER, guard(cfg))?;
+    let (mut run, a) = Run::create_with(policy, &doc, claim, &cfg.runs, ADAPTER, guard(cfg), cfg.receipt_key.clone())?;
     if let Some(sg) = signers {
         run.require_signed_approvals(sg)?;
     }

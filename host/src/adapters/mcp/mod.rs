@@ -33,7 +33,10 @@ pub use upstream::{Said, Upstream};
 /// What `runbook-host run` was asked to do.
 pub struct Config {
     pub reference: String,
-    pub registry: String,
+    /// Where `reference` resolves and what it must satisfy (a CA, a required signature).
+    pub registry: registry::Settings,
+    /// Signs each run's receipt (`receipt.dsse.json`).
+    pub receipt_key: Option<ed25519_dalek::SigningKey>,
     pub runs: PathBuf,
     pub agent: Option<String>,
     pub approval_timeout: Duration,
@@ -150,6 +153,7 @@ pub struct Base {
     pub signers: Option<Signers>,
     pub runs: PathBuf,
     pub registry: String,
+    pub receipt_key: Option<ed25519_dalek::SigningKey>,
     pub session_idle: Duration,
 }
 
@@ -352,7 +356,7 @@ impl Shared {
         };
         st.agent = Some(agent);
         let guard = Guard::new(&self.runs, Some(&self.registry));
-        let result = match Run::create(Arc::clone(&self.policy), &self.doc, claim, &self.runs, ADAPTER, guard) {
+        let result = match Run::create_with(Arc::clone(&self.policy), &self.doc, claim, &self.runs, ADAPTER, guard, self.receipt_key.clone()) {
             Err(e @ RunError::Evidence(_)) => Err(Failure { code: "bundle-unwritable".into(), message: e.to_string() }),
             Err(e) => Err(Failure::from(e)),
             Ok((mut run, a)) => {
@@ -595,7 +599,7 @@ pub async fn main(config: Config) -> u8 {
     // Resolve first: a document that does not resolve, or is tampered with, runs nothing (no server starts).
     let doc = match tokio::task::spawn_blocking({
         let (r, g) = (config.reference.clone(), config.registry.clone());
-        move || registry::resolve(&r, &g)
+        move || registry::resolve_with(&r, &g)
     })
     .await
     {
@@ -653,7 +657,8 @@ pub async fn main(config: Config) -> u8 {
         approval_timeout: config.approval_timeout,
         signers: config.signers.clone(),
         runs: config.runs.clone(),
-        registry: config.registry.clone(),
+        registry: config.registry.registry.clone(),
+        receipt_key: config.receipt_key.clone(),
         session_idle: config.session_idle,
     });
     let hub = Hub::new(base);

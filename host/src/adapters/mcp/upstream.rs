@@ -120,20 +120,7 @@ pub struct Upstream {
     pub call_timeout: Duration,
 }
 
-/// An error with its causes (reqwest and rustls put the reason, such as an unknown issuer, in a source).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let t = c.to_string();
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cause = c.source();
-    }
-    s
-}
+use crate::fetch::chain;
 
 fn sanitize(name: &str) -> String {
     let last = name.rsplit('/').next().unwrap_or(name);

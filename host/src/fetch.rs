@@ -1,0 +1,278 @@
+//! Fetching registry files over HTTPS (DESIGN 5; issue "Past one machine"): reqwest on rustls (ring), the
+//! system's roots plus the CAs a user names, and a content-addressed cache so that pinned bytes survive a
+//! registry that is down.
+//!
+//! Rules a registry cannot talk its way around:
+//! - `https://` always; plain `http://` only to a loopback address (a test server, a local mirror), refused
+//!   anywhere else before a connection is made;
+//! - at most [`MAX_REDIRECTS`] redirects, never from `https` down to `http`, never to a non-loopback `http`;
+//! - a connect and a whole-request time-out; every body read is bounded, and a body past the bound is an
+//!   error, never a truncated success;
+//! - the cache is keyed by sha256 and every entry is hashed again when read: a cache entry that does not hash
+//!   to its name is ignored (and rewritten on the next fetch). Entries are written to a temporary file,
+//!   fsynced and renamed, so nothing half-written is ever read as an entry.
+//!
+//! The API is blocking: callers are sync code, some of them inside a tokio runtime already, so each request
+//! runs on a current-thread runtime in a scoped thread of its own.
+
+use crate::bundle::sha256_hex;
+use serde_json::{json, Value};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub const MAX_REDIRECTS: usize = 5;
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Why a fetch failed. `code`: `refused` (a URL the rules forbid), `unreachable` (no connection, DNS,
+/// time-out, TLS), `not-found` (404), `status` (another answer than 200 or 304), `too-large`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl std::fmt::Display for FetchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+fn err(code: &'static str, message: impl Into<String>) -> FetchError {
+    FetchError { code, message: message.into() }
+}
+
+/// Whether `host` (as a URL gives it) is a loopback address.
+pub fn is_loopback_host(host: &str) -> bool {
+    let h = host.trim_start_matches('[').trim_end_matches(']');
+    h.eq_ignore_ascii_case("localhost") || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Checks a URL against the transport rules: `https`, or `http` to loopback.
+pub fn check_url(url: &str) -> Result<reqwest::Url, FetchError> {
+    let u = reqwest::Url::parse(url).map_err(|e| err("refused", format!("`{url}` is not a URL: {e}")))?;
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(err("refused", format!("`{url}`: credentials in a URL are refused (they would be written into evidence)")));
+    }
+    match u.scheme() {
+        "https" => Ok(u),
+        "http" if u.host_str().is_some_and(is_loopback_host) => Ok(u),
+        "http" => Err(err("refused", format!("`{url}`: plain http:// is only allowed to a loopback address; use https://"))),
+        s => Err(err("refused", format!("`{url}`: the scheme `{s}` is not supported (https://, or http:// on loopback)"))),
+    }
+}
+
+/// An HTTP client for registries: rustls, the system's roots plus `extra_ca_pem`, bounded redirects that
+/// obey [`check_url`] and never downgrade.
+pub fn client(extra_ca_pem: &[Vec<u8>]) -> Result<reqwest::Client, FetchError> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut certs = Vec::new();
+    for pem in extra_ca_pem {
+        certs.extend(reqwest::Certificate::from_pem_bundle(pem).map_err(|e| err("refused", format!("the CA file is not PEM certificates: {e}")))?);
+    }
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        if attempt.previous().len() > MAX_REDIRECTS {
+            return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
+        }
+        let downgrade = attempt.previous().last().is_some_and(|p| p.scheme() == "https") && attempt.url().scheme() != "https";
+        let to = attempt.url().to_string();
+        if downgrade {
+            return attempt.error(format!("a redirect from https down to `{to}`"));
+        }
+        match check_url(&to) {
+            Ok(_) => attempt.follow(),
+            Err(e) => attempt.error(e.message),
+        }
+    });
+    reqwest::Client::builder()
+        .tls_certs_merge(certs)
+        .redirect(policy)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(REQUEST_TIMEOUT)
+        .user_agent(concat!("runbook-host/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| err("refused", format!("cannot set up the HTTP client: {e}")))
+}
+
+/// Runs a future to completion on a runtime of its own, whether or not the caller is inside one.
+pub fn block_on<T: Send>(f: impl std::future::Future<Output = T> + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime starts").block_on(f))
+            .join()
+            .unwrap_or_else(|p| std::panic::resume_unwind(p))
+    })
+}
+
+/// An error with its causes: reqwest and rustls put the reason (an unknown issuer, a refused connection) in
+/// a source.
+pub fn chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let m = c.to_string();
+        if !s.contains(&m) {
+            s.push_str(": ");
+            s.push_str(&m);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+/// What a GET answered.
+pub enum Got {
+    /// 200: the body (at most `max` bytes) and the ETag, when the server sent one.
+    Body(Vec<u8>, Option<String>),
+    /// 304: the ETag we sent still holds.
+    NotModified,
+}
+
+/// GETs `url` (checked by [`check_url`]), sending `If-None-Match` when `etag` is given; a body past `max`
+/// bytes is `too-large`.
+pub fn get(client: &reqwest::Client, url: &str, etag: Option<&str>, max: usize) -> Result<Got, FetchError> {
+    check_url(url)?;
+    block_on(async {
+        let mut req = client.get(url);
+        if let Some(t) = etag {
+            req = req.header(reqwest::header::IF_NONE_MATCH, t);
+        }
+        let mut resp = req.send().await.map_err(|e| err("unreachable", format!("`{url}`: {}", chain(&e))))?;
+        let status = resp.status();
+        if status == reqwest::StatusCode::NOT_MODIFIED && etag.is_some() {
+            return Ok(Got::NotModified);
+        }
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Err(err("not-found", format!("`{url}` answered {status}")));
+        }
+        if status != reqwest::StatusCode::OK {
+            return Err(err("status", format!("`{url}` answered {status}")));
+        }
+        if resp.content_length().is_some_and(|n| n > max as u64) {
+            return Err(err("too-large", format!("`{url}` is larger than {max} bytes")));
+        }
+        let tag = resp.headers().get(reqwest::header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_string);
+        let mut body = Vec::new();
+        while let Some(c) = resp.chunk().await.map_err(|e| err("unreachable", format!("`{url}`: {}", chain(&e))))? {
+            if body.len() + c.len() > max {
+                return Err(err("too-large", format!("`{url}` is larger than {max} bytes")));
+            }
+            body.extend_from_slice(&c);
+        }
+        Ok(Got::Body(body, tag))
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The cache.
+
+/// A content-addressed cache: `blobs/sha256/<hex>` holds exact bytes, `urls/<sha256 of the URL>.json`
+/// remembers what a URL last answered (`{"url","etag","sha256","fetched_at"}`, `fetched_at` in Unix seconds).
+#[derive(Clone, Debug)]
+pub struct Cache {
+    pub root: PathBuf,
+}
+
+impl Cache {
+    /// `$RUNBOOK_HOST_CACHE`, else `$XDG_CACHE_HOME/runbook-host`, else `~/.cache/runbook-host`.
+    pub fn default_location() -> Option<Cache> {
+        let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let root = env("RUNBOOK_HOST_CACHE")
+            .or_else(|| env("XDG_CACHE_HOME").map(|p| p.join("runbook-host")))
+            .or_else(|| env("HOME").map(|p| p.join(".cache").join("runbook-host")))?;
+        Some(Cache { root })
+    }
+
+    fn blob_path(&self, sha256: &str) -> Option<PathBuf> {
+        let ok = sha256.len() == 64 && sha256.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        ok.then(|| self.root.join("blobs").join("sha256").join(sha256))
+    }
+
+    /// The bytes stored under `sha256`, only when they still hash to it.
+    pub fn blob(&self, sha256: &str) -> Option<Vec<u8>> {
+        let b = std::fs::read(self.blob_path(sha256)?).ok()?;
+        (sha256_hex(&b) == sha256).then_some(b)
+    }
+
+    /// Stores `bytes` under their sha256 (temporary file, fsync, rename). Errors are the caller's to
+    /// ignore: a cache that cannot be written costs a later fetch, never a run.
+    pub fn put_blob(&self, bytes: &[u8]) -> std::io::Result<String> {
+        let sha = sha256_hex(bytes);
+        let path = self.blob_path(&sha).expect("a sha256 hex is a valid blob name");
+        write_file_atomic(&path, bytes)?;
+        Ok(sha)
+    }
+
+    fn url_path(&self, url: &str) -> PathBuf {
+        self.root.join("urls").join(format!("{}.json", sha256_hex(url.as_bytes())))
+    }
+
+    /// What `url` last answered: (etag, sha256, fetched_at).
+    pub fn url_entry(&self, url: &str) -> Option<(Option<String>, String, i64)> {
+        let v: Value = serde_json::from_slice(&std::fs::read(self.url_path(url)).ok()?).ok()?;
+        if v["url"] != url {
+            return None;
+        }
+        Some((v["etag"].as_str().map(str::to_string), v["sha256"].as_str()?.to_string(), v["fetched_at"].as_i64()?))
+    }
+
+    pub fn put_url_entry(&self, url: &str, etag: Option<&str>, sha256: &str, fetched_at: i64) -> std::io::Result<()> {
+        let v = json!({"url": url, "etag": etag, "sha256": sha256, "fetched_at": fetched_at});
+        write_file_atomic(&self.url_path(url), format!("{v}\n").as_bytes())
+    }
+}
+
+fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().expect("cache paths have a parent");
+    std::fs::create_dir_all(dir)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// Unix seconds now (the host reads the clock; the module never does).
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+}
+
+/// A cached URL's body, when its entry and blob are both present and whole: (bytes, etag, fetched_at).
+pub fn cached(cache: &Cache, url: &str) -> Option<(Vec<u8>, Option<String>, i64)> {
+    let (etag, sha, at) = cache.url_entry(url)?;
+    Some((cache.blob(&sha)?, etag, at))
+}
+
+/// Whether a fetch error means the registry could not be reached at all (as opposed to answering badly),
+/// the one case in which cached bytes may stand in.
+pub fn is_down(e: &FetchError) -> bool {
+    e.code == "unreachable"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transport_rules() {
+        assert!(check_url("https://registry.example/x/").is_ok());
+        assert!(check_url("http://127.0.0.1:8080/x").is_ok());
+        assert!(check_url("http://[::1]:8080/x").is_ok());
+        assert!(check_url("http://localhost/x").is_ok());
+        assert_eq!(check_url("http://registry.example/x").unwrap_err().code, "refused");
+        assert_eq!(check_url("http://10.0.0.1/x").unwrap_err().code, "refused");
+        assert_eq!(check_url("ftp://127.0.0.1/x").unwrap_err().code, "refused");
+        assert_eq!(check_url("https://user:pw@registry.example/").unwrap_err().code, "refused");
+    }
+
+    #[test]
+    fn a_cache_entry_that_does_not_hash_to_its_name_is_ignored() {
+        let d = tempfile::tempdir().unwrap();
+        let c = Cache { root: d.path().to_path_buf() };
+        let sha = c.put_blob(b"hello").unwrap();
+        assert_eq!(c.blob(&sha).as_deref(), Some(&b"hello"[..]));
+        std::fs::write(c.blob_path(&sha).unwrap(), b"hellO").unwrap();
+        assert_eq!(c.blob(&sha), None);
+        assert_eq!(c.blob("../../etc/passwd"), None);
+    }
+}
