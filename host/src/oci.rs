@@ -318,6 +318,26 @@ fn sha256_digest(bytes: &[u8]) -> String {
 /// Pushes `bytes` as the single layer of an OCI image manifest (schemaVersion 2, mediaType application/vnd.oci.image.manifest.v1+json,
 /// artifactType set, config = the OCI empty descriptor application/vnd.oci.empty.v1+json "{}"), tagged with the ref's tag. Returns the manifest digest "sha256:...".
 pub fn push(reference: &OciRef, artifact: &Artifact, opts: &Options) -> Result<String, OciError> {
+    let layer = Layer { media_type: artifact.layer_media_type, bytes: artifact.bytes, annotations: BTreeMap::new() };
+    push_layers(reference, artifact.artifact_type, &[layer], &artifact.annotations, opts)
+}
+
+/// One layer of a multi-layer artifact (an evidence bundle: a file a layer, named by its
+/// `org.opencontainers.image.title` annotation, as ORAS does).
+pub struct Layer<'a> {
+    pub media_type: &'a str,
+    pub bytes: &'a [u8],
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// [`push`] with any number of layers, each with annotations of its own.
+pub fn push_layers(
+    reference: &OciRef,
+    artifact_type: &str,
+    layers: &[Layer],
+    annotations: &BTreeMap<String, String>,
+    opts: &Options,
+) -> Result<String, OciError> {
     reference.checked()?;
     let Some(tag) = &reference.tag else {
         return Err(OciError::new("invalid-reference", format!("{reference}: a push needs a tag to publish under")));
@@ -332,18 +352,26 @@ pub fn push(reference: &OciRef, artifact: &Artifact, opts: &Options) -> Result<S
 
         let config_digest = sha256_digest(EMPTY_JSON);
         client.push_blob(&image, EMPTY_JSON, &config_digest).await.map_err(|e| fail("uploading the empty config blob", e))?;
-        let layer_digest = sha256_digest(artifact.bytes);
-        client.push_blob(&image, artifact.bytes.to_vec(), &layer_digest).await.map_err(|e| fail("uploading the layer", e))?;
+        let mut descriptors = Vec::new();
+        for layer in layers {
+            let layer_digest = sha256_digest(layer.bytes);
+            client.push_blob(&image, layer.bytes.to_vec(), &layer_digest).await.map_err(|e| fail("uploading a layer", e))?;
+            let mut d = json!({ "mediaType": layer.media_type, "digest": layer_digest, "size": layer.bytes.len() });
+            if !layer.annotations.is_empty() {
+                d["annotations"] = json!(layer.annotations);
+            }
+            descriptors.push(d);
+        }
 
         let mut manifest = json!({
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST_MEDIA_TYPE,
-            "artifactType": artifact.artifact_type,
+            "artifactType": artifact_type,
             "config": { "mediaType": OCI_EMPTY_MEDIA_TYPE, "digest": config_digest, "size": EMPTY_JSON.len() },
-            "layers": [{ "mediaType": artifact.layer_media_type, "digest": layer_digest, "size": artifact.bytes.len() }],
+            "layers": descriptors,
         });
-        if !artifact.annotations.is_empty() {
-            manifest["annotations"] = json!(artifact.annotations);
+        if !annotations.is_empty() {
+            manifest["annotations"] = json!(annotations);
         }
         // Serialized once here so that the digest returned is the hash of exactly the bytes the registry got.
         let body = serde_json::to_vec(&manifest).expect("a JSON value always serializes");
@@ -359,6 +387,93 @@ pub fn push(reference: &OciRef, artifact: &Artifact, opts: &Options) -> Result<S
             }
         }
         Ok(digest)
+    })
+}
+
+/// What [`pull_layers`] returns: each layer's annotations and verified bytes, in the manifest's order.
+#[derive(Clone, Debug)]
+pub struct PulledLayers {
+    pub manifest_digest: String,
+    pub layers: Vec<(BTreeMap<String, String>, Vec<u8>)>,
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// Pulls a multi-layer artifact of `artifact_type` whose layers are all of `layer_media_type`, at most
+/// `max_layers` of them and `max_total` bytes in all (declared sizes checked before any download); each
+/// layer's bytes must hash to its digest.
+pub fn pull_layers(
+    reference: &OciRef,
+    artifact_type: &str,
+    layer_media_type: &str,
+    max_layers: usize,
+    max_total: usize,
+    opts: &Options,
+) -> Result<PulledLayers, OciError> {
+    reference.checked()?;
+    run_blocking(reference, || async move {
+        let (client, auth) = connect(reference, opts, RegistryOperation::Pull).await?;
+        let image = reference.client_ref();
+        let err = |code: &'static str, what: String| OciError::new(code, format!("{reference}: {what}"));
+        let (body, advertised) =
+            client.pull_manifest_raw(&image, &auth, &[OCI_MANIFEST_MEDIA_TYPE]).await.map_err(|e| classify(reference, "fetching the manifest", &e))?;
+        if body.len() > MAX_MANIFEST_BYTES {
+            return Err(err("too-large", format!("the manifest is {} bytes, more than the {MAX_MANIFEST_BYTES} accepted", body.len())));
+        }
+        let manifest_digest = sha256_digest(&body);
+        if let Some(wanted) = &reference.digest {
+            if *wanted != manifest_digest {
+                return Err(err("digest-mismatch", format!("the manifest's bytes hash to {manifest_digest}, not to the digest asked for")));
+            }
+        }
+        if advertised.starts_with("sha256:") && advertised != manifest_digest {
+            return Err(err("digest-mismatch", format!("the registry advertised manifest {advertised}, but its bytes hash to {manifest_digest}")));
+        }
+        let m: Value = serde_json::from_slice(&body).map_err(|e| err("registry-error", format!("the manifest is not valid JSON: {e}")))?;
+        let found_type = m["artifactType"].as_str().or(m["config"]["mediaType"].as_str()).unwrap_or("(none)");
+        if m["schemaVersion"].as_u64() != Some(2) || found_type != artifact_type {
+            return Err(err("wrong-type", format!("it holds an artifact of type {found_type}, not {artifact_type}")));
+        }
+        let layers = m["layers"].as_array().cloned().unwrap_or_default();
+        if layers.is_empty() || layers.len() > max_layers {
+            return Err(err("too-large", format!("the manifest has {} layers; between 1 and {max_layers} are accepted", layers.len())));
+        }
+        let mut infos = Vec::new();
+        let mut total: u64 = 0;
+        for l in &layers {
+            let media = l["mediaType"].as_str().unwrap_or("(none)");
+            if media != layer_media_type {
+                return Err(err("wrong-type", format!("a layer is of media type {media}, not {layer_media_type}")));
+            }
+            let digest = l["digest"].as_str().filter(|d| is_sha256_digest(d));
+            let (Some(digest), Some(size)) = (digest, l["size"].as_u64()) else {
+                return Err(err("registry-error", format!("a layer has a malformed digest or size: {l}")));
+            };
+            total = total.saturating_add(size);
+            if total > max_total as u64 {
+                return Err(err("too-large", format!("the layers declare more than the {max_total} bytes allowed")));
+            }
+            let ann: BTreeMap<String, String> =
+                l["annotations"].as_object().map(|o| o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect()).unwrap_or_default();
+            infos.push((LayerInfo { digest: digest.to_string(), size }, ann));
+        }
+        let mut out = Vec::new();
+        for (layer, ann) in infos {
+            let descriptor = LayerDescriptor { digest: &layer.digest, urls: &None };
+            let mut sink = BoundedSink { buf: Vec::with_capacity(layer.size.min(1 << 20) as usize), limit: layer.size as usize, overflowed: false };
+            let fetched = client.pull_blob(&image, &descriptor, &mut sink).await;
+            if sink.overflowed {
+                return Err(err("digest-mismatch", format!("the registry sent more than a layer's declared {} bytes", layer.size)));
+            }
+            fetched.map_err(|e| classify(reference, "downloading a layer", &e))?;
+            let got = sha256_digest(&sink.buf);
+            if sink.buf.len() as u64 != layer.size || got != layer.digest {
+                return Err(err("digest-mismatch", format!("a layer's {} bytes hash to {got}, not to its declared {}", sink.buf.len(), layer.digest)));
+            }
+            out.push((ann, sink.buf));
+        }
+        let annotations =
+            m["annotations"].as_object().map(|o| o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect()).unwrap_or_default();
+        Ok(PulledLayers { manifest_digest, layers: out, annotations })
     })
 }
 

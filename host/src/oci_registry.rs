@@ -371,3 +371,73 @@ pub fn pull_module(reference: &str, settings: &Settings) -> Result<Vec<u8>, Regi
     let r = OciRef::parse(reference).map_err(from_oci)?;
     Ok(oci::pull(&r, MODULE_ARTIFACT_TYPE, MODULE_LAYER, MAX_MODULE, &options(settings)).map_err(from_oci)?.bytes)
 }
+
+pub const EVIDENCE_ARTIFACT_TYPE: &str = "application/vnd.runbook-host.evidence.v1";
+pub const EVIDENCE_LAYER: &str = "application/vnd.runbook-host.evidence.file.v1";
+/// At most this many files and bytes in an evidence artifact pulled back.
+pub const MAX_EVIDENCE_FILES: usize = 64;
+pub const MAX_EVIDENCE_BYTES: usize = 1 << 30;
+
+/// A file name an evidence artifact may carry: one plain component of the bundle's own names.
+fn evidence_name_ok(n: &str) -> bool {
+    !n.is_empty() && n.len() <= 64 && !n.starts_with('.') && n.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Pushes a (verified) bundle directory's files, a layer each (named by `org.opencontainers.image.title`), as
+/// an artifact of type [`EVIDENCE_ARTIFACT_TYPE`] to `oci://HOST/REPO:TAG`. Subdirectories (the approval
+/// channel) are not evidence and are left out.
+pub fn push_evidence(dir: &std::path::Path, target: &str, settings: &Settings) -> Result<Pushed, RegistryError> {
+    let r = OciRef::parse(target).map_err(from_oci)?;
+    let io = |e: std::io::Error| RegistryError::new("io", format!("`{}`: {e}", dir.display()));
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(io)? {
+        let e = e.map_err(io)?;
+        if !e.file_type().map_err(io)?.is_file() {
+            continue;
+        }
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !evidence_name_ok(&name) {
+            continue;
+        }
+        files.push((name, std::fs::read(e.path()).map_err(io)?));
+    }
+    files.sort();
+    let run: Value = files.iter().find(|(n, _)| n == "run.json").and_then(|(_, b)| serde_json::from_slice(b).ok()).unwrap_or(Value::Null);
+    let layers: Vec<oci::Layer> = files
+        .iter()
+        .map(|(n, b)| oci::Layer { media_type: EVIDENCE_LAYER, bytes: b, annotations: BTreeMap::from([(ANNOTATION_TITLE.to_string(), n.clone())]) })
+        .collect();
+    let mut annotations = BTreeMap::new();
+    if let Some(id) = run["run_id"].as_str() {
+        annotations.insert("runbook-host.run.id".to_string(), id.to_string());
+    }
+    if let Some(o) = run["outcome"].as_str() {
+        annotations.insert("runbook-host.run.outcome".to_string(), o.to_string());
+    }
+    let receipt = files.iter().find(|(n, _)| n == "receipt.json").map(|(_, b)| sha256_hex(b)).unwrap_or_default();
+    let manifest_digest = oci::push_layers(&r, EVIDENCE_ARTIFACT_TYPE, &layers, &annotations, &options(settings)).map_err(from_oci)?;
+    Ok(Pushed {
+        reference: r.with_digest(&manifest_digest).to_string(),
+        manifest_digest,
+        sha256: receipt,
+        signature_digest: None,
+        id: run["run_id"].as_str().map(str::to_string),
+        version: None,
+    })
+}
+
+/// Pulls an evidence artifact into `into` (an empty directory), each layer to the file its title names
+/// (one plain name, no duplicates): what `verify oci://...` then verifies. Returns the manifest digest.
+pub fn pull_evidence(reference: &str, into: &std::path::Path, settings: &Settings) -> Result<String, RegistryError> {
+    let r = OciRef::parse(reference).map_err(from_oci)?;
+    let p = oci::pull_layers(&r, EVIDENCE_ARTIFACT_TYPE, EVIDENCE_LAYER, MAX_EVIDENCE_FILES, MAX_EVIDENCE_BYTES, &options(settings)).map_err(from_oci)?;
+    let mut seen = std::collections::BTreeSet::new();
+    for (ann, bytes) in &p.layers {
+        let name = ann.get(ANNOTATION_TITLE).map(String::as_str).unwrap_or("");
+        if !evidence_name_ok(name) || !seen.insert(name.to_string()) {
+            return Err(RegistryError::new("tampered", format!("{reference}: a layer is named {name:?}: not one plain file name, or named twice")));
+        }
+        std::fs::write(into.join(name), bytes).map_err(|e| RegistryError::new("io", format!("`{name}`: {e}")))?;
+    }
+    Ok(p.manifest_digest)
+}

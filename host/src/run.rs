@@ -172,6 +172,17 @@ pub struct Resumed {
     pub links_checked: u64,
 }
 
+/// How a run is created beyond its document and claim.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Signs the receipt at the end (`receipt.dsse.json`).
+    pub receipt_key: Option<ed25519_dalek::SigningKey>,
+    /// Shadow mode (`--mode shadow`): the module decides and everything is recorded, but the driver
+    /// blocks nothing; run.json says `"mode": "shadow"` and the calls that ran against a decision are
+    /// listed in `shadow.ndjson`. A shadow run is never enforcement evidence.
+    pub shadow: bool,
+}
+
 /// One supervised run.
 pub struct Run {
     policy: Arc<Policy>,
@@ -228,15 +239,31 @@ impl Run {
         claim: Claim,
         runs: &Path,
         adapter: &str,
-        mut guard: Guard,
+        guard: Guard,
         receipt_key: Option<ed25519_dalek::SigningKey>,
+    ) -> Result<(Run, Answer), RunError> {
+        Run::create_opts(policy, doc, claim, runs, adapter, guard, RunOptions { receipt_key, shadow: false })
+    }
+
+    /// [`Run::create`] with every option: a signed receipt, shadow mode.
+    pub fn create_opts(
+        policy: Arc<Policy>,
+        doc: &Resolved,
+        claim: Claim,
+        runs: &Path,
+        adapter: &str,
+        mut guard: Guard,
+        opts: RunOptions,
     ) -> Result<(Run, Answer), RunError> {
         let envelope = policy.envelope(&doc.bytes)?.ok();
         let run_id = bundle::new_run_id().map_err(|e| RunError::Evidence(e.to_string()))?;
         let mut bundle = Bundle::create(runs, &run_id, doc, envelope.as_deref(), crate::module_sha256(), adapter)
             .map_err(|e| RunError::Evidence(format!("cannot create the run bundle under {}: {e}", runs.display())))?;
-        if let Some(key) = receipt_key {
+        if let Some(key) = opts.receipt_key {
             bundle.sign_receipts_with(key).map_err(|e| RunError::Evidence(format!("run.json: {e}")))?;
+        }
+        if opts.shadow {
+            bundle.set_shadow().map_err(|e| RunError::Evidence(format!("run.json: {e}")))?;
         }
         guard.add_path(bundle.dir());
         let session = policy.session(&doc.bytes)?;
@@ -394,6 +421,24 @@ impl Run {
     }
 
     /// Whether `run.json` says this run's approvals must be signed.
+    /// Whether this is a shadow run (the driver blocks nothing).
+    pub fn is_shadow(&self) -> bool {
+        self.bundle.is_shadow()
+    }
+
+    /// Records, before the driver forwards it, a call of a shadow run that the module did not allow
+    /// (`seq` and `decision` are the module's recorded decision for it): `shadow.ndjson` gets the decision's `seq`, the
+    /// tool, the call's hash and the decision. The module never hears of the call again (its result is not
+    /// fed: the module did not let it run), so the replay of `events.ndjson` stays exact.
+    pub fn record_shadow_forward(&mut self, tool: &str, arguments: &Value, seq: u64, decision: &str) -> Result<(), RunError> {
+        if !self.is_shadow() {
+            return Err(RunError::Evidence("only a shadow run forwards a call the module did not allow".into()));
+        }
+        let call_sha256 = self.call_sha256(tool, arguments)?;
+        let line = serde_json::json!({"seq": seq, "tool": tool, "call_sha256": call_sha256, "decision": decision, "forwarded": true});
+        self.bundle.append_shadow(&line).map_err(|e| self.break_with(RunError::Evidence(format!("shadow.ndjson: {e}"))))
+    }
+
     /// Signs this run's receipt with `key` when it ends (a run reopened by another process: the hook).
     pub fn sign_receipts_with(&mut self, key: ed25519_dalek::SigningKey) -> Result<(), RunError> {
         self.bundle.sign_receipts_with(key).map_err(|e| RunError::Evidence(format!("run.json: {e}")))

@@ -444,4 +444,31 @@ fn a_signed_document_from_oci_runs_and_its_signed_receipt_verifies() {
     assert!(out(&o).contains("the signature is gone"), "{}", out(&o));
     std::fs::write(run_dir.join("receipt.dsse.json"), &envelope).unwrap();
     assert!(verify(&[]).status.success());
+
+    // The evidence into the registry the team already runs (the redacted derivative, its signed receipt
+    // with it), and back: `verify oci://...` pulls every file by digest and verifies.
+    let target = format!("oci://{}/evidence/runs:latest", reg.addr);
+    let redacted = w.dir.join("redacted");
+    let o = cli(
+        &["export", run_dir.to_str().unwrap(), "--out", redacted.to_str().unwrap(), "--to", &target, "--registry-ca", ca.to_str().unwrap(), "--format", "json"],
+        &creds,
+    );
+    assert!(o.status.success(), "{}", out(&o));
+    let pushed = serde_json::from_slice::<Value>(&o.stdout).unwrap()["pushed"].as_str().unwrap().to_string();
+    assert!(pushed.contains("@sha256:"), "{pushed}");
+    let o = cli(&["verify", &pushed, "--registry-ca", ca.to_str().unwrap(), "--key", rkp.to_str().unwrap()], &creds);
+    assert!(o.status.success(), "{}", out(&o));
+    assert!(out(&o).contains("receipt signed by"), "{}", out(&o));
+    let o = cli(&["verify", &pushed, "--registry-ca", ca.to_str().unwrap(), "--key", op.to_str().unwrap()], &creds);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    // The receipt altered in the registry's storage: refused before anything is verified.
+    let receipt = std::fs::read(redacted.join(run_dir.file_name().unwrap()).join("receipt.json")).unwrap();
+    let sha = runbook_host::bundle::sha256_hex(&receipt);
+    let data = reg.storage.join("docker/registry/v2/blobs/sha256").join(&sha[..2]).join(&sha).join("data");
+    let mut altered = receipt.clone();
+    altered[10] ^= 1;
+    std::fs::write(&data, &altered).unwrap();
+    let o = cli(&["verify", &pushed, "--registry-ca", ca.to_str().unwrap()], &creds);
+    assert_ne!(o.status.code(), Some(0), "{}", out(&o));
+    assert!(out(&o).contains("tampered") || out(&o).contains("digest"), "{}", out(&o));
 }

@@ -80,6 +80,8 @@ pub const HISTORY_SCHEMA: &str = "runbook-run-history-entry/v1";
 /// Signed approvals, one line each, in the order they were fed: `{seq, request, message, signature,
 /// principal, fingerprint}` (`seq` is the approval event's). Present only when an approval was signed.
 pub const SIGNATURES: &str = "signatures.ndjson";
+/// A shadow run's calls that ran although the module did not allow them (see [`Bundle::set_shadow`]).
+pub const SHADOW: &str = "shadow.ndjson";
 /// The host's name and version, as written into receipts.
 pub const HOST_NAME: &str = "runbook-host";
 pub const HOST_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -357,7 +359,6 @@ impl Bundle {
         f.sync_data()
     }
 
-    /// Records admission (`admitted`) or refusal (`refused`) in `run.json`'s lifecycle.
     /// Has the receipt signed with `key` at the end. `run.json` names the key (`receipt_signature`: its id
     /// and public key), so a bundle whose signature was removed is refused even by a `verify` given no key.
     pub fn sign_receipts_with(&mut self, key: ed25519_dalek::SigningKey) -> io::Result<()> {
@@ -375,6 +376,35 @@ impl Bundle {
         self.write_manifest()
     }
 
+    /// Marks the run as shadow (`--mode shadow`): run.json's `mode` says so from the start, and
+    /// `shadow.ndjson` (pinned by the receipt) lists every call the module did not allow that was
+    /// forwarded anyway. Nothing in a shadow bundle is enforcement evidence; `verify` says so first.
+    pub fn set_shadow(&mut self) -> io::Result<()> {
+        self.manifest.insert("mode".into(), json!("shadow"));
+        if !self.dir.is_file(SHADOW) {
+            write_atomic(&self.dir, SHADOW, b"")?;
+        }
+        self.write_manifest()
+    }
+
+    /// Whether run.json marks the run as shadow.
+    pub fn is_shadow(&self) -> bool {
+        self.manifest.get("mode").is_some_and(|m| m == "shadow")
+    }
+
+    /// Appends one line to [`SHADOW`] and syncs it, before the call it names is forwarded.
+    pub fn append_shadow(&mut self, line: &Value) -> io::Result<()> {
+        if self.finished {
+            return Err(io::Error::other("the bundle is finished"));
+        }
+        let mut text = serde_json::to_string(line)?;
+        text.push('\n');
+        let mut f = self.dir.open_with(SHADOW, OpenOptions::new().append(true))?;
+        f.write_all(text.as_bytes())?;
+        f.sync_data()
+    }
+
+    /// Records admission (`admitted`) or refusal (`refused`) in `run.json`'s lifecycle.
     pub fn admitted(&mut self, admitted: bool) -> io::Result<()> {
         self.lifecycle(if admitted { "admitted" } else { "refused" })?;
         self.write_manifest()
@@ -447,6 +477,9 @@ impl Bundle {
         }
         if self.dir.is_file(SIGNATURES) {
             files.push(SIGNATURES.into());
+        }
+        if self.dir.is_file(SHADOW) {
+            files.push(SHADOW.into());
         }
         for f in files {
             artifacts.insert(f.clone(), json!(sha256_hex(&self.dir.read(&f)?)));

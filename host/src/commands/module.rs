@@ -12,6 +12,16 @@ pub struct Args {
     /// Write the component's bytes to this file
     #[arg(long, value_name = "FILE")]
     pub out: Option<String>,
+    /// Push the component's bytes to an OCI registry, `oci://HOST/REPO:TAG`, so embedders pull exactly the
+    /// bytes that decide (by the digest printed). Credentials: RUNBOOK_REGISTRY_USERNAME/_PASSWORD
+    #[arg(long, value_name = "OCI_REF")]
+    pub push: Option<String>,
+    /// With --push: also push a DSSE signature of the component made with this private key
+    #[arg(long, value_name = "KEY", requires = "push")]
+    pub sign: Option<std::path::PathBuf>,
+    /// With --push: PEM certificates to trust, beside the system's roots
+    #[arg(long, value_name = "FILE", requires = "push")]
+    pub registry_ca: Vec<std::path::PathBuf>,
 }
 
 /// The WIT of the embedded bytes, decoded (not the source file): what any host that loads them sees.
@@ -38,7 +48,30 @@ pub fn run(args: Args) -> Result<ExitCode> {
             write!(std::io::stdout().lock(), "{}", decoded_wit()?)?;
         }
     }
-    if !args.sha256 && !args.wit && args.out.is_none() {
+    if let Some(target) = &args.push {
+        let settings = super::registry::settings("", &args.registry_ca, &[])?;
+        let signature = match &args.sign {
+            Some(k) => {
+                let key = super::registry::signing_key(Some(k))?.expect("a key path was given");
+                let subject = runbook_host::dsse::Subject { name: "policy.wasm".into(), sha256: runbook_host::module_sha256().to_string() };
+                let now = runbook_host::fetch::now_unix();
+                Some(runbook_host::dsse::sign_statement(
+                    &key,
+                    &[subject],
+                    runbook_host::dsse::MODULE_PREDICATE,
+                    serde_json::json!({"signed_at": runbook_host::dsse::rfc3339(now)}),
+                ))
+            }
+            None => None,
+        };
+        let p = runbook_host::oci_registry::push_module(runbook_host::COMPONENT, target, signature.as_deref(), &settings)
+            .map_err(|e| anyhow::anyhow!("module --push: {}: {}", e.code, e.message))?;
+        outln!("pushed {} (sha256 {})", p.reference, p.sha256);
+        if let Some(d) = &p.signature_digest {
+            outln!("with its signature ({d})");
+        }
+    }
+    if !args.sha256 && !args.wit && args.out.is_none() && args.push.is_none() {
         let version = super::policy()?.version()?;
         outln!("runbook:policy component {version}");
         outln!("sha256 {}", runbook_host::module_sha256());

@@ -28,6 +28,12 @@ pub struct Args {
     /// keep it where the agent cannot read it
     #[arg(long, value_name = "KEY")]
     pub signing_key: Option<PathBuf>,
+    /// `enforce` (the default) blocks what the module does not allow; `shadow` (for rolling a runbook
+    /// out) decides and records every call and blocks none: run.json says `"mode": "shadow"`, the calls
+    /// that ran against a decision are listed in `shadow.ndjson`, `verify` says SHADOW first, and the
+    /// proxy exits 3, never 0
+    #[arg(long, default_value = "enforce", value_parser = ["enforce", "shadow"])]
+    pub mode: String,
     /// Where run bundles are written
     #[arg(long, default_value = ".runbook/runs")]
     pub runs: PathBuf,
@@ -182,6 +188,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         reference: args.reference,
         registry: super::registry::settings(&args.registry, &args.registry_ca, &args.require_signature)?,
         receipt_key: super::registry::signing_key(args.signing_key.as_deref())?,
+        shadow: args.mode == "shadow",
         runs: args.runs,
         agent: args.agent,
         approval_timeout: args.approval_timeout,

@@ -29,8 +29,12 @@ use std::process::ExitCode;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// The run: its bundle directory (.runbook/runs/<run-id>), its id, `latest`, or .runbook/runs/latest
+    /// The run: its bundle directory (.runbook/runs/<run-id>), its id, `latest`, .runbook/runs/latest, or an
+    /// evidence artifact in an OCI registry (`oci://HOST/REPO@sha256:...`, pushed by `export --to`)
     pub run_dir: PathBuf,
+    /// For an `oci://` run: PEM certificates to trust, beside the system's roots
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Vec<PathBuf>,
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
     /// The `allowed_signers` file the run's approvals must be signed by (ssh-keygen's format): each
@@ -114,6 +118,8 @@ pub struct Outcome {
     pub redacted: bool,
     /// Signed approvals checked, and whether against the verifier's `--allowed-signers`.
     pub signed: (usize, bool),
+    /// A shadow run (`run --mode shadow`): how many calls the module did not allow ran anyway.
+    pub shadow: Option<usize>,
 }
 
 struct Ctx {
@@ -128,6 +134,7 @@ struct Ctx {
     signers: Option<runbook_host::run::Signers>,
     /// Signed approvals checked, and whether against the trusted signers.
     signed: (usize, bool),
+    shadow: Option<usize>,
 }
 
 impl Ctx {
@@ -192,6 +199,7 @@ pub fn verify_dir_with(dir: &Dir, signers: Option<runbook_host::run::Signers>) -
         redacted: false,
         signers,
         signed: (0, false),
+        shadow: None,
     };
     let failure = checks(dir, &mut cx).err();
     if failure.is_none() {
@@ -207,6 +215,7 @@ pub fn verify_dir_with(dir: &Dir, signers: Option<runbook_host::run::Signers>) -
         warnings: cx.warnings,
         redacted: cx.redacted,
         signed: cx.signed,
+        shadow: cx.shadow,
     }
 }
 
@@ -237,6 +246,8 @@ struct Seen {
     records: Vec<(Value, Value)>,
     /// `signatures.ndjson`, when the bundle has it or its run required signed approvals.
     signatures: Option<Vec<u8>>,
+    /// `shadow.ndjson`, in a shadow run's bundle.
+    shadow: Option<Vec<u8>>,
 }
 
 fn pins_file(receipt: &Value, name: &str) -> bool {
@@ -255,7 +266,46 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
     let session = events(policy, cx, &mut s)?;
     report(cx, &s, session)?;
     signatures(dir, cx, &mut s)?;
+    shadow(dir, cx, &mut s)?;
     receipt(cx, &s)
+}
+
+/// A shadow run (`run.json` `mode: shadow`): `shadow.ndjson` is there, and each of its lines names a
+/// recorded decision that did not allow the call (its seq, its decision). An enforced run has no such file.
+fn shadow(dir: &Dir, cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
+    let is_shadow = match &s.run["mode"] {
+        Value::Null => false,
+        Value::String(m) if m == "shadow" => true,
+        m => return fail("run.json", format!("`mode` is {m}: only \"shadow\" (or no `mode`) is known")),
+    };
+    let present = dir.symlink_metadata(bundle::SHADOW).is_ok();
+    if !is_shadow {
+        if present {
+            return fail(bundle::SHADOW, "present in a run that run.json does not mark as shadow");
+        }
+        return Ok(());
+    }
+    if !present {
+        return fail(bundle::SHADOW, "missing: run.json marks the run as shadow");
+    }
+    let bytes = read(dir, bundle::SHADOW)?;
+    let text = std::str::from_utf8(&bytes).or_else(|_| fail(bundle::SHADOW, "not UTF-8"))?;
+    let mut n = 0;
+    for (i, line) in text.lines().enumerate() {
+        let place = format!("{}:{}", bundle::SHADOW, i + 1);
+        let v: Value = serde_json::from_str(line).or_else(|e| fail(&place, format!("not JSON: {e}")))?;
+        let seq = v["seq"].as_u64().ok_or_else(|| Failure { place: place.clone(), message: "no `seq`".into() })?;
+        let recorded = s.records.iter().find(|(_, d)| d["seq"].as_u64() == Some(seq)).map(|(_, d)| d["decision"].clone());
+        match recorded {
+            Some(d) if d != "allow" && d == v["decision"] => {}
+            Some(d) => return fail(&place, format!("names seq {seq} as `{}`, but its recorded decision is {d}", v["decision"])),
+            None => return fail(&place, format!("names seq {seq}, which no recorded decision has")),
+        }
+        n += 1;
+    }
+    s.shadow = Some(bytes);
+    cx.shadow = Some(n);
+    Ok(())
 }
 
 /// 1. The manifest and its layout.
@@ -313,6 +363,7 @@ fn layout(dir: &Dir, cx: &mut Ctx) -> Result<Seen, Failure> {
         head: String::new(),
         records: Vec::new(),
         signatures: None,
+        shadow: None,
     })
 }
 
@@ -714,6 +765,9 @@ fn receipt(cx: &mut Ctx, s: &Seen) -> Result<(), Failure> {
             files.push((bundle::SIGNATURES, sha256_hex(b)));
         }
     }
+    if let Some(b) = &s.shadow {
+        files.push((bundle::SHADOW, sha256_hex(b)));
+    }
     let pins = receipt["artifacts"].as_object().cloned().unwrap_or_default();
     if pins.len() != files.len() + 1 {
         return fail("receipt.json", "`artifacts` does not pin exactly the bundle's other files");
@@ -797,7 +851,22 @@ fn resolve(arg: &std::path::Path) -> Result<std::path::PathBuf> {
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
-    let run_dir = resolve(&args.run_dir)?;
+    let given = args.run_dir.to_string_lossy().into_owned();
+    // An evidence artifact is pulled (every layer checked against its digest) into a directory of its own.
+    let _pulled;
+    let run_dir = if given.starts_with("oci://") || given.starts_with("oci+http://") {
+        let settings = super::registry::settings("", &args.registry_ca, &[])?;
+        let d = tempfile::tempdir()?;
+        let digest = runbook_host::oci_registry::pull_evidence(&given, d.path(), &settings).map_err(|e| anyhow::anyhow!("{}: {}", e.code, e.message))?;
+        if args.format == Format::Text {
+            outln!("pulled {given} (manifest {digest})");
+        }
+        let p = d.path().to_path_buf();
+        _pulled = d;
+        p
+    } else {
+        resolve(&args.run_dir)?
+    };
     let dir = match Dir::open_ambient_dir(&run_dir, cap_std::ambient_authority()) {
         Ok(d) => d,
         Err(e) => anyhow::bail!("cannot open the run directory `{}`: {e}", args.run_dir.display()),
@@ -846,8 +915,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
         if let Some((id, given)) = &receipt_signed {
             v["receipt_signed_by"] = json!({"key_id": id, "key_given": given});
         }
+        if let Some(n) = o.shadow {
+            v["shadow"] = json!({"enforced": false, "forwarded_against_a_decision": n});
+        }
         outln!("{v}");
     } else {
+        if let (None, Some(n)) = (&o.failure, o.shadow) {
+            outln!("SHADOW RUN, NOT ENFORCED: nothing was blocked; {n} call(s) the module did not allow ran anyway (shadow.ndjson)");
+        }
         match &o.failure {
             None if o.redacted => outln!(
                 "verified: run {} ({} events, outcome {}); a redacted derivative: its chain and receipt verify, it cannot be replayed",
@@ -899,6 +974,14 @@ pub struct ExportArgs {
     /// Where the derivative goes: `<out>/<run-id>/`
     #[arg(long, default_value = ".runbook/redacted")]
     pub out: PathBuf,
+    /// Also push the verified derivative (its receipt signature included) to an OCI registry as one
+    /// artifact, a file a layer: `oci://HOST/REPO:TAG`; `verify oci://HOST/REPO@sha256:...` pulls and
+    /// verifies it. Credentials: RUNBOOK_REGISTRY_USERNAME/_PASSWORD
+    #[arg(long, value_name = "OCI_REF")]
+    pub to: Option<String>,
+    /// With --to: PEM certificates to trust, beside the system's roots
+    #[arg(long, value_name = "FILE")]
+    pub registry_ca: Vec<PathBuf>,
     #[arg(long, value_enum, default_value = "text")]
     pub format: Format,
 }
@@ -926,10 +1009,24 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
         (None, true) => "share_ready",
         (None, false) => "local_only",
     };
+    // Only a derivative that verifies leaves the machine.
+    let pushed = match (&args.to, &o.failure) {
+        (Some(target), None) => {
+            let settings = super::registry::settings("", &args.registry_ca, &[])?;
+            Some(runbook_host::oci_registry::push_evidence(&out, target, &settings).map_err(|e| anyhow::anyhow!("export --to: {}: {}", e.code, e.message))?)
+        }
+        _ => None,
+    };
     if args.format == Format::Json {
-        outln!("{}", json!({"ok": o.failure.is_none(), "run_id": o.run_id, "share_safety": {"status": status}}));
+        outln!(
+            "{}",
+            json!({"ok": o.failure.is_none(), "run_id": o.run_id, "share_safety": {"status": status}, "pushed": pushed.as_ref().map(|p| p.reference.clone())})
+        );
     } else {
         outln!("wrote the redacted derivative of run {} under {}; share safety: {status}", o.run_id.as_deref().unwrap_or("?"), args.out.display());
+        if let Some(p) = &pushed {
+            outln!("pushed it to {}", p.reference);
+        }
     }
     Ok(if o.failure.is_none() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

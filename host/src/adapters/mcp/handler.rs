@@ -296,6 +296,9 @@ impl Proxy {
             rmcp::model::NumberOrString::String(t) => t.to_string(),
         };
         s.last_call_timed_out.store(false, Ordering::SeqCst);
+        // A shadow run (`--mode shadow`) forwards what the module did not allow, after recording it in
+        // shadow.ndjson; such a call's result is not fed (the module never let it run).
+        let mut feed = true;
         // Decide; after an accepted approval, decide again (a bounded number of rounds).
         let mut rounds = 0;
         loop {
@@ -303,6 +306,13 @@ impl Proxy {
             let fed = {
                 let mut run = s.lock_run();
                 if let Some(t) = s.failed_text(&mut run, None) {
+                    if s.shadow && s.over_not_broken(&mut run) {
+                        // The run ended (where enforcement would have stopped the agent): nothing is left
+                        // to decide or record, and a shadow proxy blocks nothing.
+                        eprintln!("runbook-host run: shadow: `{tool}` forwarded after the run ended ({t}); not recorded");
+                        feed = false;
+                        break;
+                    }
                     return Ok(tool_error(t));
                 }
                 s.drive(&mut run, |r| r.invoke(&tool, &arguments, Some(&call_id), None))
@@ -311,6 +321,18 @@ impl Proxy {
                 Ok(d) => d,
                 Err(f) => return Ok(tool_error(f.text())),
             };
+            if s.shadow && d.decision != "allow" {
+                let recorded = {
+                    let mut run = s.lock_run();
+                    run.run.as_mut().map(|r| r.record_shadow_forward(&tool, &arguments, d.seq, &d.decision))
+                };
+                if let Some(Err(e)) = recorded {
+                    return Ok(tool_error(Failure::from(e).text()));
+                }
+                s.after_event().await;
+                feed = false;
+                break;
+            }
             match d.decision.as_str() {
                 "allow" => break,
                 "deny" => {
@@ -331,7 +353,9 @@ impl Proxy {
         // Allowed: forward to the server that has it.
         let Some((server, name)) = s.upstream.route(&tool) else {
             let msg = format!("no server behind this proxy provides `{tool}`");
-            let _ = self.feed_result(&tool, json!({"error": msg}), true, &call_id);
+            if feed {
+                let _ = self.feed_result(&tool, json!({"error": msg}), true, &call_id);
+            }
             return Ok(tool_error(msg));
         };
         let forwarded = tokio::select! {
@@ -344,6 +368,9 @@ impl Proxy {
                 // (rmcp drops it again for older clients).
                 if result.result_type.is_none() {
                     result.result_type = Some(rmcp::model::ResultType::COMPLETE);
+                }
+                if !feed {
+                    return Ok(CallToolResponse::Complete(result));
                 }
                 let observed = match &result.structured_content {
                     Some(v) => v.clone(),
@@ -366,8 +393,10 @@ impl Proxy {
             }
             Err(e) => {
                 let msg = e.to_string();
-                let _ = self.feed_result(&tool, json!({"error": msg}), true, &call_id);
-                s.after_event().await;
+                if feed {
+                    let _ = self.feed_result(&tool, json!({"error": msg}), true, &call_id);
+                    s.after_event().await;
+                }
                 match e {
                     ServiceError::McpError(data) => Err(data),
                     _ => Ok(tool_error(format!("the server did not answer: {msg}"))),

@@ -37,6 +37,8 @@ pub struct Config {
     pub registry: registry::Settings,
     /// Signs each run's receipt (`receipt.dsse.json`).
     pub receipt_key: Option<ed25519_dalek::SigningKey>,
+    /// Shadow mode (`--mode shadow`): decide and record everything, block nothing (see [`crate::run::RunOptions`]).
+    pub shadow: bool,
     pub runs: PathBuf,
     pub agent: Option<String>,
     pub approval_timeout: Duration,
@@ -154,6 +156,7 @@ pub struct Base {
     pub runs: PathBuf,
     pub registry: String,
     pub receipt_key: Option<ed25519_dalek::SigningKey>,
+    pub shadow: bool,
     pub session_idle: Duration,
 }
 
@@ -318,6 +321,12 @@ impl Shared {
     }
 
     /// `runbook_failed:<outcome or reason>` once the run is over without completing, else None.
+    /// Whether the run was admitted, is not broken and has ended (its outcome decided): what a shadow
+    /// proxy forwards past.
+    pub fn over_not_broken(&self, st: &mut RunState) -> bool {
+        matches!(st.started, Some(Ok(()))) && st.run.as_mut().is_some_and(|r| r.broken().is_none() && r.state().is_ok_and(|s| s.phase == Phase::Over))
+    }
+
     pub fn failed_text(&self, st: &mut RunState, reason: Option<&str>) -> Option<String> {
         if let Some(Err(f)) = &st.started {
             return Some(f.text());
@@ -356,7 +365,15 @@ impl Shared {
         };
         st.agent = Some(agent);
         let guard = Guard::new(&self.runs, Some(&self.registry));
-        let result = match Run::create_with(Arc::clone(&self.policy), &self.doc, claim, &self.runs, ADAPTER, guard, self.receipt_key.clone()) {
+        let result = match Run::create_opts(
+            Arc::clone(&self.policy),
+            &self.doc,
+            claim,
+            &self.runs,
+            ADAPTER,
+            guard,
+            crate::run::RunOptions { receipt_key: self.receipt_key.clone(), shadow: self.shadow },
+        ) {
             Err(e @ RunError::Evidence(_)) => Err(Failure { code: "bundle-unwritable".into(), message: e.to_string() }),
             Err(e) => Err(Failure::from(e)),
             Ok((mut run, a)) => {
@@ -468,6 +485,10 @@ impl Shared {
             return Vec::new();
         }
         let Some(run) = st.run.as_mut() else { return Vec::new() };
+        if self.shadow && run.broken().is_none() {
+            // A shadow proxy hides nothing: every server's tool, whatever the step.
+            return self.upstream.names();
+        }
         let Ok(state) = run.state() else { return Vec::new() };
         if state.phase == Phase::Over {
             return Vec::new();
@@ -504,7 +525,11 @@ impl Shared {
                             wire::outcome_sentence(&self.policy, outcome),
                             run.dir().display()
                         );
-                        if outcome == crate::Outcome::Completed {
+                        if self.shadow {
+                            // A shadow run is never enforcement: not even a completed one exits 0.
+                            eprintln!("runbook-host run: a SHADOW run: nothing was blocked; the calls the module did not allow that ran are in shadow.ndjson (exit 3)");
+                            3
+                        } else if outcome == crate::Outcome::Completed {
                             0
                         } else {
                             1
@@ -659,6 +684,7 @@ pub async fn main(config: Config) -> u8 {
         runs: config.runs.clone(),
         registry: config.registry.registry.clone(),
         receipt_key: config.receipt_key.clone(),
+        shadow: config.shadow,
         session_idle: config.session_idle,
     });
     let hub = Hub::new(base);
