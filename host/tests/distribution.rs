@@ -472,3 +472,35 @@ fn a_signed_document_from_oci_runs_and_its_signed_receipt_verifies() {
     assert_ne!(o.status.code(), Some(0), "{}", out(&o));
     assert!(out(&o).contains("tampered") || out(&o).contains("digest"), "{}", out(&o));
 }
+
+/// The guard (DESIGN 9.20) keeps what the host trusts and signs with out of the agent's calls: the receipt
+/// key, the keys a document must be signed by, the registry CA and the registry cache (a forged cached
+/// index would stand in for a registry that is down). Named in a call, each is denied as `guarded`.
+#[test]
+fn the_guard_keeps_keys_cas_and_the_cache_out_of_reach() {
+    let w = work("dist-guard");
+    let (k, kp) = keygen(&w.dir, "signer.pem");
+    let (rk, _) = keygen(&w.dir, "host.pem");
+    let doc = w.dir.join("echo-only.json");
+    std::fs::copy(common::mcp::runbook("echo-only.json"), &doc).unwrap();
+    sign(&doc, &k, &[]);
+    let ca = w.dir.join("some-ca.pem");
+    std::fs::write(&ca, make_certificates(&w.dir)).unwrap();
+    let cache = w.dir.join("the-cache");
+    let args = ["--require-signature", kp.to_str().unwrap(), "--signing-key", rk.to_str().unwrap(), "--registry-ca", ca.to_str().unwrap()];
+    let mut c = proxy_env(&w, "test-agent", doc.to_str().unwrap(), &args, &[everything()], &[("RUNBOOK_HOST_CACHE", cache.to_str().unwrap())]);
+    c.init();
+    assert_eq!(text(&c.call("echo", json!({"message": "hello"}))), "Echo: hello");
+    for p in [&rk, &kp, &ca, &cache.join("blobs/sha256")] {
+        let r = c.call("echo", json!({"message": format!("cat {}", p.display())}));
+        common::mcp::assert_blocked(&r, "undeclared-tool");
+        assert!(text(&r).contains("runbook-host itself"), "{}: {r}", p.display());
+    }
+    // Relative to the working directory, as an agent in the project writes it.
+    let r = c.call("echo", json!({"message": "cat ./host.pem"}));
+    assert!(text(&r).contains("runbook-host itself"), "{r}");
+    c.close();
+    let ev = common::mcp::events(&w.latest());
+    assert_eq!(ev.iter().filter(|(e, d)| e["guard"] == true && d["reason"] == "guarded").count(), 5);
+    w.verify_all();
+}

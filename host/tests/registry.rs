@@ -240,7 +240,17 @@ fn an_http_registry_resolves_pinned() {
     b[3] ^= 0x20;
     std::fs::write(&p, &b).unwrap();
     let url = serve(reg.clone(), false);
-    assert_eq!(registry::resolve("hello@1.0.0", &url).unwrap_err().code, "tampered");
+    let mut no_cache = registry::Settings::new(&url);
+    no_cache.cache = None;
+    assert_eq!(registry::resolve_with("hello@1.0.0", &no_cache).unwrap_err().code, "tampered");
+    // With a cache, the pinned bytes fetched before are used (by their sha256): the tampered copy is never read.
+    let cache = t.0.join("cache");
+    let mut cached = registry::Settings::new(&url);
+    cached.cache = Some(runbook_host::fetch::Cache { root: cache.clone() });
+    let mut original = b.clone();
+    original[3] ^= 0x20;
+    assert_eq!(runbook_host::fetch::Cache { root: cache.clone() }.put_blob(&original).unwrap(), runbook_host::bundle::sha256_hex(&original));
+    assert_eq!(registry::resolve_with("hello@1.0.0", &cached).unwrap().bytes, original);
     // An HTTP registry without an index is unreachable.
     let url = serve(t.0.join("nothing-here"), false);
     assert_eq!(registry::resolve("hello@1.0.0", &url).unwrap_err().code, "unreachable");

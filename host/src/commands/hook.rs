@@ -348,9 +348,11 @@ fn remove_token(settings: &mut Value) -> bool {
 fn config(a: &Args) -> Result<hook::Config> {
     let project = std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     let home = std::env::var_os("HOME").map(PathBuf::from);
+    let settings = super::registry::settings(&a.registry, &a.registry_ca, &a.require_signature)?;
     Ok(hook::Config {
         runbook: a.runbook.clone().or_else(|| std::env::var("RUNBOOK_HOOK_RUNBOOK").ok().filter(|s| !s.is_empty())),
-        registry: super::registry::settings(&a.registry, &a.registry_ca, &a.require_signature)?,
+        guard_paths: super::registry::guard_paths(&a.registry_ca, &a.require_signature, a.signing_key.as_deref(), &settings),
+        registry: settings,
         receipt_key: super::registry::signing_key(a.signing_key.as_deref())?,
         runs: a.runs.clone(),
         profile: match a.profile.as_str() {

@@ -74,6 +74,16 @@ pub fn settings(registry: &str, ca: &[PathBuf], require_signature: &[PathBuf]) -
     Ok(s)
 }
 
+/// What the guard protects beside the runs and the registry (DESIGN 9.20): the keys and CAs the host
+/// trusts or signs with, and the registry cache (a forged cached index would stand in for a registry that
+/// is down).
+pub fn guard_paths(ca: &[PathBuf], require_signature: &[PathBuf], signing_key: Option<&std::path::Path>, settings: &registry::Settings) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = ca.iter().chain(require_signature).cloned().collect();
+    v.extend(signing_key.map(std::path::Path::to_path_buf));
+    v.extend(settings.cache.as_ref().map(|c| c.root.clone()));
+    v
+}
+
 /// The receipt-signing key of `--signing-key`, when given.
 pub fn signing_key(path: Option<&std::path::Path>) -> Result<Option<ed25519_dalek::SigningKey>> {
     let Some(p) = path else { return Ok(None) };

@@ -183,10 +183,12 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Some(p) => Some(runbook_host::run::Signers::load(p).map_err(anyhow::Error::msg)?),
         None => None,
     };
+    let settings = super::registry::settings(&args.registry, &args.registry_ca, &args.require_signature)?;
     let config = proxy::Config {
         signers,
         reference: args.reference,
-        registry: super::registry::settings(&args.registry, &args.registry_ca, &args.require_signature)?,
+        guard_paths: super::registry::guard_paths(&args.registry_ca, &args.require_signature, args.signing_key.as_deref(), &settings),
+        registry: settings,
         receipt_key: super::registry::signing_key(args.signing_key.as_deref())?,
         shadow: args.mode == "shadow",
         runs: args.runs,

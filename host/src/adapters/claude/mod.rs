@@ -113,6 +113,8 @@ pub struct Config {
     pub registry: registry::Settings,
     /// Signs each run's receipt (`receipt.dsse.json`).
     pub receipt_key: Option<ed25519_dalek::SigningKey>,
+    /// Files the guard protects besides the runs and the registry: keys, CAs, the registry cache.
+    pub guard_paths: Vec<PathBuf>,
     pub runs: PathBuf,
     pub profile: Profile,
     pub keep_working: bool,
@@ -255,6 +257,9 @@ fn load_state(runs: &Path, session: &str) -> Result<SessionState> {
 /// the hooks and the server's token are written), the token's variable and the server's URL path.
 fn guard(cfg: &Config) -> Guard {
     let mut g = Guard::new(&cfg.runs, Some(&cfg.registry.registry));
+    for p in &cfg.guard_paths {
+        g.add_path(p);
+    }
     for name in [".claude/settings", server::TOKEN_ENV, server::HOOK_PATH] {
         g.add_name(name);
     }

@@ -39,6 +39,8 @@ pub struct Config {
     pub receipt_key: Option<ed25519_dalek::SigningKey>,
     /// Shadow mode (`--mode shadow`): decide and record everything, block nothing (see [`crate::run::RunOptions`]).
     pub shadow: bool,
+    /// Files the guard protects besides the runs and the registry: keys, CAs, the registry cache.
+    pub guard_paths: Vec<PathBuf>,
     pub runs: PathBuf,
     pub agent: Option<String>,
     pub approval_timeout: Duration,
@@ -157,6 +159,7 @@ pub struct Base {
     pub registry: String,
     pub receipt_key: Option<ed25519_dalek::SigningKey>,
     pub shadow: bool,
+    pub guard_paths: Vec<PathBuf>,
     pub session_idle: Duration,
 }
 
@@ -364,7 +367,10 @@ impl Shared {
             available: Some(names),
         };
         st.agent = Some(agent);
-        let guard = Guard::new(&self.runs, Some(&self.registry));
+        let mut guard = Guard::new(&self.runs, Some(&self.registry));
+        for p in &self.guard_paths {
+            guard.add_path(p);
+        }
         let result = match Run::create_opts(
             Arc::clone(&self.policy),
             &self.doc,
@@ -685,6 +691,7 @@ pub async fn main(config: Config) -> u8 {
         registry: config.registry.registry.clone(),
         receipt_key: config.receipt_key.clone(),
         shadow: config.shadow,
+        guard_paths: config.guard_paths.clone(),
         session_idle: config.session_idle,
     });
     let hub = Hub::new(base);
