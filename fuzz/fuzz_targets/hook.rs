@@ -37,7 +37,14 @@ fuzz_target!(init: { policy(); }, |data: &[u8]| {
     std::fs::write(&doc_path, doc).unwrap();
     let cfg = hook::Config {
         runbook: Some(doc_path.to_string_lossy().into_owned()),
-        registry: dir.join("registry").to_string_lossy().into_owned(),
+        registry: {
+            // No cache: the fuzzer's documents are local files, and nothing may be written outside `dir`.
+            let mut s = runbook_host::registry::Settings::new(&dir.join("registry").to_string_lossy());
+            s.cache = None;
+            s
+        },
+        receipt_key: None,
+        guard_paths: Vec::new(),
         runs: dir.join("runs"),
         profile: runbook_host::Profile::R2,
         keep_working: false,
