@@ -508,3 +508,45 @@ fn hook_latency_at_5000_events() {
     let w = latency_work("latency5000", s);
     eprintln!("{}", measure(&w, s, 5000, 20));
 }
+
+/// The hook with `--require-signature` and `--signing-key` (issue "Past one machine"): an unsigned document,
+/// or one signed by another key, is refused at SessionStart (the client blocks, nothing is admitted); a
+/// signed one runs, and the receipt written at SessionEnd is signed by the host's key, each event's
+/// process reopening the run with the same key.
+#[test]
+fn the_hook_requires_a_signed_document_and_signs_its_receipt() {
+    let w = work("signed");
+    for k in ["reviewer.pem", "other.pem", "host.pem"] {
+        assert!(Command::new(BIN).args(["keygen", "--out", k]).current_dir(&w.0).output().unwrap().status.success());
+    }
+    let flags = ["--require-signature", "reviewer.pem.pub", "--signing-key", "host.pem"];
+    let o = w.hook_with(&flags, start("unsigned").to_string().as_bytes());
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("signature-missing"), "{}", o.stderr);
+    assert!(Command::new(BIN).args(["sign", "runbook.yaml", "--key", "other.pem"]).current_dir(&w.0).output().unwrap().status.success());
+    let o = w.hook_with(&flags, start("other").to_string().as_bytes());
+    assert_eq!(o.code, 2, "{}", o.stderr);
+    assert!(o.stderr.contains("signature-untrusted"), "{}", o.stderr);
+    assert!(!w.runs().join(".hook/unsigned.json").exists() && !w.runs().join(".hook/other.json").exists());
+
+    assert!(Command::new(BIN).args(["sign", "runbook.yaml", "--key", "reviewer.pem"]).current_dir(&w.0).output().unwrap().status.success());
+    let s = "signed";
+    let ev = |p: Value| w.hook_with(&flags, p.to_string().as_bytes());
+    assert_eq!(ev(start(s)).code, 0);
+    let o = ev(pre(s, "Bash", bash("kubectl -n payments get secret payments-db-credentials"), "toolu_signed1"));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert_eq!(o.denied(), None, "{}", o.stdout);
+    // The agent cannot read the host's key through a tool call (the guard).
+    let o = ev(pre(s, "Bash", bash("cat host.pem"), "toolu_signed2"));
+    assert!(o.denied().is_some_and(|r| r.contains("runbook-host itself")), "{}", o.stdout);
+    assert_eq!(ev(base(s, "SessionEnd")).code, 0);
+    let run = w.run_dir(s);
+    let manifest: Value = serde_json::from_slice(&std::fs::read(run.join("run.json")).unwrap()).unwrap();
+    assert_eq!(manifest["document"]["provenance"]["kind"], "file");
+    assert!(manifest["document"]["provenance"]["signed_by"].as_str().is_some_and(|k| k.starts_with("sha256:")));
+    assert!(run.join("receipt.dsse.json").is_file());
+    let verify = |key: &str| Command::new(BIN).args(["verify", "--key", key]).arg(&run).current_dir(&w.0).output().unwrap();
+    let o = verify("host.pem.pub");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(verify("reviewer.pem.pub").status.code(), Some(1), "the receipt is the host's, not the reviewer's");
+}
