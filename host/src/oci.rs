@@ -414,20 +414,7 @@ pub fn pull_layers(
         let (client, auth) = connect(reference, opts, RegistryOperation::Pull).await?;
         let image = reference.client_ref();
         let err = |code: &'static str, what: String| OciError::new(code, format!("{reference}: {what}"));
-        let (body, advertised) =
-            client.pull_manifest_raw(&image, &auth, &[OCI_MANIFEST_MEDIA_TYPE]).await.map_err(|e| classify(reference, "fetching the manifest", &e))?;
-        if body.len() > MAX_MANIFEST_BYTES {
-            return Err(err("too-large", format!("the manifest is {} bytes, more than the {MAX_MANIFEST_BYTES} accepted", body.len())));
-        }
-        let manifest_digest = sha256_digest(&body);
-        if let Some(wanted) = &reference.digest {
-            if *wanted != manifest_digest {
-                return Err(err("digest-mismatch", format!("the manifest's bytes hash to {manifest_digest}, not to the digest asked for")));
-            }
-        }
-        if advertised.starts_with("sha256:") && advertised != manifest_digest {
-            return Err(err("digest-mismatch", format!("the registry advertised manifest {advertised}, but its bytes hash to {manifest_digest}")));
-        }
+        let (body, manifest_digest) = fetch_manifest(&client, &auth, reference).await?;
         let m: Value = serde_json::from_slice(&body).map_err(|e| err("registry-error", format!("the manifest is not valid JSON: {e}")))?;
         let found_type = m["artifactType"].as_str().or(m["config"]["mediaType"].as_str()).unwrap_or("(none)");
         if m["schemaVersion"].as_u64() != Some(2) || found_type != artifact_type {
@@ -477,6 +464,30 @@ pub fn pull_layers(
     })
 }
 
+/// Fetches a manifest and checks it: bounded in size, hashing to the digest asked for (when the reference
+/// has one) and to the one the registry advertised. Returns its bytes and their digest.
+async fn fetch_manifest(client: &Client, auth: &RegistryAuth, reference: &OciRef) -> Result<(Vec<u8>, String), OciError> {
+    let err = |code: &'static str, what: String| OciError::new(code, format!("{reference}: {what}"));
+    // oci-client reads the whole manifest body; only a size check after the fact is possible here.
+    let (body, advertised) = client
+        .pull_manifest_raw(&reference.client_ref(), auth, &[OCI_MANIFEST_MEDIA_TYPE])
+        .await
+        .map_err(|e| classify(reference, "fetching the manifest", &e))?;
+    if body.len() > MAX_MANIFEST_BYTES {
+        return Err(err("too-large", format!("the manifest is {} bytes, more than the {MAX_MANIFEST_BYTES} accepted", body.len())));
+    }
+    let manifest_digest = sha256_digest(&body);
+    if let Some(wanted) = &reference.digest {
+        if *wanted != manifest_digest {
+            return Err(err("digest-mismatch", format!("the manifest's bytes hash to {manifest_digest}, not to the digest asked for")));
+        }
+    }
+    if advertised.starts_with("sha256:") && advertised != manifest_digest {
+        return Err(err("digest-mismatch", format!("the registry advertised manifest {advertised}, but its bytes hash to {manifest_digest}")));
+    }
+    Ok((body.to_vec(), manifest_digest))
+}
+
 /// Pulls the manifest (by digest when the ref has one: its bytes must hash to it, else digest-mismatch), requires exactly one layer of `layer_media_type`
 /// and artifactType (or config mediaType) == artifact_type (else wrong-type), refuses a layer whose declared size exceeds max_bytes (too-large) before
 /// downloading, downloads the blob bounded by max_bytes and checks its sha256 against the layer digest (digest-mismatch).
@@ -487,21 +498,7 @@ pub fn pull(reference: &OciRef, artifact_type: &str, layer_media_type: &str, max
         let image = reference.client_ref();
         let err = |code: &'static str, what: String| OciError::new(code, format!("{reference}: {what}"));
 
-        // oci-client reads the whole manifest body; only a size check after the fact is possible here.
-        let (body, advertised) =
-            client.pull_manifest_raw(&image, &auth, &[OCI_MANIFEST_MEDIA_TYPE]).await.map_err(|e| classify(reference, "fetching the manifest", &e))?;
-        if body.len() > MAX_MANIFEST_BYTES {
-            return Err(err("too-large", format!("the manifest is {} bytes, more than the {MAX_MANIFEST_BYTES} accepted", body.len())));
-        }
-        let manifest_digest = sha256_digest(&body);
-        if let Some(wanted) = &reference.digest {
-            if *wanted != manifest_digest {
-                return Err(err("digest-mismatch", format!("the manifest's bytes hash to {manifest_digest}, not to the digest asked for")));
-            }
-        }
-        if advertised.starts_with("sha256:") && advertised != manifest_digest {
-            return Err(err("digest-mismatch", format!("the registry advertised manifest {advertised}, but its bytes hash to {manifest_digest}")));
-        }
+        let (body, manifest_digest) = fetch_manifest(&client, &auth, reference).await?;
 
         let m: Value = serde_json::from_slice(&body).map_err(|e| err("registry-error", format!("the manifest is not valid JSON: {e}")))?;
         let layer = check_manifest(&m, artifact_type, layer_media_type).map_err(|(code, what)| err(code, what))?;
