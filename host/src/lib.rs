@@ -17,6 +17,7 @@ pub mod oci_registry;
 pub mod registry;
 pub mod run;
 pub mod sshsig;
+pub mod verify;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
