@@ -280,7 +280,10 @@ impl Run {
         });
         let answer = run.feed(start)?;
         let admitted = answer.allowed();
-        run.bundle.admitted(admitted).map_err(|e| run.break_with(RunError::Evidence(e.to_string())))?;
+        if let Err(e) = run.bundle.admitted(admitted) {
+            run.end_unwritable();
+            return Err(run.break_with(RunError::Evidence(e.to_string())));
+        }
         if !admitted {
             run.finish()?;
         }
@@ -523,7 +526,7 @@ impl Run {
             // The event was decided but cannot be recorded: nothing more is decided, and the bundle is
             // marked ended without a report where the disk still takes it (run.json says why; verify
             // refuses the bundle and names it).
-            let _ = self.bundle.end_without_report("bundle-unwritable");
+            self.end_unwritable();
             return Err(self.break_with(RunError::Evidence(format!("cannot record the event: {e}"))));
         }
         if rec.decision.step != self.last_step {
@@ -632,7 +635,21 @@ impl Run {
             let _ = approvals::withdraw(self.dir(), &p.id);
         }
         let report = self.session.report()?;
-        self.bundle.finish(&report).map_err(|e| self.break_with(RunError::Evidence(format!("cannot finish the bundle: {e}"))))
+        if let Err(e) = self.bundle.finish(&report) {
+            self.end_unwritable();
+            return Err(self.break_with(RunError::Evidence(format!("cannot finish the bundle: {e}"))));
+        }
+        Ok(())
+    }
+
+    /// After a write of the evidence failed: the bundle is ended without a report where the disk still
+    /// takes it (run.json says `ended_without_report: bundle-unwritable`, and verify names it), unless
+    /// its receipt was written already (the receipt pins run.json: rewriting it would turn a finished
+    /// bundle into one that fails as altered).
+    fn end_unwritable(&mut self) {
+        if !self.bundle.is_finished() && !self.bundle.has_receipt() {
+            let _ = self.bundle.end_without_report("bundle-unwritable");
+        }
     }
 
     /// The typed state (current step, scope and its tools, outcome, ...).

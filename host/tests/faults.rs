@@ -103,10 +103,12 @@ fn hook(dir: &Path, payload: &Value, env: &[(&str, String)]) -> HookOut {
     }
 }
 
-/// The run directory the session's state names (None before SessionStart wrote it).
+/// The run directory the session's state names (None before SessionStart wrote it), also once the
+/// session was marked broken (its state renamed aside after its evidence could not be written).
 fn hook_run_dir(dir: &Path, session: &str) -> Option<PathBuf> {
     let runs = dir.join(".runbook/runs");
-    let s: Value = serde_json::from_slice(&std::fs::read(runs.join(format!(".hook/{session}.json"))).ok()?).ok()?;
+    let state = std::fs::read(runs.join(format!(".hook/{session}.json"))).or_else(|_| std::fs::read(runs.join(format!(".hook/{session}.broken.json"))));
+    let s: Value = serde_json::from_slice(&state.ok()?).ok()?;
     Some(runs.join(s["run_id"].as_str()?))
 }
 
@@ -495,4 +497,272 @@ fn a_client_that_leaves_while_its_call_waits_for_approval() {
     assert_ne!(mcp::report(&run)["outcome"], "completed");
     assert!(verify_json(&run).0);
     eprintln!("left while waiting: run ended {}, the late approver was told: {}", end["reason"], said.trim().lines().last().unwrap_or(""));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// A failing disk: `EIO` at every write point (`RUNBOOK_HOST_EIO_AT=N`, one failed operation, and
+// `RUNBOOK_HOST_EIO_FROM=N`, every write from the N-th on: a disk that has failed for good). The wrapper is
+// `runbook_host::faults::write_point`, in the host's own write path: the write, fsync or rename that
+// stands there returns the error the kernel would. After each:
+//
+// - nothing unrecorded runs: every call a tool server received has its invoke recorded, allowed, before it;
+//   every answer a client got from a tool has its result recorded;
+// - the call whose evidence cannot be written is blocked (`bundle-unwritable`), and so is every later one;
+// - nothing half written is left: every line of `events.ndjson` is a whole record, no temporary file
+//   remains in the bundle;
+// - `verify` passes only a finished bundle, and names the place of any other, never reporting damage.
+
+/// The write points of a fault log (lines marked ` io`), by their number in it.
+fn write_points(log: &Path) -> Vec<(usize, String)> {
+    points(log).into_iter().enumerate().filter_map(|(i, p)| p.strip_suffix(" io").map(|p| (i + 1, p.to_string()))).collect()
+}
+
+/// No temporary file (`.NAME.HEX.tmp` of the bundle, `NAME.tmpPID` of the hook's session state) is left.
+fn no_temporaries(dir: &Path, at: &str) {
+    let Ok(rd) = std::fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        assert!(!name.ends_with(".tmp") && !name.contains(".tmp"), "{at}: a half-written file is left in {}: {name}", dir.display());
+        if e.path().is_dir() {
+            no_temporaries(&e.path(), at);
+        }
+    }
+}
+
+/// What verify says, as `place: message` (or `verifies`), after a fault; panics on damage or on a pass
+/// without report and receipt.
+fn verify_after_fault(run_dir: &Path, at: &str) -> String {
+    check_verify(run_dir, at);
+    let (ok, text) = verify_json(run_dir);
+    if ok {
+        return "verifies".into();
+    }
+    let v: Value = serde_json::from_str(text.lines().next().unwrap_or("")).unwrap_or_else(|_| panic!("{at}: verify's answer is not JSON: {text}"));
+    let msg = v["failure"]["message"].as_str().unwrap_or("").split(':').take(2).collect::<Vec<_>>().join(":");
+    format!("{}: {}", v["failure"]["place"].as_str().unwrap_or("?"), msg.chars().take(80).collect::<String>())
+}
+
+#[test]
+fn the_proxy_on_a_failing_disk_at_every_write_point() {
+    let calls = ["ok", "undeclared", "ok"];
+    let scenario = |w: &mcp::Work, env: &[String]| -> Vec<Value> {
+        let server_log = w.dir.join("server-calls.ndjson");
+        let mut cmd = vec!["env".to_string()];
+        cmd.extend(env.iter().cloned());
+        cmd.extend([BIN.to_string(), "run".into(), runbook("bad-server.yaml"), "--".into()]);
+        cmd.extend([mcp::python().display().to_string(), mcp::mcp_dir().join("bad_server.py").display().to_string(), server_log.display().to_string()]);
+        let mut c = Client::new(w, "eio-agent", cmd);
+        let mut told = Vec::new();
+        if c.ask(json!({"op": "init"}))["ok"] == true {
+            for tool in calls {
+                let r = c.ask(json!({"op": "call", "tool": tool, "args": {}, "timeout": 30}));
+                told.push(json!({"tool": tool, "ok": r["ok"], "is_error": r["is_error"], "text": r["text"]}));
+            }
+        }
+        let _ = c.close();
+        told
+    };
+    let w = mcp::work("eio-points");
+    let log = w.dir.join("points.log");
+    let told = scenario(&w, &[format!("RUNBOOK_HOST_FAULT_LOG={}", log.display())]);
+    assert_eq!(told.iter().filter(|t| t["text"] == "ok").count(), 2, "{told:?}");
+    assert!(verify_json(&w.latest()).0);
+    let io = write_points(&log);
+    assert!(io.len() > 10, "{io:?}");
+    drop(w);
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+    for (n, name) in &io {
+        for (mode, var) in [("once", "RUNBOOK_HOST_EIO_AT"), ("from then on", "RUNBOOK_HOST_EIO_FROM")] {
+            let at = format!("EIO {mode} at point {n} {name}");
+            let w = mcp::work(&format!("eio-{n}"));
+            let told = scenario(&w, &[format!("{var}={n}")]);
+            let served: Vec<Value> =
+                std::fs::read_to_string(w.dir.join("server-calls.ndjson")).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+            let dirs = w.run_dirs();
+            if dirs.is_empty() {
+                assert!(served.is_empty() && told.iter().all(|t| t["text"] != "ok"), "{at}: a tool ran with no bundle at all: {served:?} {told:?}");
+                *outcomes.entry(format!("{mode}: no bundle, nothing ran")).or_default() += 1;
+                continue;
+            }
+            assert_eq!(dirs.len(), 1, "{at}");
+            let lines = event_records(&dirs[0]);
+            no_temporaries(&dirs[0], &at);
+            // Every call the server received was recorded as an allowed invoke first.
+            let allowed_invokes = lines.iter().filter(|l| l["event"]["type"] == "invoke" && l["decision"]["decision"] == "allow").count();
+            assert!(served.len() <= allowed_invokes, "{at}: the server ran {} calls but {allowed_invokes} allowed invokes are recorded", served.len());
+            // Every tool answer the client got has its result recorded; after the first refusal for the
+            // evidence, no call gets through.
+            let results = lines.iter().filter(|l| l["event"]["type"] == "result" && l["event"]["is_error"] != true).count();
+            let answered = told.iter().filter(|t| t["text"] == "ok").count();
+            assert!(answered <= results, "{at}: the client got {answered} results, {results} are recorded: {told:?}");
+            if let Some(k) = told.iter().position(|t| t["text"].as_str().unwrap_or("").starts_with("runbook_failed:bundle-unwritable")) {
+                assert!(told[k + 1..].iter().all(|t| t["text"] != "ok"), "{at}: a call got through after the evidence failed: {told:?}");
+            }
+            let said = verify_after_fault(&dirs[0], &at);
+            let client = match told.iter().find(|t| t["ok"] != true || t["is_error"] == true && t["tool"] != "undeclared") {
+                None if told.is_empty() => "refused at initialize".to_string(),
+                None => "all answers as without the fault".to_string(),
+                Some(t) => format!("call {} told {}", t["tool"], t["text"].as_str().unwrap_or("(no answer)").split(':').take(2).collect::<Vec<_>>().join(":")),
+            };
+            *outcomes.entry(format!("{mode}: {client}; verify: {said}")).or_default() += 1;
+        }
+    }
+    eprintln!("proxy on a failing disk: {} write points x 2:", io.len());
+    for (k, v) in &outcomes {
+        eprintln!("  {v:3}  {k}");
+    }
+}
+
+#[test]
+fn the_hook_on_a_failing_disk_at_every_write_point() {
+    let w = hooks::work("eio");
+    let s = "sess-eio";
+    let script = hook_script(s);
+    let mut per_call = Vec::new();
+    let mut recorded_after = Vec::new();
+    for (i, p) in script.iter().enumerate() {
+        let log = w.0.join(format!("points-{i}.log"));
+        let o = hook(&w.0, p, &[("RUNBOOK_HOST_FAULT_LOG", log.display().to_string())]);
+        assert_eq!(o.code, Some(0), "event {i} without faults: {}", o.stderr);
+        per_call.push(write_points(&log));
+        recorded_after.push(common::event_shape(&event_records(&hook_run_dir(&w.0, s).unwrap())));
+    }
+    let reference = recorded_after.last().unwrap().clone();
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+    let mut total = 0;
+    for (i, pts) in per_call.iter().enumerate() {
+        for (n, name) in pts {
+            for (mode, var) in [("once", "RUNBOOK_HOST_EIO_AT"), ("from then on", "RUNBOOK_HOST_EIO_FROM")] {
+                total += 1;
+                let event = script[i]["hook_event_name"].as_str().unwrap();
+                let at = format!("event {i} ({event}), EIO {mode} at point {n} {name}");
+                let d = hooks::work(&format!("eio-{i}-{n}"));
+                for p in &script[..i] {
+                    assert_eq!(hook(&d.0, p, &[]).code, Some(0));
+                }
+                // A disk failed for good fails every later hook process too.
+                let later: Vec<(&str, String)> = if mode == "once" { vec![] } else { vec![("RUNBOOK_HOST_EIO_FROM", "1".into())] };
+                let mut answers = Vec::new();
+                for (j, p) in script.iter().enumerate().skip(i) {
+                    let env = if j == i { vec![(var, n.to_string())] } else { later.clone() };
+                    let o = hook(&d.0, p, &env);
+                    let allowed = match o.code {
+                        Some(0) => {
+                            let v: Value = serde_json::from_str(o.stdout.trim()).unwrap_or(Value::Null);
+                            v["hookSpecificOutput"]["permissionDecision"] != "deny"
+                        }
+                        Some(2) => {
+                            assert!(o.stderr.contains("denied (fail closed)"), "{at}: event {j} exit 2 without a reason: {}", o.stderr);
+                            false
+                        }
+                        c => panic!("{at}: event {j} exited {c:?}: {}\n{}", o.stdout, o.stderr),
+                    };
+                    // A tool call the hook let through is recorded as allowed: checked right after the
+                    // answer, before anything else could write.
+                    if allowed && p["hook_event_name"] == "PreToolUse" {
+                        let rd = hook_run_dir(&d.0, s).unwrap_or_else(|| panic!("{at}: event {j} allowed with no run"));
+                        let id = p["tool_use_id"].as_str().unwrap();
+                        let recs = event_records(&rd);
+                        assert!(
+                            recs.iter().any(|l| l["event"]["type"] == "invoke" && l["event"]["call_id"] == id && l["decision"]["decision"] == "allow"),
+                            "{at}: event {j} ({id}) was allowed but its invoke is not recorded as allowed"
+                        );
+                    }
+                    answers.push(if o.code == Some(2) { "refused" } else { "answered" });
+                }
+                no_temporaries(&d.0.join(".runbook"), &at);
+                let said = match hook_run_dir(&d.0, s) {
+                    None => "no session".to_string(),
+                    Some(rd) => {
+                        let got = common::event_shape(&event_records(&rd));
+                        assert!(got.len() <= reference.len() && got[..] == reference[..got.len()], "{at}: {got:?} is not a prefix of {reference:?}");
+                        if i > 0 {
+                            let told = &recorded_after[i - 1];
+                            assert!(got.len() >= told.len() && got[..told.len()] == told[..], "{at}: events the client was told about are gone: {got:?}");
+                        }
+                        verify_after_fault(&rd, &at)
+                    }
+                };
+                let refused = answers.iter().filter(|a| **a == "refused").count();
+                let what = if refused == 0 { "every event answered".to_string() } else { format!("{refused} of {} events refused", answers.len()) };
+                *outcomes.entry(format!("{mode}, at {event}: {what}; verify: {said}")).or_default() += 1;
+            }
+        }
+    }
+    eprintln!("hook on a failing disk: {total} faults:");
+    for (k, v) in &outcomes {
+        eprintln!("  {v:3}  {k}");
+    }
+}
+
+#[test]
+fn a_full_disk_under_the_hook_refuses_the_next_call_and_verify_names_it() {
+    let w = hooks::work("disk-full-hook");
+    // One tool, no steps: every call is allowed until the disk is full, so each refusal is the disk's.
+    std::fs::write(
+        w.0.join("runbook.yaml"),
+        "runbook_id: disk-fill\nversion: 1.0.0\ntitle: Read metadata\ndescription: Read the metadata as often as needed.\n\
+         mode: required\nfailure_policy: fail_closed\ncapabilities:\n  - {name: meta, tool: mcp__vault__read_metadata, risk: read-only}\n\
+         completion: {condition: final_output, receipt: true}\n",
+    )
+    .unwrap();
+    let _m = Mount::tmpfs(&w.0.join(".runbook"), "64k");
+    let s = "sess-full";
+    let o = hook(&w.0, &start(s), &[]);
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let get = json!({"path": "database/creds/payments-app"});
+    // Each result records 16 KB: the disk fills within a few calls.
+    let big = "x".repeat(16 << 10);
+    let mut log = Vec::new();
+    let mut first_refused = None;
+    for k in 0..8 {
+        let id = format!("t{k}");
+        let p = hook(&w.0, &pre(s, "mcp__vault__read_metadata", get.clone(), &id), &[]);
+        let allowed = p.code == Some(0) && !p.stdout.contains("\"deny\"");
+        if let Some(f) = first_refused {
+            assert!(!allowed, "call {k} was allowed after the evidence failed at call {f}: {}", p.stdout);
+        }
+        if allowed {
+            let rd = hook_run_dir(&w.0, s).unwrap();
+            assert!(
+                event_records(&rd).iter().any(|l| l["event"]["call_id"] == id.as_str() && l["decision"]["decision"] == "allow"),
+                "call {k} was allowed but its invoke is not recorded"
+            );
+        } else {
+            assert_eq!(p.code, Some(2), "call {k}: a refusal for the evidence fails closed: {} {}", p.stdout, p.stderr);
+            first_refused.get_or_insert(k);
+            log.push(format!("call {k}: {}", p.stderr.trim()));
+            continue;
+        }
+        let r = hook(&w.0, &post(s, "mcp__vault__read_metadata", get.clone(), json!({"data": format!("{k}{big}")}), &id), &[]);
+        if r.code != Some(0) {
+            log.push(format!("result {k}: exit {:?} {}", r.code, r.stderr.trim()));
+            first_refused.get_or_insert(k + 1);
+        }
+    }
+    let first = first_refused.expect("the disk never filled");
+    assert!(first >= 1, "the first call was already refused: {log:?}");
+    let rd = hook_run_dir(&w.0, s).unwrap();
+    let lines = event_records(&rd);
+    no_temporaries(&rd, "disk full under the hook");
+    let (ok, text) = verify_json(&rd);
+    assert!(!ok, "{text}");
+    let v: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(v["failure"]["place"], "report.json", "{text}");
+    let msg = v["failure"]["message"].as_str().unwrap();
+    assert!(msg.contains("bundle-unwritable") || msg.contains("has not ended"), "{msg}");
+    let refusal = log.iter().find(|l| l.contains("denied (fail closed)")).expect("a refusal with its reason");
+    assert!(refusal.contains("No space left"), "the refusal names the cause: {refusal}");
+    // Every later event of the session, a SessionStart of the same session included, is refused: the
+    // session is over, never resumed with a hole in its record.
+    for p in [pre(s, "mcp__vault__read_metadata", get.clone(), "late"), start(s), base(s, "Stop")] {
+        let o = hook(&w.0, &p, &[]);
+        assert_eq!(o.code, Some(2), "{}: {}", p["hook_event_name"], o.stdout);
+        assert!(o.stderr.contains("is over: its evidence could not be written"), "{}", o.stderr);
+    }
+    eprintln!(
+        "hook, disk full: the first refused call was {first}; {} whole records kept; {}; verify: report.json: {msg}",
+        lines.len(),
+        &refusal[..refusal.len().min(200)]
+    );
 }

@@ -68,16 +68,18 @@ pub fn is_safe_name(name: &str) -> bool {
 /// Writes `bytes` to `name` in `dir` atomically (a temporary file, fsync, rename).
 pub(crate) fn write_atomic(dir: &Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
     let tmp = format!(".{name}.{}.tmp", unique_hex(8)?);
-    crate::faults::point(name, "before");
-    {
-        let mut f = dir.open_with(&tmp, OpenOptions::new().write(true).create_new(true))?;
+    crate::faults::write_point(name, "before")?;
+    let written = dir.open_with(&tmp, OpenOptions::new().write(true).create_new(true)).and_then(|mut f| {
         f.write_all(bytes)?;
         f.sync_all()?;
-    }
-    crate::faults::point(name, "synced-before-rename");
-    dir.rename(&tmp, dir, name).inspect_err(|_| {
+        crate::faults::write_point(name, "synced-before-rename")?;
+        dir.rename(&tmp, dir, name)
+    });
+    if let Err(e) = written {
+        // Nothing half written stays behind: the old file (if any) is untouched, the temporary one goes.
         let _ = dir.remove_file(&tmp);
-    })?;
+        return Err(e);
+    }
     crate::faults::point(name, "renamed");
     Ok(())
 }

@@ -138,14 +138,21 @@ impl Bundle {
         let git = git_state();
         let root = open_or_create_dir(runs_root)?;
         root.create_dir(run_id)?;
-        let dir = root.open_dir(run_id)?;
+        // Until run.json is written the directory is no bundle: one that cannot be completed goes again.
+        let begun = (|| -> io::Result<(Dir, cap_std::fs::File)> {
+            let dir = root.open_dir(run_id)?;
+            write_atomic(&dir, doc_file, &doc.bytes)?;
+            if let Some(e) = envelope {
+                write_atomic(&dir, "envelope.json", e.as_bytes())?;
+            }
+            let events = dir.open_with("events.ndjson", OpenOptions::new().append(true).create_new(true))?;
+            events.sync_all()?;
+            Ok((dir, events))
+        })();
+        let (dir, events) = begun.inspect_err(|_| {
+            let _ = root.remove_dir_all(run_id);
+        })?;
         let created = now_rfc3339();
-        write_atomic(&dir, doc_file, &doc.bytes)?;
-        if let Some(e) = envelope {
-            write_atomic(&dir, "envelope.json", e.as_bytes())?;
-        }
-        let events = dir.open_with("events.ndjson", OpenOptions::new().append(true).create_new(true))?;
-        events.sync_all()?;
         let (runbook_id, version) = envelope
             .and_then(|e| serde_json::from_str::<Value>(e).ok())
             .map(|e| (e["document"]["runbook_id"].clone(), e["document"]["version"].clone()))
@@ -183,7 +190,7 @@ impl Bundle {
             "source": {"git": git},
         });
         let Value::Object(manifest) = manifest else { unreachable!() };
-        let b = Bundle {
+        let mut b = Bundle {
             path: runs_root.join(run_id),
             root,
             dir,
@@ -197,10 +204,19 @@ impl Bundle {
             finished: false,
             receipt_key: None,
         };
-        b.write_manifest()?;
-        b.write_latest(&created)?;
-        b.append_history(json!({"schema": HISTORY_SCHEMA, "event": "created", "run_id": run_id, "at": created, "path": run_id,
-            "reference": public_reference(&doc.reference), "trust": doc.trust.as_str(), "adapter": adapter}))?;
+        if let Err(e) = b.write_manifest() {
+            let _ = b.root.remove_dir_all(run_id);
+            return Err(e);
+        }
+        let pointed = b.write_latest(&created).and_then(|()| {
+            b.append_history(json!({"schema": HISTORY_SCHEMA, "event": "created", "run_id": run_id, "at": created, "path": run_id,
+                "reference": public_reference(&doc.reference), "trust": doc.trust.as_str(), "adapter": adapter}))
+        });
+        if let Err(e) = pointed {
+            // The bundle exists: it says it ended without a report where the disk still takes it.
+            let _ = b.end_without_report("bundle-unwritable");
+            return Err(e);
+        }
         Ok(b)
     }
 
@@ -308,19 +324,7 @@ impl Bundle {
         }
         let h = h.to_string();
         let line = event_record_line(&h, event_line, decision_line);
-        let whole = self.events.metadata()?.len();
-        crate::faults::point("events.ndjson", "before");
-        let written = self.events.write_all(line.as_bytes()).and_then(|()| {
-            crate::faults::point("events.ndjson", "written-before-sync");
-            self.events.sync_data()
-        });
-        if let Err(e) = written {
-            // A disk that filled up (or failed) mid-line: the partial record is cut off, so the file
-            // ends at its last whole record and nothing half written is ever read as evidence.
-            let _ = self.events.set_len(whole).and_then(|()| self.events.sync_data());
-            return Err(e);
-        }
-        crate::faults::point("events.ndjson", "synced");
+        append_whole(&mut self.events, "events.ndjson", line.as_bytes())?;
         self.head = h;
         self.lines += 1;
         if self.lines == 1 {
@@ -355,8 +359,7 @@ impl Bundle {
         let mut text = serde_json::to_string(line)?;
         text.push('\n');
         let mut f = self.dir.open_with(SIGNATURES, OpenOptions::new().append(true).create(true))?;
-        f.write_all(text.as_bytes())?;
-        f.sync_data()
+        append_whole(&mut f, SIGNATURES, text.as_bytes())
     }
 
     /// Has the receipt signed with `key` at the end. `run.json` names the key (`receipt_signature`: its id
@@ -400,8 +403,7 @@ impl Bundle {
         let mut text = serde_json::to_string(line)?;
         text.push('\n');
         let mut f = self.dir.open_with(SHADOW, OpenOptions::new().append(true))?;
-        f.write_all(text.as_bytes())?;
-        f.sync_data()
+        append_whole(&mut f, SHADOW, text.as_bytes())
     }
 
     /// Records admission (`admitted`) or refusal (`refused`) in `run.json`'s lifecycle.
@@ -462,6 +464,11 @@ impl Bundle {
         }
         self.append_history(json!({"schema": HISTORY_SCHEMA, "event": "ended", "run_id": self.run_id, "at": ended, "path": self.run_id,
             "outcome": null, "ended_without_report": code}))
+    }
+
+    /// Whether `receipt.json` is written (by [`finish`](Bundle::finish), which may still have failed after it).
+    pub fn has_receipt(&self) -> bool {
+        self.dir.is_file("receipt.json")
     }
 
     /// Whether [`finish`](Bundle::finish) (or [`end_without_report`](Bundle::end_without_report)) ran.
@@ -528,13 +535,27 @@ impl Bundle {
     fn append_history(&self, entry: Value) -> io::Result<()> {
         let mut line = serde_json::to_string(&entry)?;
         line.push('\n');
-        crate::faults::point("history.ndjson", "before");
         let mut f = self.root.open_with("history.ndjson", OpenOptions::new().append(true).create(true))?;
-        f.write_all(line.as_bytes())?;
-        f.sync_data()?;
-        crate::faults::point("history.ndjson", "synced");
-        Ok(())
+        append_whole(&mut f, "history.ndjson", line.as_bytes())
     }
+}
+
+/// Appends one whole record (`bytes`, ending in a newline) to an append-only file in one `write`, and
+/// fsyncs it. A disk that fills up or fails mid-record has the partial record cut off again, so the file
+/// ends at its last whole record and nothing half written is ever read as evidence.
+fn append_whole(f: &mut cap_std::fs::File, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let whole = f.metadata()?.len();
+    crate::faults::write_point(name, "before")?;
+    let written = f.write_all(bytes).and_then(|()| {
+        crate::faults::write_point(name, "written-before-sync")?;
+        f.sync_data()
+    });
+    if let Err(e) = written {
+        let _ = f.set_len(whole).and_then(|()| f.sync_data());
+        return Err(e);
+    }
+    crate::faults::point(name, "synced");
+    Ok(())
 }
 
 /// A reference as it may be written into a bundle: `id@version` as is, a file by its name only.

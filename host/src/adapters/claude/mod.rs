@@ -19,7 +19,7 @@ pub mod permissions;
 pub mod server;
 
 use crate::registry;
-use crate::run::{Answer as RunAnswer, Claim, Guard, Pin, Run, Signers};
+use crate::run::{Answer as RunAnswer, Claim, Guard, Pin, Run, RunError, Signers};
 use crate::{bundle, Coverage, DecisionKind, EndReason, Policy, Profile, Risk};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
@@ -220,14 +220,17 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    crate::faults::point(&name, "before");
-    {
-        let mut f = OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(&tmp)?;
+    crate::faults::write_point(&name, "before")?;
+    let written = OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(&tmp).and_then(|mut f| {
         f.write_all(bytes)?;
         f.sync_all()?;
+        crate::faults::write_point(&name, "synced-before-rename")?;
+        std::fs::rename(&tmp, path)
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e.into());
     }
-    crate::faults::point(&name, "synced-before-rename");
-    std::fs::rename(&tmp, path)?;
     crate::faults::point(&name, "renamed");
     Ok(())
 }
@@ -289,6 +292,7 @@ pub fn handle(policy: Arc<Policy>, cfg: &Config, ev: &HookEvent, timing: &mut Ti
     if !bundle::is_safe_name(session) {
         bail!("`{session}` is not a usable session id");
     }
+    check_not_broken(&cfg.runs, session)?;
     if let HookEvent::SessionStart { .. } = ev {
         return start(policy, cfg, session);
     }
@@ -314,7 +318,43 @@ fn call_key(tool: &str, input: &Value) -> String {
 /// the module allowed (the server keeps it; a command process has none), which is all a
 /// PermissionRequest is judged by: it records nothing, and a call the module did not allow, or that
 /// this process never saw allowed, is denied (a server restarted since asks the agent to retry).
-pub(crate) fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run, mut allowed: Option<&mut HashSet<String>>) -> Result<Answer> {
+pub(crate) fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run, allowed: Option<&mut HashSet<String>>) -> Result<Answer> {
+    let answer = decide_on(cfg, ev, run, allowed);
+    if answer.is_err() && matches!(run.broken(), Some(RunError::Evidence(_))) {
+        mark_broken(cfg, ev.session());
+    }
+    answer
+}
+
+/// Where a session whose evidence could not be written keeps its state ([`mark_broken`]).
+fn broken_path(runs: &Path, session: &str) -> PathBuf {
+    hook_dir(runs).join(format!("{session}.broken.json"))
+}
+
+/// A session whose evidence could not be written (a full or failing disk) is over for good. In the
+/// process that saw it the run is broken already; the state is renamed aside so that every later process
+/// (the command hook's next event, a restarted server) refuses the session too, instead of resuming a run
+/// whose record has a hole: a tool's result missing, its step's checks never run. A rename needs no free
+/// space, so this works on the disk that just filled; the run's bundle says the rest (`verify`).
+fn mark_broken(cfg: &Config, session: &str) {
+    let _ = std::fs::rename(state_path(&cfg.runs, session), broken_path(&cfg.runs, session));
+}
+
+/// Refuses every event of a session marked broken, SessionStart included (a resumed or compacted
+/// session must not begin its runbook again on the disk that failed it).
+fn check_not_broken(runs: &Path, session: &str) -> Result<()> {
+    let p = broken_path(runs, session);
+    if std::fs::symlink_metadata(&p).is_ok() {
+        let run = std::fs::read(&p).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).and_then(|v| v["run_id"].as_str().map(str::to_string));
+        bail!(
+            "session `{session}` is over: its evidence could not be written (a full or failing disk) in run {}; every later event of it is refused. Free the disk, then start a new session (`runbook-host verify` names what the bundle lacks)",
+            run.as_deref().unwrap_or("?")
+        );
+    }
+    Ok(())
+}
+
+fn decide_on(cfg: &Config, ev: &HookEvent, run: &mut Run, mut allowed: Option<&mut HashSet<String>>) -> Result<Answer> {
     let finished =
         |run: &Run| format!("runbook: run {} is finished and its evidence is sealed; no further tool call is supervised in this session.", run.run_id());
     match ev {

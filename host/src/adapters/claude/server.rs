@@ -16,7 +16,7 @@
 //! that address and port, it carries no `Origin` (a web page, DNS rebinding) and its bearer token is
 //! the server's; anything else is answered 401/403 and logged, never decided.
 
-use super::{claude, create, decide, has_state, hook_dir, lock, open_nofollow, resume, Answer, Config, HookEvent, Timing};
+use super::{check_not_broken, claude, create, decide, has_state, hook_dir, lock, open_nofollow, resume, Answer, Config, HookEvent, Timing};
 use crate::run::Run;
 use crate::{bundle, Policy};
 use anyhow::{anyhow, bail, Context, Result};
@@ -188,6 +188,7 @@ impl Shared {
         let mut answer = None;
         if g.open.is_none() {
             let opened = (|| -> Result<Open> {
+                check_not_broken(&cfg.runs, session)?;
                 let is_start = matches!(ev, HookEvent::SessionStart { .. });
                 if !is_start && !has_state(&cfg.runs, session) {
                     bail!("session `{session}` was never started: no SessionStart of it reached runbook-host (is the SessionStart command hook installed?)");
