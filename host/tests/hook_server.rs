@@ -619,3 +619,111 @@ fn the_server_killed_at_every_write_point() {
         eprintln!("  {v:3}  {k}");
     }
 }
+
+/// The run directory of session `s`, also once the session was marked broken (its state renamed aside
+/// after its evidence could not be written).
+fn run_dir_any(w: &Work, s: &str) -> Option<PathBuf> {
+    let hook = w.runs().join(".hook");
+    let state = std::fs::read(hook.join(format!("{s}.json"))).or_else(|_| std::fs::read(hook.join(format!("{s}.broken.json")))).ok()?;
+    let v: Value = serde_json::from_slice(&state).ok()?;
+    Some(w.runs().join(v["run_id"].as_str()?))
+}
+
+/// A failing disk (`EIO`) at every write point the server's events pass, once and for good (as
+/// host/tests/faults.rs does for the command hook and the proxy): every call the server let through is
+/// recorded as allowed first; after the fault every later event of the session is refused with a reason,
+/// by this server and by the next one (the session is marked broken on disk, not only in memory); verify
+/// names the place.
+#[test]
+fn the_server_on_a_failing_disk_at_every_write_point() {
+    let s = "sess-eio";
+    let get = bash("kubectl -n payments get secret payments-db-credentials");
+    let meta = json!({"path": "database/creds/payments-app"});
+    let script = vec![
+        start(s),
+        pre(s, "Bash", get.clone(), "t1"),
+        post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1"),
+        pre(s, "Bash", bash("rm -rf /var/lib/postgres"), "t2"),
+        pre(s, "mcp__vault__read_metadata", meta.clone(), "t3"),
+        post(s, "mcp__vault__read_metadata", meta.clone(), json!({"age_days": 97}), "t3"),
+        base(s, "Stop"),
+        base(s, "SessionEnd"),
+    ];
+    let w = work("srv-eio");
+    let log = w.0.join("points.log");
+    let server = Server::start_env(&w, &[], &[("RUNBOOK_HOST_FAULT_LOG", log.display().to_string())]);
+    let lines = || std::fs::read_to_string(&log).unwrap_or_default().lines().map(str::to_string).collect::<Vec<_>>();
+    let startup = lines().len();
+    for p in &script {
+        assert_eq!(server.hook(p.clone()).code, 0);
+    }
+    let io: Vec<usize> = lines().iter().enumerate().skip(startup).filter(|(_, l)| l.ends_with(" io")).map(|(i, _)| i + 1).collect();
+    drop(server);
+    assert!(io.len() > 20, "{io:?}");
+    let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
+    for &n in &io {
+        for (mode, var) in [("once", "RUNBOOK_HOST_EIO_AT"), ("for good", "RUNBOOK_HOST_EIO_FROM")] {
+            let w = work(&format!("srv-eio-{n}"));
+            let server = Server::start_env(&w, &[], &[(var, n.to_string())]);
+            let mut first_refused = None;
+            for (i, p) in script.iter().enumerate() {
+                let o = server.hook(p.clone());
+                let refused = o.code != 0 || o.stdout.contains("fail closed");
+                let at = format!("EIO {mode} at point {n}, event {i} ({})", p["hook_event_name"]);
+                if refused {
+                    assert!(!(o.stderr.clone() + &o.stdout).trim().is_empty(), "{at}: refused without a reason");
+                    first_refused.get_or_insert(i);
+                } else if let Some(f) = first_refused {
+                    // Only a finished run's own answers (its SessionEnd after the receipt) may follow.
+                    assert!(
+                        p["hook_event_name"] != "PreToolUse" || o.stdout.contains("\"deny\""),
+                        "{at}: a call was let through after the evidence failed at event {f}: {}",
+                        o.stdout
+                    );
+                }
+                if !refused && p["hook_event_name"] == "PreToolUse" && !o.stdout.contains("\"deny\"") {
+                    let dir = run_dir_any(&w, s).unwrap_or_else(|| panic!("{at}: allowed with no run"));
+                    let id = p["tool_use_id"].as_str().unwrap();
+                    assert!(
+                        common::event_records(&dir)
+                            .iter()
+                            .any(|l| l["event"]["type"] == "invoke" && l["event"]["call_id"] == id && l["decision"]["decision"] == "allow"),
+                        "{at}: allowed but its invoke is not recorded as allowed"
+                    );
+                }
+            }
+            drop(server);
+            // The next server (no fault) refuses a broken session as well.
+            let after = if first_refused.is_some_and(|f| f + 1 < script.len()) {
+                let server = Server::start(&w, &[]);
+                let o = server.hook(pre(s, "mcp__vault__read_metadata", meta.clone(), "late"));
+                assert!(
+                    o.code != 0 || o.stdout.contains("fail closed") || o.stdout.contains("\"deny\""),
+                    "EIO {mode} at point {n}: the next server let a call through: {}",
+                    o.stdout
+                );
+                "the next server refuses too"
+            } else {
+                "-"
+            };
+            let said = match run_dir_any(&w, s) {
+                None => "no session".to_string(),
+                Some(dir) => {
+                    let (ok, text) = verify(&dir);
+                    assert_eq!(ok, dir.join("receipt.json").exists(), "EIO {mode} at point {n}: {text}");
+                    if ok {
+                        "verifies".to_string()
+                    } else {
+                        text.lines().next().unwrap_or("").chars().take(90).collect()
+                    }
+                }
+            };
+            let refused = first_refused.map(|f| format!("refused from event {f}")).unwrap_or_else(|| "every event answered".into());
+            *outcomes.entry(format!("{mode}: {refused}; {after}; verify: {said}")).or_default() += 1;
+        }
+    }
+    eprintln!("hook server on a failing disk: {} write points x 2:", io.len());
+    for (k, v) in &outcomes {
+        eprintln!("  {v:3}  {k}");
+    }
+}
