@@ -147,6 +147,82 @@ fn parse_json(name: &str, bytes: &[u8]) -> Result<Value, Failure> {
     serde_json::from_slice(bytes).or_else(|e| fail(name, format!("not JSON: {e}")))
 }
 
+/// [`parse_json`], refusing an object with a key twice (serde_json keeps the last; another reader may
+/// keep the first): for a file whose bytes nothing pins.
+fn parse_json_strict(name: &str, bytes: &[u8]) -> Result<Value, Failure> {
+    struct Strict(Value);
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Value;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("JSON")
+        }
+        fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+            Ok(Value::Bool(v))
+        }
+        fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+            Ok(v.into())
+        }
+        fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+            Ok(v.into())
+        }
+        fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+            Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+        }
+        fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+            Ok(Value::String(v.to_string()))
+        }
+        fn visit_unit<E>(self) -> Result<Value, E> {
+            Ok(Value::Null)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(Strict(v)) = a.next_element()? {
+                out.push(v);
+            }
+            Ok(Value::Array(out))
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut a: A) -> Result<Value, A::Error> {
+            let mut out = serde_json::Map::new();
+            while let Some(k) = a.next_key::<String>()? {
+                if out.contains_key(&k) {
+                    return Err(serde::de::Error::custom(format!("the key `{k}` appears twice")));
+                }
+                let Strict(v) = a.next_value()?;
+                out.insert(k, v);
+            }
+            Ok(Value::Object(out))
+        }
+    }
+    impl<'de> serde::Deserialize<'de> for Strict {
+        fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Strict, D::Error> {
+            d.deserialize_any(V).map(Strict)
+        }
+    }
+    serde_json::from_slice::<Strict>(bytes).map(|s| s.0).or_else(|e| fail(name, format!("not JSON: {e}")))
+}
+
+/// `2026-12-01T10:00:00.000Z`: what every time in a bundle looks like.
+fn is_rfc3339_ms(t: &str) -> bool {
+    let b = t.as_bytes();
+    let digits = |r: std::ops::Range<usize>| r.into_iter().all(|i| b[i].is_ascii_digit());
+    b.len() == 24
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
+        && b[19] == b'.'
+        && digits(20..23)
+        && b[23] == b'Z'
+}
+
 fn is_hex64(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
@@ -253,7 +329,7 @@ fn checks(dir: &Dir, cx: &mut Ctx) -> Result<(), Failure> {
     relative_paths_only(cx, &mut s)?;
     document_sha256(cx, &mut s)?;
     envelope(policy, cx, &mut s)?;
-    derivation(cx, &mut s)?;
+    derivation(dir, cx, &mut s)?;
     let session = events(policy, cx, &mut s)?;
     report(cx, &s, session)?;
     signatures(dir, cx, &mut s)?;
@@ -379,7 +455,7 @@ fn presence(dir: &Dir, cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
     // A redacted derivative (`export --redact`) carries derivation.json: its chain and receipt verify, its
     // events cannot be replayed.
     s.derivation = match dir.symlink_metadata("derivation.json") {
-        Ok(_) => Some(parse_json("derivation.json", &read(dir, "derivation.json")?)?),
+        Ok(_) => Some(parse_json_strict("derivation.json", &read(dir, "derivation.json")?)?),
         Err(_) => None,
     };
     cx.pass("files-present");
@@ -492,7 +568,7 @@ fn envelope(policy: &crate::Policy, cx: &mut Ctx, s: &mut Seen) -> Result<(), Fa
 }
 
 /// 6b. The derivation of a redacted derivative.
-fn derivation(cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
+fn derivation(dir: &Dir, cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
     s.events_source_sha = sha256_hex(&s.events_bytes);
     let Some(d) = &s.derivation else { return Ok(()) };
     cx.redacted = true;
@@ -502,7 +578,46 @@ fn derivation(cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
     if d["source_run_id"] != s.run_id.as_str() {
         return fail("derivation.json", "`source_run_id` is not the bundle's run id");
     }
+    // Its own bytes are pinned nowhere: it says exactly what its schema allows and nothing else (no key a
+    // reader could take for a claim verify never checked, no duplicate key read one way here and another
+    // way elsewhere), and every file it names is in the bundle with the digest it gives.
+    fn keys(v: &Value) -> std::collections::BTreeSet<&str> {
+        v.as_object().map(|o| o.keys().map(String::as_str).collect()).unwrap_or_default()
+    }
+    if keys(d) != ["created_at", "files", "schema", "source_run_id", "transformation"].into() {
+        return fail("derivation.json", "the keys must be exactly schema, source_run_id, created_at, transformation, files");
+    }
+    if !d["created_at"].as_str().is_some_and(is_rfc3339_ms) {
+        return fail("derivation.json", "`created_at` is not a UTC RFC 3339 time with milliseconds");
+    }
     let files = d["files"].as_array().cloned().unwrap_or_default();
+    let paths: Vec<&str> = files.iter().map(|f| f["path"].as_str().unwrap_or("")).collect();
+    if files.is_empty() || !paths.windows(2).all(|w| w[0] < w[1]) {
+        return fail("derivation.json", "`files` must be sorted by path, each path once");
+    }
+    for f in &files {
+        let path = f["path"].as_str().unwrap_or("");
+        let (allowed, want): (bool, &[&str]) = match f["action"].as_str() {
+            Some("copied") => {
+                (!path.ends_with('/') && path != "events.ndjson" && path != "derivation.json", &["action", "output_sha256", "path", "source_sha256"])
+            }
+            Some("redacted") => (path == "events.ndjson", &["action", "output_sha256", "path", "source_sha256"]),
+            Some("omitted") => {
+                (matches!(path, "pending/" | "approvals/" | "consumed/") && f["reason"].as_str().is_some_and(|r| !r.is_empty()), &["action", "path", "reason"])
+            }
+            _ => (false, &[]),
+        };
+        if !allowed || keys(f) != want.iter().copied().collect() {
+            return fail("derivation.json", format!("`files` entry `{path}` is not one a redaction writes"));
+        }
+        if f["action"] == "copied" {
+            let bytes = read(dir, path)?;
+            let sha = sha256_hex(&bytes);
+            if f["source_sha256"] != sha.as_str() || f["output_sha256"] != sha.as_str() {
+                return fail(path, "not the copy derivation.json records");
+            }
+        }
+    }
     let mut copied: Vec<(&str, &[u8])> =
         vec![("run.json", &s.run_bytes), (&s.doc_file, &s.doc), ("report.json", &s.report_bytes), ("receipt.json", &s.receipt_bytes)];
     if let Some(e) = &s.envelope {

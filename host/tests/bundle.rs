@@ -8,7 +8,7 @@ use common::{all_streams, document_of, event_lines, repo, Tmp};
 use runbook_host::approvals;
 use runbook_host::bundle::{self, Bundle};
 use runbook_host::registry;
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -466,6 +466,49 @@ fn a_redacted_derivative_verifies_without_replay_and_is_share_ready() {
     assert_eq!(code, Some(1));
     assert!(v["failure"]["place"].as_str().unwrap().starts_with("events.ndjson"), "{v}");
     lines.clear();
+}
+
+/// derivation.json is pinned nowhere (its schema says so), so verify holds it to its schema exactly: a key
+/// it does not define (a claim verify would never check), a key twice (read one way by verify and
+/// another by a reader that keeps the first), an entry for a file that is not there are each refused.
+/// Found by the `verify` fuzz target, which had a line of it duplicated and saw verify pass.
+#[test]
+fn a_redacted_derivatives_derivation_says_what_its_schema_allows_and_nothing_else() {
+    let t = Tmp::new("derivation");
+    let runs = t.0.join("runs");
+    let dir = write_bundle(&runs, &document_of("rotate-credentials"), &event_lines(&repo().join("examples/rotate-credentials/events.ndjson")));
+    let out = bundle::export_redacted(&dir, &t.0.join("redacted")).unwrap();
+    let p = out.join("derivation.json");
+    let good = std::fs::read_to_string(&p).unwrap();
+    assert_eq!(verify(&out).0, Some(0));
+    let d: Value = serde_json::from_str(&good).unwrap();
+    let mut extra = d.clone();
+    extra["approved_by"] = "the CFO".into();
+    let mut ghost = d.clone();
+    ghost["files"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"path": "signatures.ndjson", "action": "copied", "source_sha256": "0".repeat(64), "output_sha256": "0".repeat(64)}));
+    let mut unsorted = d.clone();
+    unsorted["files"].as_array_mut().unwrap().reverse();
+    let mut late = d.clone();
+    late["created_at"] = "yesterday".into();
+    let twice = good.replacen("{\n", &format!("{{\n  \"source_run_id\": \"{}\",\n", "someone-else"), 1);
+    for (what, text, says) in [
+        ("an extra key", serde_json::to_string_pretty(&extra).unwrap(), "the keys must be exactly"),
+        ("an entry for a file not there", serde_json::to_string_pretty(&ghost).unwrap(), "missing"),
+        ("entries out of order", serde_json::to_string_pretty(&unsorted).unwrap(), "sorted by path"),
+        ("a time that is no time", serde_json::to_string_pretty(&late).unwrap(), "created_at"),
+        ("a key twice", twice, "appears twice"),
+    ] {
+        std::fs::write(&p, &text).unwrap();
+        let (code, v, _) = verify(&out);
+        assert_eq!(code, Some(1), "{what}: {v}");
+        assert!(v["failure"]["message"].as_str().unwrap().contains(says), "{what}: {v}");
+    }
+    // Its layout is not evidence: the same content differently spaced still verifies.
+    std::fs::write(&p, serde_json::to_string(&d).unwrap()).unwrap();
+    assert_eq!(verify(&out).0, Some(0));
 }
 
 /// Rewrites the host that `run.json` and the receipt name (the receipt re-pinning `run.json` and staying
