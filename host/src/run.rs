@@ -423,7 +423,6 @@ impl Run {
         Ok(())
     }
 
-    /// Whether `run.json` says this run's approvals must be signed.
     /// Whether this is a shadow run (the driver blocks nothing).
     pub fn is_shadow(&self) -> bool {
         self.bundle.is_shadow()

@@ -48,6 +48,13 @@ fn a_shadow_run_blocks_nothing_records_everything_and_never_counts_as_enforced()
     let o = Command::new(BIN).arg("verify").arg(&run_dir).output().unwrap();
     let first = String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or_default().to_string();
     assert!(first.starts_with("SHADOW RUN, NOT ENFORCED"), "{first}");
+    // Its redacted derivative is a shadow run too, and verifies (shadow.ndjson names calls by hash only).
+    let shared = w.dir.join("shared");
+    let o = Command::new(BIN).arg("export").arg(&run_dir).arg("--out").arg(&shared).output().unwrap();
+    assert!(o.status.success(), "export of a shadow run: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let (ok, v, t) = verify_json(&shared.join(run_dir.file_name().unwrap()));
+    assert!(ok, "{t}");
+    assert_eq!(v["shadow"], json!({"enforced": false, "forwarded_against_a_decision": 2}), "{t}");
 
     // Passing it off as enforced: a line dropped from shadow.ndjson, or the mode removed from run.json, is refused.
     let original = std::fs::read(run_dir.join("shadow.ndjson")).unwrap();
