@@ -60,6 +60,14 @@ pub fn receipt_signature(dir: &Dir, keys: &[ed25519_dalek::VerifyingKey]) -> Res
             return fail("run.json", format!("`receipt_signature.key_id` is {id}, the receipt is signed by {}", v.key_id));
         }
     }
+    // DSSE leaves a signature's keyid unauthenticated and lets an envelope carry more signatures than the
+    // one that verifies; a receipt's envelope is the host's own, written with exactly one signature named
+    // by its key: anything else in it is something nobody signed.
+    let sigs = parse_json_strict(bundle::RECEIPT_SIGNATURE, &envelope)?;
+    let sigs = sigs["signatures"].as_array().cloned().unwrap_or_default();
+    if sigs.len() != 1 || sigs[0]["keyid"] != v.key_id.as_str() {
+        return fail(bundle::RECEIPT_SIGNATURE, format!("a receipt's envelope holds exactly one signature, with keyid {}", v.key_id));
+    }
     Ok(Some((v.key_id, given)))
 }
 

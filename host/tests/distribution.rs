@@ -442,6 +442,20 @@ fn a_signed_document_from_oci_runs_and_its_signed_receipt_verifies() {
     let o = verify(&[]);
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
     assert!(out(&o).contains("the signature is gone"), "{}", out(&o));
+    // What DSSE leaves unsigned in an envelope (a signature's keyid, further signatures) is refused in a
+    // receipt's: the host writes exactly one signature, named by its key (found by the verify fuzz target).
+    let env_v: Value = serde_json::from_slice(&envelope).unwrap();
+    let mut renamed = env_v.clone();
+    renamed["signatures"][0]["keyid"] = "ops-team-approved".into();
+    let mut doubled = env_v.clone();
+    let extra = json!({"keyid": "someone", "sig": env_v["signatures"][0]["sig"].clone()});
+    doubled["signatures"].as_array_mut().unwrap().push(extra);
+    for (what, v) in [("a keyid changed", renamed), ("a second signature", doubled)] {
+        std::fs::write(run_dir.join("receipt.dsse.json"), v.to_string()).unwrap();
+        let o = verify(&[]);
+        assert_eq!(o.status.code(), Some(1), "{what}: {}", out(&o));
+        assert!(out(&o).contains("exactly one signature"), "{what}: {}", out(&o));
+    }
     std::fs::write(run_dir.join("receipt.dsse.json"), &envelope).unwrap();
     assert!(verify(&[]).status.success());
 
