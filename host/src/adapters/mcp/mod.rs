@@ -767,6 +767,30 @@ async fn stdio(hub: Arc<Hub>, mut said: mpsc::UnboundedReceiver<Said>) -> u8 {
     code
 }
 
+/// One client over a byte stream, as over stdio but watching neither signals nor the servers' exits (the
+/// fuzz target `mcp` drives the proxy through an in-memory pipe with it): serves until the client closes
+/// its side, then ends the run. The exit code, and the run's bundle directory when a run was made.
+pub async fn serve_stream<R, W>(hub: &Hub, read: R, write: W) -> (u8, Option<PathBuf>)
+where
+    R: tokio::io::AsyncRead + Send + Unpin + 'static,
+    W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let shared = hub.open();
+    let handler = handler::Proxy::fixed(Arc::clone(&shared));
+    let code = match rmcp::serve_server(handler, (read, write)).await {
+        Ok(running) => {
+            let _ = running.waiting().await;
+            let (reason, final_output) = shared.leave_reason();
+            shared.end_run(reason, final_output)
+        }
+        Err(_) if matches!(shared.lock_run().started, Some(Err(_))) => 1,
+        Err(_) => shared.end_run(EndReason::ClientClosed, false),
+    };
+    let dir = shared.run_dir(&shared.lock_run());
+    hub.forget(&shared);
+    (code, dir)
+}
+
 /// Before any server started: answer the client's `initialize` (or first request) with
 /// `runbook_failed:<code>`, then exit 1. Over HTTP nothing listens yet: the message is all.
 async fn refuse(listen: bool, failure: Failure) -> u8 {

@@ -1,0 +1,171 @@
+//! MCP messages into the proxy, as a client sends them: the real handler (`runbook_host::adapters::mcp`,
+//! rmcp's parsing of JSON-RPC, the proxy's supervision of each request) over an in-memory pipe, in front of
+//! a real stdio server (host/tests/mcp/bad_server.py, started once) and fuzz/mcp-runbook.yaml. Each input is
+//! one client session: a fixed `initialize` handshake (skipped when the first byte is 0, so the handshake
+//! is fuzzed too), then up to 64 lines, each written to the proxy; a line that is a request waits for its
+//! answer (at most 500 ms). The client then closes its side and the run ends.
+//!
+//! A crash is a panic anywhere in the proxy, a call the server received that no allowed invoke recorded
+//! first (counted over the whole fuzzing session, so that a late call is never blamed on the wrong input),
+//! or a bundle of an ended run that `verify` refuses.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use runbook_host::adapters::mcp::{self, Base, Hub, ServerSpec, Upstream};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+struct World {
+    rt: tokio::runtime::Runtime,
+    hub: Arc<Hub>,
+    server_log: PathBuf,
+    runs: PathBuf,
+    _said: tokio::sync::mpsc::UnboundedReceiver<mcp::Said>,
+}
+
+static ALLOWED_INVOKES: AtomicUsize = AtomicUsize::new(0);
+static SERVED: AtomicUsize = AtomicUsize::new(0);
+
+fn scratch() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    let base = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    base.join(format!("runbook-fuzz-mcp-{}", std::process::id()))
+}
+
+fn world() -> &'static World {
+    static W: OnceLock<World> = OnceLock::new();
+    W.get_or_init(|| {
+        // What earlier fuzzer processes left (a crash ends a process without cleaning up).
+        for e in std::fs::read_dir(scratch().parent().unwrap()).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.strip_prefix("runbook-fuzz-mcp-").is_some_and(|pid| !Path::new("/proc").join(pid).exists()) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        let dir = scratch();
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let server_log = dir.join("server-calls.ndjson");
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let policy = Arc::clone(runbook_host::bundle::shared_policy().expect("the embedded component loads"));
+        let doc = runbook_host::registry::resolve(&repo.join("fuzz/mcp-runbook.yaml").to_string_lossy(), "unused").expect("fuzz/mcp-runbook.yaml");
+        let envelope = policy.envelope(&doc.bytes).unwrap().ok().and_then(|e| serde_json::from_str(&e).ok());
+        let (tx, said) = tokio::sync::mpsc::unbounded_channel();
+        let spec = ServerSpec {
+            argv: vec!["python3".into(), repo.join("host/tests/mcp/bad_server.py").display().to_string(), server_log.display().to_string()],
+            ..Default::default()
+        };
+        let upstream = rt.block_on(Upstream::start(&[spec], &[], Duration::from_millis(200), tx)).expect("the bad server starts (python3)");
+        let runs = dir.join("runs");
+        let base = Arc::new(Base {
+            policy,
+            doc,
+            envelope,
+            upstream,
+            profile: runbook_host::Profile::R1,
+            risk_ceiling: runbook_host::Risk::ReadOnly,
+            list_allowlist: false,
+            agent_override: None,
+            approval_timeout: Duration::from_millis(20),
+            signers: None,
+            runs: runs.clone(),
+            registry: dir.join("registry").display().to_string(),
+            receipt_key: None,
+            shadow: false,
+            guard_paths: Vec::new(),
+            session_idle: Duration::from_secs(60),
+        });
+        World { rt, hub: Hub::new(base), server_log, runs, _said: said }
+    })
+}
+
+const HANDSHAKE: [&str; 2] = [
+    r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"fuzz","version":"1"}}}"#,
+    r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+];
+
+/// Plays the session; the proxy's answers are drained as they come (a request's line waits for its own).
+async fn session(hub: &Hub, lines: Vec<Vec<u8>>) -> (u8, Option<PathBuf>) {
+    let (client, proxy) = tokio::io::duplex(1 << 16);
+    let (pr, pw) = tokio::io::split(proxy);
+    let (cr, mut cw) = tokio::io::split(client);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Value>();
+    let reader = tokio::spawn(async move {
+        let mut r = tokio::io::BufReader::new(cr).lines();
+        while let Ok(Some(l)) = r.next_line().await {
+            if let Ok(v) = serde_json::from_str::<Value>(&l) {
+                let _ = tx.send(v);
+            }
+        }
+    });
+    let client = async move {
+        for line in lines {
+            if cw.write_all(&line).await.is_err() || cw.write_all(b"\n").await.is_err() {
+                break;
+            }
+            let id = serde_json::from_slice::<Value>(&line).ok().filter(|v| v.get("method").is_some()).and_then(|v| v.get("id").cloned());
+            if let Some(id) = id {
+                let _ = tokio::time::timeout(Duration::from_millis(500), async {
+                    while let Some(v) = rx.recv().await {
+                        if v.get("id") == Some(&id) {
+                            break;
+                        }
+                    }
+                })
+                .await;
+            }
+        }
+        let _ = cw.shutdown().await;
+    };
+    let (out, ()) = tokio::join!(mcp::serve_stream(hub, pr, pw), client);
+    reader.abort();
+    out
+}
+
+/// The calls the server logged since last asked: the log is renamed away (the server opens it anew for
+/// each call, so no line is lost) and counted.
+fn take_calls(log: &Path) -> usize {
+    let taken = log.with_extension("taken");
+    if std::fs::rename(log, &taken).is_err() {
+        return 0;
+    }
+    let n = std::fs::read_to_string(&taken).map(|t| t.lines().count()).unwrap_or(0);
+    let _ = std::fs::remove_file(&taken);
+    n
+}
+
+fuzz_target!(init: { world(); }, |data: &[u8]| {
+    let w = world();
+    let (raw, rest) = match data.split_first() {
+        Some((0, rest)) => (true, rest),
+        _ => (false, data.get(1..).unwrap_or_default()),
+    };
+    let mut lines: Vec<Vec<u8>> = if raw { Vec::new() } else { HANDSHAKE.iter().map(|l| l.as_bytes().to_vec()).collect() };
+    lines.extend(rest.split(|b| *b == b'\n').take(64).map(<[u8]>::to_vec));
+    let (_code, dir) = w.rt.block_on(session(&w.hub, lines));
+    if let Some(dir) = dir {
+        let events = std::fs::read_to_string(dir.join("events.ndjson")).unwrap_or_default();
+        let allowed = events
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|l| l["event"]["type"] == "invoke" && l["decision"]["decision"] == "allow")
+            .count();
+        ALLOWED_INVOKES.fetch_add(allowed, Ordering::SeqCst);
+        let d = cap_std::fs::Dir::open_ambient_dir(&dir, cap_std::ambient_authority()).unwrap();
+        let o = runbook_host::verify::verify_bundle(&d, None, &[]);
+        if let Some(f) = o.failure {
+            panic!("the proxy's bundle does not verify: {}: {}\n{events}", f.place, f.message);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    // The runs directory's own files would grow with every input.
+    let _ = std::fs::remove_file(w.runs.join("history.ndjson"));
+    SERVED.fetch_add(take_calls(&w.server_log), Ordering::SeqCst);
+    let served = SERVED.load(Ordering::SeqCst);
+    let recorded = ALLOWED_INVOKES.load(Ordering::SeqCst);
+    assert!(served <= recorded, "the server received {served} calls; only {recorded} allowed invokes were recorded");
+});
