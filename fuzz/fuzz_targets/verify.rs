@@ -154,6 +154,12 @@ fn verify(dir: &Path) -> runbook_host::verify::Outcome {
 /// index), a 16-bit position, a length byte and that many bytes.
 fn edit(files: &mut Files, mut data: &[u8], links: &mut Vec<(String, String)>) {
     while data.len() >= 5 {
+        // Duplicating the one line of a one-line file doubles it: a few dozen edits would need more memory
+        // than any machine has. Edits stop at 4 MiB of bundle (a bundle's limits are verify's own, tested
+        // in benches/benches/limits.rs, not this target's).
+        if files.values().map(Vec::len).sum::<usize>() > 4 << 20 {
+            return;
+        }
         let (op, file, at, len) = (data[0] % 10, data[1], u16::from_le_bytes([data[2], data[3]]) as usize, data[4] as usize);
         let bytes = &data[5..(5 + len).min(data.len())];
         data = &data[(5 + len).min(data.len())..];
