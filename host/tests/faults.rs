@@ -112,21 +112,29 @@ fn hook_run_dir(dir: &Path, session: &str) -> Option<PathBuf> {
     Some(runs.join(s["run_id"].as_str()?))
 }
 
+/// Plays `script` without faults, each event with its own fault log: the logs, and the events recorded
+/// after each event.
+fn hook_reference(dir: &Path, s: &str, script: &[Value]) -> (Vec<PathBuf>, Vec<Vec<String>>) {
+    let mut logs = Vec::new();
+    let mut recorded_after = Vec::new();
+    for (i, p) in script.iter().enumerate() {
+        let log = dir.join(format!("points-{i}.log"));
+        let o = hook(dir, p, &[("RUNBOOK_HOST_FAULT_LOG", log.display().to_string())]);
+        assert_eq!(o.code, Some(0), "event {i} without faults: {}", o.stderr);
+        logs.push(log);
+        recorded_after.push(common::event_shape(&event_records(&hook_run_dir(dir, s).unwrap())));
+    }
+    (logs, recorded_after)
+}
+
 #[test]
 fn the_hook_killed_at_every_write_point() {
     let w = hooks::work("crash");
     let s = "sess-crash";
     let script = hook_script(s);
     // The points of each invocation, and the events each one adds, from a run without faults.
-    let mut per_call = Vec::new();
-    let mut recorded_after = Vec::new();
-    for (i, p) in script.iter().enumerate() {
-        let log = w.0.join(format!("points-{i}.log"));
-        let o = hook(&w.0, p, &[("RUNBOOK_HOST_FAULT_LOG", log.display().to_string())]);
-        assert_eq!(o.code, Some(0), "event {i} without faults: {}", o.stderr);
-        per_call.push(points(&log));
-        recorded_after.push(common::event_shape(&event_records(&hook_run_dir(&w.0, s).unwrap())));
-    }
+    let (logs, recorded_after) = hook_reference(&w.0, s, &script);
+    let per_call: Vec<Vec<String>> = logs.iter().map(|l| points(l)).collect();
     let reference = recorded_after.last().unwrap().clone();
     let run_dir = hook_run_dir(&w.0, s).unwrap();
     assert!(verify_json(&run_dir).0, "the run without faults verifies");
@@ -618,15 +626,8 @@ fn the_hook_on_a_failing_disk_at_every_write_point() {
     let w = hooks::work("eio");
     let s = "sess-eio";
     let script = hook_script(s);
-    let mut per_call = Vec::new();
-    let mut recorded_after = Vec::new();
-    for (i, p) in script.iter().enumerate() {
-        let log = w.0.join(format!("points-{i}.log"));
-        let o = hook(&w.0, p, &[("RUNBOOK_HOST_FAULT_LOG", log.display().to_string())]);
-        assert_eq!(o.code, Some(0), "event {i} without faults: {}", o.stderr);
-        per_call.push(write_points(&log));
-        recorded_after.push(common::event_shape(&event_records(&hook_run_dir(&w.0, s).unwrap())));
-    }
+    let (logs, recorded_after) = hook_reference(&w.0, s, &script);
+    let per_call: Vec<Vec<(usize, String)>> = logs.iter().map(|l| write_points(l)).collect();
     let reference = recorded_after.last().unwrap().clone();
     let mut outcomes = std::collections::BTreeMap::<String, usize>::new();
     let mut total = 0;

@@ -517,16 +517,12 @@ fn shape_of(w: &Work, s: &str) -> Option<Vec<String>> {
     Some(common::event_shape(&common::event_records(&w.run_dir(s))))
 }
 
-/// kill -9 of the resident server at every crash point its events pass (host/tests/faults.rs does the
-/// same for the command hook and the proxy): a new server resumes the open run from its bundle; nothing
-/// the client was told is lost; every later event is answered or refused with a reason; a run that ends
-/// verifies.
-#[test]
-fn the_server_killed_at_every_write_point() {
-    let s = "sess-points";
+/// The eight events the fault tests play: an allowed call and its result, a denied call, a second call
+/// and its result, Stop, SessionEnd.
+fn fault_script(s: &str) -> Vec<Value> {
     let get = bash("kubectl -n payments get secret payments-db-credentials");
     let meta = json!({"path": "database/creds/payments-app"});
-    let script = vec![
+    vec![
         start(s),
         pre(s, "Bash", get.clone(), "t1"),
         post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1"),
@@ -535,7 +531,17 @@ fn the_server_killed_at_every_write_point() {
         post(s, "mcp__vault__read_metadata", meta, json!({"age_days": 97}), "t3"),
         base(s, "Stop"),
         base(s, "SessionEnd"),
-    ];
+    ]
+}
+
+/// kill -9 of the resident server at every crash point its events pass (host/tests/faults.rs does the
+/// same for the command hook and the proxy): a new server resumes the open run from its bundle; nothing
+/// the client was told is lost; every later event is answered or refused with a reason; a run that ends
+/// verifies.
+#[test]
+fn the_server_killed_at_every_write_point() {
+    let s = "sess-points";
+    let script = fault_script(s);
     // The points a run without faults passes, after the server is up.
     let w = work("srv-points");
     let log = w.0.join("points.log");
@@ -637,18 +643,8 @@ fn run_dir_any(w: &Work, s: &str) -> Option<PathBuf> {
 #[test]
 fn the_server_on_a_failing_disk_at_every_write_point() {
     let s = "sess-eio";
-    let get = bash("kubectl -n payments get secret payments-db-credentials");
     let meta = json!({"path": "database/creds/payments-app"});
-    let script = vec![
-        start(s),
-        pre(s, "Bash", get.clone(), "t1"),
-        post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1"),
-        pre(s, "Bash", bash("rm -rf /var/lib/postgres"), "t2"),
-        pre(s, "mcp__vault__read_metadata", meta.clone(), "t3"),
-        post(s, "mcp__vault__read_metadata", meta.clone(), json!({"age_days": 97}), "t3"),
-        base(s, "Stop"),
-        base(s, "SessionEnd"),
-    ];
+    let script = fault_script(s);
     let w = work("srv-eio");
     let log = w.0.join("points.log");
     let server = Server::start_env(&w, &[], &[("RUNBOOK_HOST_FAULT_LOG", log.display().to_string())]);
