@@ -30,6 +30,7 @@ const REASONS: &[&str] = &[
     "checkpoint-timeout",
     "run-ended",
     "malformed-event",
+    "inexact-number",
 ];
 const DEVIATIONS: &[&str] = &["undeclared-tool", "out-of-scope-tool", "out-of-order-step", "budget-exhausted", "terminal-not-reached"];
 const OUTCOMES: &[&str] = &["completed", "incomplete", "refused", "failed", "aborted"];
@@ -81,6 +82,7 @@ const AREAS: &[&str] = &[
     "content-hashing",
     "deviations",
     "envelope",
+    "exact-numbers",
     "examples",
     "gates",
     "predicates",

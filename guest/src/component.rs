@@ -77,7 +77,7 @@ fn to_event(e: t::Event) -> Result<event::Event, String> {
                     return Err("call-sha256 must be 64 lowercase hex digits".into());
                 }
             }
-            EventKind::Approval { step: a.step, call_sha256: a.call_sha256, approver: a.approver, granted: a.granted }
+            EventKind::Approval { step: a.step, call_sha256: a.call_sha256, approver: a.approver, granted: a.granted, request: a.request }
         }
         t::EventKind::Advance(to) => EventKind::Advance { to },
         t::EventKind::Verdict(v) => EventKind::Verdict { step: v.step, pass: v.pass, by: v.by },
@@ -134,6 +134,7 @@ fn from_decision(d: event::Decision) -> t::Decision {
             R::RunEnded => t::Reason::RunEnded,
             R::MalformedEvent => t::Reason::MalformedEvent,
             R::HostTrap => t::Reason::HostTrap,
+            R::InexactNumber => t::Reason::InexactNumber,
         }),
         refusals: d
             .refusals
@@ -186,6 +187,7 @@ fn run_state(st: supervisor::RunState) -> t::RunState {
         }),
         events: st.events,
         next_deadline: st.next_deadline,
+        approval_requests: st.approval_requests.into_iter().map(|(seq, call_sha256)| t::ApprovalRequest { seq, call_sha256 }).collect(),
     }
 }
 
@@ -214,16 +216,28 @@ impl Guest for Component {
         crate::call_sha256(&tool, &arguments)
     }
 
+    fn approval_payload(run_id: String, request: u64, step: Option<String>, call_sha256: String, granted: bool) -> String {
+        crate::approval_payload(&run_id, request, step.as_deref(), &call_sha256, granted)
+    }
+
     fn canonicalize(json: String) -> Result<String, String> {
         crate::canonicalize(&json)
     }
 
     fn encode_event(event: t::Event) -> Result<String, String> {
-        to_event(event).map(|e| crate::jcs::to_string(&e.to_node()))
+        to_event(event).map(|e| crate::jcs::to_string_record(&e.to_node()))
     }
 
     fn chain_link(prev: String, event_line: String, decision_line: String, digested: bool) -> String {
         crate::chain::link(&prev, &event_line, &decision_line, digested)
+    }
+
+    fn check_report(document: Vec<u8>, records: Vec<(String, String)>, report: String) -> Result<(), (String, String)> {
+        crate::audit::check_report(&document, &records, &report)
+    }
+
+    fn redact_line(event_line: String) -> String {
+        crate::chain::redacted_line(&event_line)
     }
 
     fn explain(kind: String, code: String) -> Option<String> {

@@ -54,7 +54,8 @@ pub enum EventKind {
     Start(Claim),
     Invoke { tool: String, arguments: Node, call_id: Option<String>, step: Option<String>, guard: bool },
     Result { tool: String, result: Node, is_error: bool, call_id: Option<String> },
-    Approval { step: Option<String>, call_sha256: Option<String>, approver: String, granted: bool },
+    /// `request`: the `seq` of the `needs-approval` decision this answers (9.19), when the host names it.
+    Approval { step: Option<String>, call_sha256: Option<String>, approver: String, granted: bool, request: Option<u64> },
     Advance { to: String },
     Verdict { step: String, pass: bool, by: String },
     FinalOutput,
@@ -136,10 +137,11 @@ pub enum Reason {
     RunEnded,
     MalformedEvent,
     HostTrap,
+    InexactNumber,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 18] = [
+    pub const ALL: [Reason; 19] = [
         Reason::Refused,
         Reason::AwaitingApproval,
         Reason::Guarded,
@@ -158,6 +160,7 @@ impl Reason {
         Reason::RunEnded,
         Reason::MalformedEvent,
         Reason::HostTrap,
+        Reason::InexactNumber,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -180,6 +183,7 @@ impl Reason {
             Reason::RunEnded => "run-ended",
             Reason::MalformedEvent => "malformed-event",
             Reason::HostTrap => "host-trap",
+            Reason::InexactNumber => "inexact-number",
         }
     }
 }
@@ -426,14 +430,19 @@ pub fn from_node(node: &Node) -> Result<Event, Malformed> {
             EventKind::Result { tool: req_str(node, "tool")?, result: field(node, "result").cloned().unwrap_or_else(null), is_error, call_id: call_id(node)? }
         }
         "approval" => {
-            only_fields(node, &["type", "at", "step", "call_sha256", "approver", "granted"])?;
+            only_fields(node, &["type", "at", "step", "call_sha256", "approver", "granted", "request"])?;
+            let request = match field(node, "request") {
+                None => None,
+                Some(Node { value: Value::Num(num), .. }) if num.as_u64().is_some() => num.as_u64(),
+                Some(_) => return Err(bad("`request` must be the seq of a `needs-approval` decision (a non-negative integer)")),
+            };
             let call_sha256 = opt_str(node, "call_sha256")?;
             if let Some(h) = &call_sha256 {
                 if !is_sha256_hex(h) {
                     return Err(bad("`call_sha256` must be 64 lowercase hex digits"));
                 }
             }
-            EventKind::Approval { step: opt_str(node, "step")?, call_sha256, approver: req_str(node, "approver")?, granted: req_bool(node, "granted")? }
+            EventKind::Approval { step: opt_str(node, "step")?, call_sha256, approver: req_str(node, "approver")?, granted: req_bool(node, "granted")?, request }
         }
         "advance" => {
             only_fields(node, &["type", "at", "to"])?;
@@ -514,10 +523,13 @@ impl Event {
                 }
                 obj(m)
             }
-            EventKind::Approval { step, call_sha256, approver, granted } => {
+            EventKind::Approval { step, call_sha256, approver, granted, request } => {
                 let mut m = vec![("type", s("approval")), at, ("step", opt_s(step.as_deref())), ("approver", s(approver)), ("granted", b(*granted))];
                 if let Some(h) = call_sha256 {
                     m.push(("call_sha256", s(h)));
+                }
+                if let Some(r) = request {
+                    m.push(("request", n(*r)));
                 }
                 obj(m)
             }
@@ -535,5 +547,5 @@ impl Event {
 /// The hex SHA-256 of `{"arguments":..,"tool":..}` in canonical JSON, which binds an approval to one call (9.19).
 pub fn call_sha256(tool: &str, arguments: &Node) -> String {
     let node = obj(vec![("arguments", arguments.clone()), ("tool", s(tool))]);
-    crate::doc::sha256_hex(jcs::to_string(&node).as_bytes())
+    crate::doc::sha256_hex(jcs::to_string_hashing(&node).as_bytes())
 }

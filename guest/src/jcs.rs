@@ -11,24 +11,91 @@ pub fn to_string(node: &Node) -> String {
 }
 
 pub fn write(node: &Node, out: &mut String) {
-    write_with(node, out, false);
+    write_with(node, out, Mode::Canonical);
+}
+
+/// How numbers are written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// RFC 8785.
+    Canonical,
+    /// Every number as text that reads back as exactly its decimal (snapshots).
+    Exact,
+    /// A recorded event line: RFC 8785, but a number that is not exact (9.28) as it was written, so a
+    /// replay of the record reads the very number the host was given.
+    Record,
+    /// What the hash chain and `call_sha256` digest: RFC 8785, but a number that is not exact (9.28) as
+    /// the JSON string of its text as written, so two different numbers never hash alike.
+    Hashing,
 }
 
 /// As [`to_string`], but every number in the text that reads back as exactly its decimal
 /// ([`Num::exact_text`]): not RFC 8785 when a number has more precision than a double, and then only.
 pub fn to_string_exact(node: &Node) -> String {
     let mut out = String::new();
-    write_with(node, &mut out, true);
+    write_with(node, &mut out, Mode::Exact);
     out
 }
 
-fn write_with(node: &Node, out: &mut String, exact: bool) {
+/// RFC 8785 of an event as recorded (9.28): identical to [`to_string`] unless a number is not exact,
+/// which is then written as it was given.
+pub fn to_string_record(node: &Node) -> String {
+    let mut out = String::new();
+    write_with(node, &mut out, Mode::Record);
+    out
+}
+
+/// RFC 8785 of what is hashed (9.28): identical to [`to_string`] unless a number is not exact, which
+/// then enters as the JSON string of its text as written.
+pub fn to_string_hashing(node: &Node) -> String {
+    let mut out = String::new();
+    write_with(node, &mut out, Mode::Hashing);
+    out
+}
+
+/// The JSON Pointer of the first number in `node` (in document order) that is not exact (9.28).
+pub fn first_inexact(node: &Node) -> Option<String> {
+    fn walk(node: &Node, path: &mut String) -> bool {
+        match &node.value {
+            Value::Num(n) => !n.is_exact(),
+            Value::Arr(items) => items.iter().enumerate().any(|(i, it)| {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&i.to_string());
+                let found = walk(it, path);
+                if !found {
+                    path.truncate(len);
+                }
+                found
+            }),
+            Value::Obj(members) => members.iter().any(|m| {
+                let len = path.len();
+                path.push('/');
+                path.push_str(&m.key.replace('~', "~0").replace('/', "~1"));
+                let found = walk(&m.value, path);
+                if !found {
+                    path.truncate(len);
+                }
+                found
+            }),
+            _ => false,
+        }
+    }
+    let mut path = String::new();
+    walk(node, &mut path).then_some(path)
+}
+
+fn write_with(node: &Node, out: &mut String, mode: Mode) {
     match &node.value {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
-        Value::Num(n) if exact => out.push_str(&n.exact_text()),
-        Value::Num(n) => out.push_str(n.canonical()),
+        Value::Num(n) => match (mode, n.inexact_text()) {
+            (Mode::Exact, _) => out.push_str(&n.exact_text()),
+            (Mode::Record, Some(text)) => out.push_str(text),
+            (Mode::Hashing, Some(text)) => write_str(text, out),
+            _ => out.push_str(n.canonical()),
+        },
         Value::Str(s) => write_str(s, out),
         Value::Arr(items) => {
             out.push('[');
@@ -36,7 +103,7 @@ fn write_with(node: &Node, out: &mut String, exact: bool) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_with(it, out, exact);
+                write_with(it, out, mode);
             }
             out.push(']');
         }
@@ -50,7 +117,7 @@ fn write_with(node: &Node, out: &mut String, exact: bool) {
                 }
                 write_str(&m.key, out);
                 out.push(':');
-                write_with(&m.value, out, exact);
+                write_with(&m.value, out, mode);
             }
             out.push('}');
         }

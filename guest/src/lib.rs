@@ -11,6 +11,7 @@
 //!   (the `start` claim first) and return its decision, [`Session::report`] gives the run report;
 //! - [`Session::snapshot`] and [`Session::restore`] carry a session's state across processes.
 
+pub mod audit;
 pub mod chain;
 pub mod codes;
 pub mod doc;
@@ -88,10 +89,25 @@ pub fn prose(document: &[u8]) -> Option<String> {
 pub fn call_sha256(tool: &str, arguments_json: &str) -> Result<String, String> {
     let p = json::parse(arguments_json);
     match (p.node, p.issues.first()) {
-        (Some(n), None) => Ok(event::call_sha256(tool, &n)),
+        (Some(n), None) => match jcs::first_inexact(&n) {
+            // 9.28: such a call is denied before it runs, so no approval may ever name it.
+            Some(at) => Err(format!("arguments: the number at `{at}` is not exact (it has no canonical form of its own)")),
+            None => Ok(event::call_sha256(tool, &n)),
+        },
         (_, Some(i)) => Err(format!("arguments: {} at column {}", i.message, i.pos.column)),
         (None, None) => Err("arguments: not JSON".into()),
     }
+}
+
+/// The exact text a human signs to answer one approval request (DESIGN 9.19): the run, the request (the
+/// `seq` of the module's `needs-approval` decision), the step, the call's hash and the answer, one a line,
+/// so that a signature answers that one request of that one run and nothing else.
+pub fn approval_payload(run_id: &str, request: u64, step: Option<&str>, call_sha256: &str, granted: bool) -> String {
+    format!(
+        "runbook-approval/v2\nrun {run_id}\nrequest {request}\nstep {}\ncall_sha256 {call_sha256}\nanswer {}\n",
+        step.unwrap_or("-"),
+        if granted { "approve" } else { "deny" }
+    )
 }
 
 /// RFC 8785 canonical form of JSON text.

@@ -154,6 +154,10 @@ fn cmp(x: Option<&Node>, op: Op, value: Option<&Node>, regex: Option<&regex_lite
         _ => {}
     }
     let (Some(x), Some(v)) = (x, value) else { return Truth::Unevaluable };
+    if crate::jcs::first_inexact(x).is_some() {
+        // 9.28: a number with no exact canonical form is recorded as text, so nothing may be judged on it.
+        return Truth::Unevaluable;
+    }
     match op {
         Op::Exists | Op::Absent => unreachable!("handled above"),
         Op::Equals => bool_truth(json_eq(x, v)),

@@ -109,6 +109,9 @@ pub struct Session {
     gate_open: bool,
     /// Approvals bound to one call's hash, valid in the current visit.
     call_approvals: Vec<String>,
+    /// The approval ledger (9.19): the requests of the current visit that no answer has consumed, each the
+    /// `seq` of a `needs-approval` decision and the hash of its call, in the order asked.
+    requests: Vec<(u64, String)>,
     awaiting_verdict: bool,
     pending: Vec<PendingCall>,
     budget_used: Vec<u64>,
@@ -143,6 +146,7 @@ impl Session {
             judgements: vec![None; steps],
             gate_open: false,
             call_approvals: Vec::new(),
+            requests: Vec::new(),
             awaiting_verdict: false,
             pending: Vec::new(),
             budget_used: vec![0; budgets],
@@ -262,7 +266,7 @@ impl Session {
             EventKind::Start(_) | EventKind::End { .. } => unreachable!("handled above"),
             EventKind::Invoke { tool, arguments, call_id, step, guard } => self.invoke(seq, tool, arguments, call_id, step, guard),
             EventKind::Result { tool, result, is_error, call_id } => self.result(seq, tool, result, is_error, call_id),
-            EventKind::Approval { step, call_sha256, approver, granted } => self.approval(seq, step, call_sha256, approver, granted),
+            EventKind::Approval { step, call_sha256, approver, granted, request } => self.approval(seq, step, call_sha256, approver, granted, request),
             EventKind::Advance { to } => self.advance(seq, to),
             EventKind::Verdict { step, pass, by } => self.verdict(seq, step, pass, by),
             EventKind::FinalOutput => {
@@ -347,6 +351,7 @@ impl Session {
         self.visits[step] += 1;
         self.gate_open = false;
         self.call_approvals.clear();
+        self.requests.clear();
         self.awaiting_verdict = false;
     }
 
@@ -358,6 +363,7 @@ impl Session {
                 self.pos = Position::Terminal(target.to_string());
                 self.gate_open = false;
                 self.call_approvals.clear();
+                self.requests.clear();
                 self.awaiting_verdict = false;
             }
         }
@@ -404,6 +410,11 @@ impl Session {
             // The approval channel and the evidence are never an agent's to touch, at any profile (9.20).
             return blocked(self, Deviation::UndeclaredTool, Some(Reason::Guarded), &tool);
         }
+        if jcs::first_inexact(&arguments).is_some() {
+            // 9.28: a number the canonical form would change could make the recorded and approved call
+            // another than the one the server receives: a malformed call, refused before anything runs.
+            return self.decide(seq, DecisionKind::Deny, None, Some(Reason::InexactNumber));
+        }
         let mut deviation = None;
         if let Some(st) = &step {
             if self.current_name().as_deref() != Some(st.as_str()) || !matches!(self.pos, Position::Step(_)) {
@@ -449,7 +460,11 @@ impl Session {
                     Some(k) => {
                         self.call_approvals.remove(k);
                     }
-                    None => return self.decide(seq, DecisionKind::NeedsApproval, None, Some(Reason::AwaitingApproval)),
+                    None => {
+                        // A request in the ledger: the only thing an approval may answer (9.19).
+                        self.requests.push((seq, hash));
+                        return self.decide(seq, DecisionKind::NeedsApproval, None, Some(Reason::AwaitingApproval));
+                    }
                 }
             }
         }
@@ -571,7 +586,7 @@ impl Session {
         }
     }
 
-    fn approval(&mut self, seq: u64, step: Option<String>, call_sha256: Option<String>, approver: String, granted: bool) -> Decision {
+    fn approval(&mut self, seq: u64, step: Option<String>, call_sha256: Option<String>, approver: String, granted: bool, request: Option<u64>) -> Decision {
         let reason = if approver == self.agent() {
             Some(Reason::SelfApproval)
         } else if self.a.doc.steps.is_empty() {
@@ -590,7 +605,19 @@ impl Session {
                 Some(_) => None,
             }
         };
+        // The ledger (9.19): an answer must match a request of this visit that no answer consumed yet (the
+        // one it names, or any for the call it names, or any at all for a step-wide answer).
+        let matches = |r: &(u64, String)| request.is_none_or(|q| r.0 == q) && call_sha256.as_ref().is_none_or(|h| r.1 == *h);
+        let reason = reason.or_else(|| (!self.requests.iter().any(matches)).then_some(Reason::NoPending));
         let accepted = reason.is_none();
+        if accepted {
+            // Answered: the request, and every other request for the same call, is used up. A step-wide
+            // answer answers every request of the visit.
+            match &call_sha256 {
+                Some(h) => self.requests.retain(|r| r.1 != *h),
+                None => self.requests.clear(),
+            }
+        }
         self.approvals.push(ApprovalRec { seq, step, call_sha256: call_sha256.clone(), approver, granted, accepted });
         if !accepted {
             return self.decide(seq, DecisionKind::Deny, None, reason);

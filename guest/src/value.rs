@@ -20,12 +20,26 @@ pub struct Num {
     exp: i64,
     /// The RFC 8785 text of the number (ECMAScript's shortest round-trip form of the nearest double).
     canonical: String,
+    /// The number's text as written, kept only when it is not exact (DESIGN 9.28): its canonical text
+    /// stands for another decimal, so hashing and recording use this text instead.
+    inexact: Option<Box<str>>,
+    /// Parsed by the short-integer path, which is exact by construction.
+    exact_fast: bool,
 }
 
 impl Num {
     /// Parses JSON number syntax (already checked by the caller). Returns None when the value is not a
     /// finite double (RFC 8785 numbers are IEEE doubles).
     pub fn parse(text: &str) -> Option<Num> {
+        let mut num = Num::parse_decimal(text)?;
+        // Exact (9.28) when the canonical text reads back as this very decimal.
+        if !num.exact_fast && !Num::parse_decimal(&num.canonical).is_some_and(|c| c == num) {
+            num.inexact = Some(text.into());
+        }
+        Some(num)
+    }
+
+    fn parse_decimal(text: &str) -> Option<Num> {
         let bytes = text.as_bytes();
         // A plain integer of at most 15 digits (most numbers in events and snapshots: seqs, times, counts)
         // is exact as a double and is its own RFC 8785 text, so it skips the round trip through one.
@@ -37,7 +51,7 @@ impl Num {
                 exp += 1;
             }
             let exp = if digits.is_empty() { 0 } else { exp };
-            return Some(Num { neg: false, digits, exp, canonical: text.to_string() });
+            return Some(Num { neg: false, digits, exp, canonical: text.to_string(), inexact: None, exact_fast: true });
         }
         let mut i = 0;
         let mut neg = false;
@@ -108,7 +122,18 @@ impl Num {
         let neg = neg && !digits.is_empty();
         let exp = if digits.is_empty() { 0 } else { exp };
         let canonical = canonical_text(neg, &digits, exp)?;
-        Some(Num { neg, digits, exp, canonical })
+        Some(Num { neg, digits, exp, canonical, inexact: None, exact_fast: false })
+    }
+
+    /// DESIGN 9.28: whether the decimal value of the canonical text equals the number as written
+    /// (`1e2`, `0.1` and every integer up to 2^53 are; `1234567890123456789` is not).
+    pub fn is_exact(&self) -> bool {
+        self.inexact.is_none()
+    }
+
+    /// The text as written, for a number that is not exact.
+    pub fn inexact_text(&self) -> Option<&str> {
+        self.inexact.as_deref()
     }
 
     pub fn from_u64(v: u64) -> Num {

@@ -39,10 +39,15 @@ fn cases() -> Vec<(Vec<u8>, Vec<String>)> {
 }
 
 /// An independent reading of 9.22 from its text: replace the top-level `arguments` and `result` of the
-/// canonical event by the hex sha256 of their canonical text, then hash prev || E || D.
+/// canonical event by the hex sha256 of their canonical text, then hash prev || E || D; a line that is not
+/// a JSON object with a string `type` enters as `{"malformed": <the line>}`.
 fn link_by_the_text(prev: &str, event_line: &str, decision_line: &str) -> String {
+    let parsed = json::parse(event_line);
+    let is_event = parsed.issues.is_empty()
+        && matches!(parsed.node.as_ref().map(|n| &n.value), Some(runbook_policy::value::Value::Obj(ms))
+            if ms.iter().any(|m| m.key == "type" && matches!(m.value.value, runbook_policy::value::Value::Str(_))));
     let e = match runbook_policy::canonicalize(event_line) {
-        Ok(canon) => {
+        Ok(canon) if is_event => {
             let node = json::parse(&canon).node.unwrap();
             let mut n = node.clone();
             if let runbook_policy::value::Value::Obj(ms) = &mut n.value {
@@ -54,7 +59,7 @@ fn link_by_the_text(prev: &str, event_line: &str, decision_line: &str) -> String
             }
             jcs::to_string(&n)
         }
-        Err(_) => jcs::to_string(&jcs::s(event_line)),
+        _ => jcs::to_string(&jcs::obj(vec![("malformed", jcs::s(event_line))])),
     };
     sha256_hex(format!("{prev}{e}{decision_line}").as_bytes())
 }

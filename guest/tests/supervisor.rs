@@ -191,7 +191,7 @@ fn self_approval_and_wrong_step_approvals_are_refused() {
         ev(r#"{"type":"approval","at":6,"step":"rotate","approver":"alice","granted":true}"#),
         ev(r#"{"type":"invoke","at":7,"tool":"secrets.rotate","arguments":{"db":"a"}}"#),
         ev(r#"{"type":"invoke","at":8,"tool":"secrets.rotate","arguments":{"db":"b"}}"#),
-        // A human's "no" closes the gate again.
+        // A "no" with no request pending answers nothing (DESIGN 9.19): refused, the visit's gate stays open.
         ev(r#"{"type":"approval","at":9,"step":"rotate","approver":"alice","granted":false}"#),
         ev(r#"{"type":"invoke","at":10,"tool":"secrets.rotate","arguments":{"db":"a"}}"#),
         ev(r#"{"type":"advance","at":11,"to":"confirm"}"#),
@@ -208,7 +208,8 @@ fn self_approval_and_wrong_step_approvals_are_refused() {
     assert_eq!(d[6], t("allow", "rotate", "-", "-"));
     assert_eq!(d[7], t("allow", "rotate", "-", "-"));
     assert_eq!(d[8], t("allow", "rotate", "-", "-"), "a step-wide approval admits any call of the step");
-    assert_eq!(d[10], t("needs-approval", "rotate", "-", "awaiting-approval"));
+    assert_eq!(d[9], t("deny", "rotate", "-", "no-pending"));
+    assert_eq!(d[10], t("allow", "rotate", "-", "-"));
     assert_eq!(d[11], t("allow", "confirm", "-", "-"));
     assert_eq!(d[12], t("deny", "confirm", "-", "no-pending"));
     assert_eq!(d[13], t("deny", "confirm", "out-of-order-step", "out-of-order-step"), "no route from confirm back to rotate");
@@ -223,6 +224,7 @@ fn gates_close_when_control_leaves_the_step() {
     let lines = vec![
         start("R1"),
         ev(r#"{"type":"advance","at":1,"to":"rotate"}"#),
+        ev(r#"{"type":"invoke","at":2,"tool":"secrets.rotate","arguments":{}}"#),
         ev(r#"{"type":"approval","at":2,"step":"rotate","approver":"alice","granted":true}"#),
         ev(r#"{"type":"invoke","at":3,"tool":"secrets.rotate","arguments":{}}"#),
         // Retry re-enters the step: a new visit needs a new approval.
@@ -232,12 +234,14 @@ fn gates_close_when_control_leaves_the_step() {
         ev(r#"{"type":"advance","at":7,"to":"rotate"}"#),
     ];
     let (d, report) = run(&doc, &lines);
+    assert_eq!(d[2], t("needs-approval", "rotate", "-", "awaiting-approval"));
     assert_eq!(d[3], t("allow", "rotate", "-", "-"));
     assert_eq!(d[4], t("allow", "rotate", "-", "-"));
-    assert_eq!(d[5], t("needs-approval", "rotate", "-", "awaiting-approval"));
-    assert_eq!(d[6], t("allow", "rotate", "-", "-"));
+    assert_eq!(d[5], t("allow", "rotate", "-", "-"));
+    assert_eq!(d[6], t("needs-approval", "rotate", "-", "awaiting-approval"));
+    assert_eq!(d[7], t("allow", "rotate", "-", "-"));
     // The budget is spent: the retry is not taken, and the run follows rotate's on_fail (7.5).
-    assert_eq!(d[7], t("deny", "rolled-back", "budget-exhausted", "budget-exhausted"));
+    assert_eq!(d[8], t("deny", "rolled-back", "budget-exhausted", "budget-exhausted"));
     assert_eq!(text(&report, "/budgets"), r#"{"rotate->rotate":{"max":2,"used":2}}"#);
     assert_eq!(text(&report, "/steps/rotate/visits"), "3");
     assert_eq!(text(&report, "/terminal"), "\"rolled-back\"");
@@ -355,20 +359,26 @@ fn r2_routes_failures_through_retry_then_on_fail() {
         start("R2"),
         ev(r#"{"type":"invoke","at":1,"tool":"db.read","arguments":{}}"#),
         ev(r#"{"type":"result","at":2,"tool":"db.read","result":{"age_days":120},"is_error":false}"#),
-        ev(r#"{"type":"approval","at":3,"step":"rotate","approver":"alice","granted":true}"#),
     ];
+    // Each visit of the gated step: the call is held, a human approves it, it runs and fails.
     for k in 0..3 {
         let at = 10 + k * 10;
         lines.push(format!(r#"{{"type":"invoke","at":{at},"tool":"secrets.rotate","arguments":{{}}}}"#));
-        lines.push(format!(r#"{{"type":"result","at":{},"tool":"secrets.rotate","result":{{}},"is_error":true}}"#, at + 1));
-        lines.push(format!(r#"{{"type":"approval","at":{},"step":"rotate","approver":"alice","granted":true}}"#, at + 2));
+        lines.push(format!(r#"{{"type":"approval","at":{},"step":"rotate","approver":"alice","granted":true}}"#, at + 1));
+        lines.push(format!(r#"{{"type":"invoke","at":{},"tool":"secrets.rotate","arguments":{{}}}}"#, at + 2));
+        lines.push(format!(r#"{{"type":"result","at":{},"tool":"secrets.rotate","result":{{}},"is_error":true}}"#, at + 3));
     }
+    // At the terminal, an approval for the gated step is not for the current step.
+    lines.push(ev(r#"{"type":"approval","at":80,"step":"rotate","approver":"alice","granted":true}"#));
     lines.push(ev(r#"{"type":"end","at":90}"#));
     let (d, report) = run(ROTATE, &lines);
-    assert_eq!(d[5], t("allow", "rotate", "-", "assert-failed"), "first failure: retry 1 of 2");
-    assert_eq!(d[8], t("allow", "rotate", "-", "assert-failed"), "second failure: retry 2 of 2");
-    assert_eq!(d[11], t("allow", "rolled-back", "budget-exhausted", "budget-exhausted"), "then on_fail");
-    assert_eq!(d[12], t("deny", "rolled-back", "-", "not-current"));
+    assert_eq!(d[3], t("needs-approval", "rotate", "-", "awaiting-approval"));
+    assert_eq!(d[4], t("allow", "rotate", "-", "-"));
+    assert_eq!(d[6], t("allow", "rotate", "-", "assert-failed"), "first failure: retry 1 of 2");
+    assert_eq!(d[7], t("needs-approval", "rotate", "-", "awaiting-approval"), "a new visit needs a new approval");
+    assert_eq!(d[10], t("allow", "rotate", "-", "assert-failed"), "second failure: retry 2 of 2");
+    assert_eq!(d[14], t("allow", "rolled-back", "budget-exhausted", "budget-exhausted"), "then on_fail");
+    assert_eq!(d[15], t("deny", "rolled-back", "-", "not-current"));
     assert_eq!(text(&report, "/outcome"), "\"completed\"", "rolled-back is a terminal");
     assert_eq!(text(&report, "/terminal"), "\"rolled-back\"");
     assert_eq!(text(&report, "/steps/rotate"), r#"{"assert":"fail","visits":3}"#);

@@ -17,7 +17,8 @@
 //! can still write these files (DESIGN 10): the driver feeds only answers to requests it issued
 //! ([`crate::run::Run::apply_grant`]), and where approvals must be signed, only answers whose `signature`
 //! (an SSH signature over [`signed_message`], made with `ssh-keygen -Y sign` by a key listed in the
-//! run's `allowed_signers`) verifies. A key the agent cannot use (a FIDO `-sk` key wants a touch) is what
+//! run's `allowed_signers`) verifies. Which requests may be answered is the module's approval ledger
+//! (DESIGN 9.19, [`crate::run::Run::request_for`]): the files here only carry answers in. A key the agent cannot use (a FIDO `-sk` key wants a touch) is what
 //! makes an approval a human's.
 
 use crate::bundle::{is_safe_name, now_rfc3339, open_or_create_dir, unique_hex};
@@ -53,15 +54,13 @@ pub struct Grant {
 /// (a git commit, a file) never counts as an approval.
 pub const SIGNATURE_NAMESPACE: &str = "runbook-approval@runbook-host";
 
-/// The exact text a human signs to answer request `id` of run `run_id`: the run, the request, the step,
-/// the call's canonical hash and the answer, one per line, so that a signature answers that one call of
-/// that one run and nothing else.
-pub fn signed_message(run_id: &str, id: &str, step: Option<&str>, call_sha256: &str, granted: bool) -> String {
-    format!(
-        "runbook-approval/v1\nrun {run_id}\nrequest {id}\nstep {}\ncall_sha256 {call_sha256}\nanswer {}\n",
-        step.unwrap_or("-"),
-        if granted { "approve" } else { "deny" }
-    )
+/// The exact text a human signs to answer the module's approval request `request` (the `seq` of its
+/// `needs-approval` decision) of run `run_id`: the module's `approval-payload` (DESIGN 9.19), naming the
+/// run, the request, the step, the call's canonical hash and the answer, so that a signature answers that
+/// one request of that one run and nothing else.
+pub fn signed_message(run_id: &str, request: u64, step: Option<&str>, call_sha256: &str, granted: bool) -> io::Result<String> {
+    let policy = crate::bundle::shared_policy().map_err(|e| io::Error::other(e.to_string()))?;
+    policy.approval_payload(run_id, request, step, call_sha256, granted).map_err(|e| io::Error::other(e.to_string()))
 }
 
 fn invalid(m: impl Into<String>) -> io::Error {

@@ -251,6 +251,11 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_call_sha256(store, tool, arguments_json))
     }
 
+    /// The exact text a human signs to answer approval request `request` (DESIGN 9.19; WIT `approval-payload`).
+    pub fn approval_payload(&self, run_id: &str, request: u64, step: Option<&str>, call_sha256: &str, granted: bool) -> Result<String, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_approval_payload(store, run_id, request, step, call_sha256, granted))
+    }
+
     pub fn canonicalize(&self, json: &str) -> Result<Result<String, String>, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_canonicalize(store, json))
     }
@@ -262,6 +267,16 @@ impl Policy {
     /// The hash-chain link of DESIGN 9.22 (see the WIT's `chain-link`).
     pub fn chain_link(&self, prev: &str, event_line: &str, decision_line: &str, digested: bool) -> Result<String, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_chain_link(store, prev, event_line, decision_line, digested))
+    }
+
+    /// `verify`'s check of a report against the recorded run (WIT `check-report`): `Err((place, why))`.
+    pub fn check_report(&self, document: &[u8], records: &[(String, String)], report: &str) -> Result<Result<(), (String, String)>, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_check_report(store, document, records, report))
+    }
+
+    /// The line a redacted derivative records in place of `event_line` (WIT `redact-line`).
+    pub fn redact_line(&self, event_line: &str) -> Result<String, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_redact_line(store, event_line))
     }
 
     /// The module's sentence for a wire code of a kind (`reason`, `refusal`, `lint`, ...).

@@ -194,11 +194,6 @@ pub struct Run {
     broken: Option<RunError>,
     /// The module's state after the last event (each `feed` returns it), so acting on it costs no call.
     state: Option<RunState>,
-    /// The calls the module answered `needs-approval` in the current step (step, call hash): the only
-    /// requests a human's answer may be fed for (see [`Run::apply_grant`]).
-    asked: Vec<(Option<String>, String)>,
-    /// The step of the last decision, to forget `asked` when the run moves on.
-    last_step: Option<String>,
     /// Where approvals must be signed: the keys that may sign them.
     signers: Option<Signers>,
 }
@@ -268,7 +263,7 @@ impl Run {
         guard.add_path(bundle.dir());
         let session = policy.session(&doc.bytes)?;
         let mut run =
-            Run { policy, session, bundle, guard, t0_ms: now_ms(), last_at: 0, broken: None, state: None, asked: Vec::new(), last_step: None, signers: None };
+            Run { policy, session, bundle, guard, t0_ms: now_ms(), last_at: 0, broken: None, state: None, signers: None };
         let start = EventKind::Start(StartClaim {
             run_id,
             profile: claim.profile,
@@ -315,7 +310,6 @@ impl Run {
         let records = bundle::read_events(&bytes).map_err(|(n, m)| tampered(format!("events.ndjson:{n}: {m}")))?;
         let mut session = policy.session(&doc)?;
         let mut head = h0;
-        let (mut asked, mut last_step): (Vec<(Option<String>, String)>, Option<String>) = (Vec::new(), None);
         for (i, r) in records.iter().enumerate() {
             let (decision_line, link) = session.replay_line(&r.event_line, &head).map_err(|t| RunError::Module(t.message))?;
             if link != r.h {
@@ -325,28 +319,6 @@ impl Run {
                 return Err(tampered(format!("events.ndjson:{}: the module decides this event differently than recorded", i + 1)));
             }
             head = link;
-            // Decision lines are canonical JSON whose last key is `step`: read without a parser, and the
-            // event is parsed only for the rare lines that change what may be approved.
-            let step = step_of(&decision_line);
-            if step != last_step {
-                asked.clear();
-                last_step = step.clone();
-            }
-            let approval = r.event_line.contains("\"approval\"");
-            let needs = decision_line.starts_with("{\"decision\":\"needs-approval\"");
-            if approval || needs {
-                let event: Value = serde_json::from_str(&r.event_line).unwrap_or_default();
-                // An answer fed uses up its request: the same call needs a new `needs-approval` to be answered again.
-                if event["type"] == "approval" {
-                    let sha = event["call_sha256"].as_str().unwrap_or_default();
-                    asked.retain(|(s, h)| !(s == &step && h == sha));
-                }
-                if needs {
-                    let (tool, arguments) = (event["tool"].as_str().unwrap_or_default(), event["arguments"].to_string());
-                    let sha = policy.call_sha256(tool, &arguments)?.map_err(|e| RunError::Module(format!("the call could not be hashed: {e}")))?;
-                    asked.push((step, sha));
-                }
-            }
         }
         // `at` never decreases in a run the module accepted (a lower one halts it), so the last is the latest.
         let last_at = records.last().and_then(|r| serde_json::from_str::<Value>(&r.event_line).ok()).and_then(|v| v["at"].as_u64()).unwrap_or(0);
@@ -354,7 +326,7 @@ impl Run {
         let mut guard = guard;
         guard.add_path(b.dir());
         let resumed = Resumed { events: records.len() as u64, links_checked: records.len() as u64 };
-        let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, asked, last_step, signers: None };
+        let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, signers: None };
         Ok((run, resumed))
     }
 
@@ -402,13 +374,10 @@ impl Run {
             }
             let unsigned = || tampered(format!("events.ndjson:{}: an approval no key of the allowed signers signed", i + 1));
             let sig = signatures.iter().find(|s| s["seq"] == i as u64).ok_or_else(unsigned)?;
-            let message = approvals::signed_message(
-                self.run_id(),
-                sig["request"].as_str().unwrap_or_default(),
-                e["step"].as_str(),
-                e["call_sha256"].as_str().unwrap_or_default(),
-                e["granted"] == true,
-            );
+            // The payload is made from the event as the module judged it: the request it names (which
+            // the module's ledger lets be answered once), never from what the signature line says.
+            let (Some(request), Some(sha)) = (e["request"].as_u64(), e["call_sha256"].as_str()) else { return Err(unsigned()) };
+            let message = approvals::signed_message(self.run_id(), request, e["step"].as_str(), sha, e["granted"] == true).map_err(ev)?;
             let approver = e["approver"].as_str().unwrap_or_default();
             crate::sshsig::verify(
                 &signers.set,
@@ -528,10 +497,6 @@ impl Run {
             self.end_unwritable();
             return Err(self.break_with(RunError::Evidence(format!("cannot record the event: {e}"))));
         }
-        if rec.decision.step != self.last_step {
-            self.asked.clear();
-            self.last_step = rec.decision.step.clone();
-        }
         self.state = Some(rec.state);
         Ok(Answer { decision: rec.decision, explanation: rec.explanation, call_sha256: None })
     }
@@ -547,17 +512,21 @@ impl Run {
             guard,
         }))?;
         if a.kind() == DecisionKind::NeedsApproval {
-            let sha = self.call_sha256(tool, arguments)?;
-            self.asked.push((a.decision.step.clone(), sha.clone()));
-            a.call_sha256 = Some(sha);
+            a.call_sha256 = Some(self.call_sha256(tool, arguments)?);
         }
         Ok(a)
     }
 
-    /// Whether the module answered `needs-approval` to this exact call in the current step: the only
-    /// calls a human's answer may be fed for (`approve` shows only these).
-    pub fn asked_for(&self, step: Option<&str>, call_sha256: &str) -> bool {
-        self.asked.iter().any(|(s, h)| s.as_deref() == step && h == call_sha256)
+    /// The module's pending request (its ledger, DESIGN 9.19) for this exact call in the current step,
+    /// oldest first: the `seq` of the `needs-approval` decision a human's answer names. None when the
+    /// module asked for no approval of that call in this visit, or an answer used the request up: only
+    /// then may an answer be fed (`approve` shows only these).
+    pub fn request_for(&mut self, step: Option<&str>, call_sha256: &str) -> Result<Option<u64>, RunError> {
+        let state = self.state()?;
+        if state.step.as_deref() != step {
+            return Ok(None);
+        }
+        Ok(state.approval_requests.iter().find(|r| r.call_sha256 == call_sha256).map(|r| r.seq))
     }
 
     /// A tool's result (`result` is what the adapter observes, DESIGN 9.23).
@@ -571,15 +540,20 @@ impl Run {
         if self.signers.is_some() || self.signed_approvals_required() {
             return Err(RunError::Refused("this run's approvals must be signed: answer through the approval channel (`runbook-host approve --sign`)".into()));
         }
-        self.feed_approval(step, call_sha256, approver, granted)
+        let request = match call_sha256 {
+            Some(h) => self.request_for(step, h)?,
+            None => None,
+        };
+        self.feed_approval(step, call_sha256, approver, granted, request)
     }
 
-    fn feed_approval(&mut self, step: Option<&str>, call_sha256: Option<&str>, approver: &str, granted: bool) -> Result<Answer, RunError> {
+    fn feed_approval(&mut self, step: Option<&str>, call_sha256: Option<&str>, approver: &str, granted: bool, request: Option<u64>) -> Result<Answer, RunError> {
         self.feed(EventKind::Approval(Approval {
             step: step.map(str::to_string),
             call_sha256: call_sha256.map(str::to_string),
             approver: approver.to_string(),
             granted,
+            request,
         }))
     }
 
@@ -713,16 +687,17 @@ impl Run {
         let ev = |e: std::io::Error| RunError::Evidence(format!("the approval channel: {e}"));
         let rec = approvals::request_record(&dir, id).map_err(ev)?;
         let step = rec["step"].as_str().map(str::to_string);
-        if !self.asked_for(step.as_deref(), &grant.call_sha256) {
+        let Some(request) = self.request_for(step.as_deref(), &grant.call_sha256)? else {
             return Err(RunError::Refused(format!(
-                "the answer to request {id} is refused: the policy module asked for no approval of that call (sha256 {}) in the current step",
+                "the answer to request {id} is refused: the policy module has no pending request for that call (sha256 {}) in the current step",
                 grant.call_sha256
             )));
-        }
+        };
         // Where approvals must be signed, the approver is the principal whose key signed, nobody else.
         let signed = match (&self.signers, self.signed_approvals_required()) {
             (Some(signers), _) => {
-                let message = approvals::signed_message(self.run_id(), id, step.as_deref(), &grant.call_sha256, grant.granted);
+                let message = approvals::signed_message(self.run_id(), request, step.as_deref(), &grant.call_sha256, grant.granted)
+                    .map_err(|e| RunError::Evidence(format!("the approval's payload: {e}")))?;
                 let sig = grant.signature.as_deref().ok_or_else(|| {
                     RunError::Refused(format!(
                         "the answer to request {id} is not signed, and this run's approvals must be signed ({} approve --sign KEY)",
@@ -741,10 +716,9 @@ impl Run {
             (None, false) => None,
         };
         let approver = signed.as_ref().map(|(_, _, v)| v.principal.clone()).unwrap_or_else(|| grant.approver.clone());
-        self.asked.retain(|(s, h)| !(s == &step && *h == grant.call_sha256));
-        let a = self.feed_approval(step.as_deref(), Some(&grant.call_sha256), &approver, grant.granted)?;
+        let a = self.feed_approval(step.as_deref(), Some(&grant.call_sha256), &approver, grant.granted, Some(request))?;
         if let Some((message, signature, v)) = signed {
-            let line = serde_json::json!({"seq": a.decision.seq, "request": id, "message": message, "signature": signature,
+            let line = serde_json::json!({"seq": a.decision.seq, "request": request, "channel_id": id, "message": message, "signature": signature,
                 "principal": v.principal, "fingerprint": v.fingerprint});
             self.bundle.append_signature(&line).map_err(|e| self.break_with(RunError::Evidence(format!("cannot record the approval's signature: {e}"))))?;
         }
@@ -769,11 +743,4 @@ impl Run {
         let runs = runs.map(|r| format!(" --runs {}", crate::shell_quote(&r.to_string_lossy()))).unwrap_or_default();
         format!("{} approve {} {}{runs}", crate::invocation(), self.run_id(), crate::shell_quote(step.unwrap_or("-")))
     }
-}
-
-/// The `step` of a canonical decision line (its last key), without parsing the line.
-fn step_of(decision_line: &str) -> Option<String> {
-    let tail = &decision_line[decision_line.rfind("\"step\":")? + 7..];
-    let value = tail.strip_suffix('}')?;
-    serde_json::from_str::<Option<String>>(value).ok().flatten()
 }

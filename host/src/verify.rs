@@ -319,6 +319,8 @@ struct Seen {
     head: String,
     /// Every event and its decision, parsed (check 8 holds a redacted report against them).
     records: Vec<(Value, Value)>,
+    /// The recorded lines as written (event, decision), for the module's checks of a redacted derivative.
+    lines: Vec<(String, String)>,
     /// `signatures.ndjson`, when the bundle has it or its run required signed approvals.
     signatures: Option<Vec<u8>>,
     /// `shadow.ndjson`, in a shadow run's bundle.
@@ -437,6 +439,7 @@ fn layout(dir: &Dir, cx: &mut Ctx) -> Result<Seen, Failure> {
         events_source_sha: String::new(),
         head: String::new(),
         records: Vec::new(),
+        lines: Vec::new(),
         signatures: None,
         shadow: None,
     })
@@ -668,6 +671,7 @@ fn events(policy: &crate::Policy, cx: &mut Ctx, s: &mut Seen) -> Result<crate::S
             }
             h = next;
             s.records.push((serde_json::from_str(&r.event_line).unwrap_or_default(), serde_json::from_str(&r.decision_line).unwrap_or_default()));
+            s.lines.push((r.event_line.clone(), r.decision_line.clone()));
             continue;
         }
         let (decision_line, link) =
@@ -689,10 +693,18 @@ fn events(policy: &crate::Policy, cx: &mut Ctx, s: &mut Seen) -> Result<crate::S
 /// 8. The report: the replay's, byte for byte.
 fn report(cx: &mut Ctx, s: &Seen, mut session: crate::Session) -> Result<(), Failure> {
     if cx.redacted {
-        if s.report["events"].as_u64() != Some(cx.events as u64) {
-            return fail("report.json", "`events` is not the number of recorded events");
+        // A redacted derivative cannot be replayed, so the module holds its report against what its
+        // chained lines say: the refusals of the start, every deviation, every approval event and whether
+        // it was accepted, the event count, and the outcome and terminal the decision that ended the run
+        // implies. A report relabelled by someone who rewrote it and fixed up its hashes, without
+        // rewriting the decisions, is refused there.
+        let policy = crate::bundle::shared_policy().or_else(|e| fail("(module)", e.to_string()))?;
+        let report_text = String::from_utf8_lossy(&s.report_bytes);
+        match policy.check_report(&s.doc, &s.lines, &report_text) {
+            Ok(Ok(())) => {}
+            Ok(Err((place, why))) => return fail(place, why),
+            Err(e) => return fail("(module)", e.to_string()),
         }
-        report_against_decisions(s)?;
         cx.pass("report-decisions");
     } else {
         cx.pass("replay-decisions");
@@ -708,78 +720,6 @@ fn report(cx: &mut Ctx, s: &Seen, mut session: crate::Session) -> Result<(), Fai
     cx.outcome = s.report["outcome"].as_str().map(str::to_string);
     if s.report["run_id"].as_str().is_some_and(|r| r != s.run_id) {
         cx.warnings.push(format!("the start claim's run_id `{}` is not the bundle's `{}`", s.report["run_id"].as_str().unwrap_or(""), s.run_id));
-    }
-    Ok(())
-}
-
-/// 8b. A redacted derivative cannot be replayed, so its report is held against what its chained lines
-/// say: the refusals of the start, every deviation, every approval event and whether it was accepted,
-/// and the outcome and terminal the decision that ended the run implies. A report relabelled by someone
-/// who rewrote the report and fixed up its hashes, without rewriting the decisions, is refused here.
-fn report_against_decisions(s: &Seen) -> Result<(), Failure> {
-    let (report, recs) = (&s.report, &s.records);
-    let code = |v: &Value| v.as_str().map(str::to_string);
-    let refusals = recs.first().map(|(_, d)| d["refusals"].clone()).unwrap_or(json!([]));
-    if report["refusals"] != refusals {
-        return fail("report.json", format!("`refusals` is not the start's decision's {refusals}"));
-    }
-    // The decision that ended the run: the first halt (any later one answers `halted`).
-    let end = recs.iter().find(|(_, d)| d["decision"] == "halt");
-    let end_seq = end.and_then(|(_, d)| d["seq"].as_u64());
-    let mut claimed: Vec<(u64, String)> = report["deviations"]
-        .as_array()
-        .map(|a| a.iter().map(|d| (d["seq"].as_u64().unwrap_or(u64::MAX), d["class"].as_str().unwrap_or("").to_string())).collect())
-        .unwrap_or_default();
-    let mut decided: Vec<(u64, String)> = recs.iter().filter_map(|(_, d)| Some((d["seq"].as_u64()?, d["deviation"].as_str()?.to_string()))).collect();
-    // `terminal-not-reached` is judged at the end and recorded without a decision of its own.
-    decided.extend(
-        claimed.iter().filter(|(q, c)| c == "terminal-not-reached" && Some(*q) == end_seq && end.is_some_and(|(_, d)| d["reason"] == "run-ended")).cloned(),
-    );
-    claimed.sort();
-    decided.sort();
-    if claimed != decided {
-        let missing: Vec<_> = decided.iter().filter(|x| !claimed.contains(x)).collect();
-        let extra: Vec<_> = claimed.iter().filter(|x| !decided.contains(x)).collect();
-        return fail("report.json", format!("`deviations` is not what the decisions record (missing {missing:?}, not decided {extra:?})"));
-    }
-    let approvals: Vec<Value> = recs
-        .iter()
-        // An approval event that reaches the module's judgement (one that halts, on a run already over or
-        // with a malformed `at`, is never judged).
-        .filter(|(e, d)| e["type"] == "approval" && d["decision"] != "halt")
-        .map(|(e, d)| {
-            json!({"accepted": d["decision"] == "allow", "approver": e["approver"], "call_sha256": e["call_sha256"], "granted": e["granted"],
-                "seq": d["seq"], "step": e["step"]})
-        })
-        .collect();
-    if report["approvals"] != json!(approvals) {
-        return fail("report.json", "`approvals` is not the recorded approval events and their decisions");
-    }
-    let Some((_, end)) = end else {
-        return fail("report.json", "the recorded decisions never end the run, yet the report has an outcome");
-    };
-    let reason = code(&end["reason"]).unwrap_or_default();
-    let outcome = code(&report["outcome"]).unwrap_or_default();
-    let allowed: &[&str] = match reason.as_str() {
-        _ if end["seq"] == 0 => &["refused"],
-        "run-ended" => &["completed", "incomplete", "failed"],
-        "budget-exhausted" => &["aborted"],
-        _ => &["failed"],
-    };
-    if !allowed.contains(&outcome.as_str()) {
-        return fail(
-            "report.json",
-            format!("`outcome` is {outcome}, but the run was ended by a `halt` with reason {reason}, which gives {}", allowed.join(" or ")),
-        );
-    }
-    let terminals: Vec<&str> =
-        s.env_v.as_ref().and_then(|e| e["terminals"].as_array()).map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
-    let ended_at = code(&end["step"]).filter(|st| terminals.contains(&st.as_str()));
-    if code(&report["terminal"]) != ended_at {
-        return fail("report.json", format!("`terminal` is {}, but the run ended at {}", report["terminal"], end["step"]));
-    }
-    if outcome == "completed" && claimed.iter().any(|(_, c)| c == "terminal-not-reached") {
-        return fail("report.json", "`outcome` is completed, but the run ended with terminal-not-reached");
     }
     Ok(())
 }
@@ -805,6 +745,7 @@ fn signatures(dir: &Dir, cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
     }
     let text = std::str::from_utf8(&bytes).or_else(|_| fail(bundle::SIGNATURES, "not UTF-8"))?;
     let mut signed_seqs = Vec::new();
+    let mut signed_requests: Vec<u64> = Vec::new();
     for (i, l) in text.lines().enumerate() {
         let place = format!("{}:{}", bundle::SIGNATURES, i + 1);
         let v: Value = serde_json::from_str(l).or_else(|e| fail(&place, format!("not JSON: {e}")))?;
@@ -813,8 +754,20 @@ fn signatures(dir: &Dir, cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
             return fail(place, format!("`seq` {seq} is not an approval event"));
         };
         let (granted, sha) = (e["granted"].as_bool().unwrap_or(false), e["call_sha256"].as_str().unwrap_or(""));
-        let message = approvals::signed_message(&s.run_id, v["request"].as_str().unwrap_or(""), e["step"].as_str(), sha, granted);
-        if v["message"] != message.as_str() {
+        // The payload is the module's, from the approval event as recorded: the request it names (DESIGN
+        // 9.19), which the module's ledger lets be answered once (a copy of an answer is refused on replay).
+        let Some(request) = e["request"].as_u64() else {
+            return fail(place, format!("approval event {seq} names no request, so no signature can answer it"));
+        };
+        if d["decision"] != "allow" {
+            return fail(place, format!("approval event {seq} was refused by the module ({}): a signature answers a request once", d["reason"]));
+        }
+        if signed_requests.contains(&request) {
+            return fail(place, format!("a second signature answers request {request}"));
+        }
+        signed_requests.push(request);
+        let message = approvals::signed_message(&s.run_id, request, e["step"].as_str(), sha, granted).or_else(|e| fail("(module)", e.to_string()))?;
+        if v["message"] != message.as_str() || v["request"].as_u64() != Some(request) {
             return fail(place, format!("the signed message is not approval event {seq}'s (run, request, step, call, answer)"));
         }
         let (principal, armored) = (v["principal"].as_str().unwrap_or(""), v["signature"].as_str().unwrap_or(""));
@@ -832,7 +785,6 @@ fn signatures(dir: &Dir, cx: &mut Ctx, s: &mut Seen) -> Result<(), Failure> {
             sshsig::verify(&t.set, Some(principal), approvals::SIGNATURE_NAMESPACE, message.as_bytes(), armored, now)
                 .or_else(|e| fail(&place, format!("not signed by a key of --allowed-signers: {e}")))?;
         }
-        let _ = d;
         signed_seqs.push(seq);
     }
     if required {

@@ -138,7 +138,7 @@ fn events_ndjson_line_shape_and_chain() {
         assert_eq!(rec.h, h, "line {}", i + 1);
     }
     // The chain hides arguments and results behind their digests.
-    let e = bundle::chain_event_form(policy(), &lines[1]);
+    let e = bundle::chain_event_form(policy(), &lines[1]).unwrap();
     assert!(!e.contains("kubectl"), "{e}");
     assert!(e.contains(r#""arguments":""#), "{e}");
     let (code, v, _) = verify(&dir);

@@ -244,6 +244,9 @@ const COMPLETED_RUN: &str = concat!(
     "\n",
     r#"{"type":"advance","at":13,"to":"rotate"}"#,
     "\n",
+    // The gated call first: an approval answers the module's request for it (DESIGN 9.19).
+    r#"{"type":"invoke","at":19,"tool":"db.rotate","arguments":{"user":"app"}}"#,
+    "\n",
     r#"{"type":"approval","at":20,"step":"rotate","approver":"alice","granted":true}"#,
     "\n",
     r#"{"type":"invoke","at":21,"tool":"db.rotate","arguments":{"user":"app"}}"#,
@@ -554,7 +557,7 @@ fn replay_completed_run() {
     run.expect_exit(0);
     let out = run.out();
     let (decisions, report) = decision_lines(&out);
-    assert_eq!(decisions.len(), 9, "one decision per event");
+    assert_eq!(decisions.len(), 10, "one decision per event");
     check_decision_shape(&decisions);
     let seen: Vec<(&str, &str)> = decisions.iter().map(|d| (d["decision"].as_str().unwrap(), d["step"].as_str().unwrap())).collect();
     assert_eq!(
@@ -564,6 +567,7 @@ fn replay_completed_run() {
             ("allow", "check"),
             ("allow", "check"),
             ("allow", "rotate"),
+            ("needs-approval", "rotate"),
             ("allow", "rotate"),
             ("allow", "rotate"),
             ("allow", "rotate"),
@@ -571,11 +575,11 @@ fn replay_completed_run() {
             ("halt", "done"),
         ]
     );
-    assert_eq!(decisions[8]["reason"], "run-ended");
+    assert_eq!(decisions[9]["reason"], "run-ended");
     assert_eq!(report["schema"], "runbook-run-report/v1");
     assert_eq!(report["outcome"], "completed");
     assert_eq!(report["terminal"], "done");
-    assert_eq!(report["events"], 9);
+    assert_eq!(report["events"], 10);
     assert_eq!(report["run_id"], "r-1");
     assert_eq!(report["document"]["sha256"], sha256_hex(ROTATE.as_bytes()));
     // The report binds the envelope that `envelope` prints.
@@ -757,7 +761,7 @@ fn module_wit_exports_the_policy_and_imports_nothing() {
     let wit = run.out();
     let world_at = wit.find("world root {").unwrap_or_else(|| panic!("no `world root`:\n{wit}"));
     let world = &wit[world_at..world_at + wit[world_at..].find('}').expect("the world closes")];
-    assert!(world.lines().any(|l| l.trim() == "export runbook:policy/policy@1.1.0;"), "{world}");
+    assert!(world.lines().any(|l| l.trim() == "export runbook:policy/policy@1.2.0;"), "{world}");
     assert!(!wit.lines().any(|l| l.trim_start().starts_with("import")), "the component imports nothing:\n{wit}");
 }
 

@@ -263,6 +263,39 @@ fn one_approval_admits_one_call() {
     w.verify_all();
 }
 
+/// DESIGN 9.28, the integrity hole of issue 27: `1234567890123456768` and `1234567890123456789` are one
+/// double, which RFC 8785 writes `1234567890123456800`, so their call hashes were equal and an approval of
+/// one admitted the other, recorded as a third number. Now neither call runs: each is denied before it
+/// is forwarded (`inexact-number`), no approval is asked for, the record keeps the numbers as written,
+/// and the bundle verifies.
+#[test]
+fn a_number_rfc_8785_would_change_never_reaches_the_server() {
+    let w = work("exact");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &["--approval-timeout", "2s"], &[everything()]);
+    c.init();
+    assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
+    let run = w.latest();
+    for n in ["1234567890123456768", "1234567890123456789", "9007199254740993"] {
+        let args: Value = serde_json::from_str(&format!(r#"{{"a": {n}, "b": 1}}"#)).unwrap();
+        let r = c.call("get-sum", args);
+        assert_blocked(&r, "inexact-number");
+        assert!(text(&r).contains("not forwarded"), "{r}");
+    }
+    assert!(runbook_host::approvals::pending(&run).unwrap().is_empty(), "no approval was asked for a call that cannot run");
+    assert_eq!(c.close(), Some(1));
+    let ev = events(&run);
+    let denied: Vec<&Value> = ev.iter().filter(|(_, d)| d["reason"] == "inexact-number").map(|(e, _)| &e["arguments"]["a"]).collect();
+    assert_eq!(denied.len(), 3, "{ev:?}");
+    assert!(ev.iter().all(|(e, _)| e["type"] != "result"), "nothing was forwarded: {ev:?}");
+    // The record keeps each number as written (never the rounded `...800`).
+    let raw = std::fs::read_to_string(run.join("events.ndjson")).unwrap();
+    for n in ["1234567890123456768", "1234567890123456789", "9007199254740993"] {
+        assert!(raw.contains(&format!("\"a\":{n}")), "{n} not recorded as written: {raw}");
+    }
+    assert!(!raw.contains("1234567890123456800"), "{raw}");
+    w.verify_all();
+}
+
 #[test]
 fn an_agent_cannot_approve_itself() {
     let w = work("self");

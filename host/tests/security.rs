@@ -293,6 +293,27 @@ fn keygen(dir: &Path, name: &str, principal: &str) -> (std::path::PathBuf, Strin
     (key, format!("{principal} {} {}", f.next().unwrap(), f.next().unwrap()))
 }
 
+/// A keys folder in the work directory with alice's key, and an allowed signers file listing only it.
+fn alice_signs(w: &Work) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let keys = w.0.join("keys");
+    std::fs::create_dir_all(&keys).unwrap();
+    let (alice, alice_line) = keygen(&keys, "alice", "alice@example.com");
+    let signers = keys.join("allowed_signers");
+    std::fs::write(&signers, format!("{alice_line}\n")).unwrap();
+    (keys, alice, signers)
+}
+
+/// The first two steps of rotate-credentials under the hook, then the gated call, held for a human.
+fn to_the_gated_rotate(hook: &dyn Fn(Value) -> Out, s: &str) {
+    let get = bash("kubectl -n payments get secret payments-db-credentials");
+    assert!(hook(pre(s, "Bash", get.clone(), "t1")).denied().is_none());
+    assert_eq!(hook(post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1")).code, 0);
+    let meta = json!({"path": "database/creds/payments-app"});
+    assert!(hook(pre(s, "mcp__vault__read_metadata", meta.clone(), "t2")).denied().is_none());
+    assert_eq!(hook(post(s, "mcp__vault__read_metadata", meta, json!({"age_days": 97}), "t2")).code, 0);
+    assert!(hook(pre(s, "Bash", bash(ROTATE), "t3")).denied().unwrap().contains("approval"));
+}
+
 /// Finding 2, the real control: where approvals must be signed, an answer the agent wrote (unsigned, or
 /// signed by its own key) is refused; a human's signature (`approve --sign`) lets the exact call through,
 /// the approver is the signing principal, and verify checks the signature, with and without the trusted
@@ -301,12 +322,8 @@ fn keygen(dir: &Path, name: &str, principal: &str) -> (std::path::PathBuf, Strin
 fn signed_approvals_are_a_humans() {
     let s = "sess-signed";
     let w = work("signed");
-    let keys = w.0.join("keys");
-    std::fs::create_dir_all(&keys).unwrap();
-    let (alice, alice_line) = keygen(&keys, "alice", "alice@example.com");
+    let (keys, alice, signers) = alice_signs(&w);
     let (agent_key, agent_line) = keygen(&keys, "agent", "agent@example.com");
-    let signers = keys.join("allowed_signers");
-    std::fs::write(&signers, format!("{alice_line}\n")).unwrap();
     let flags = ["--allowed-signers", signers.to_str().unwrap()];
     let hook = |v: Value| w.hook_with(&flags, v.to_string().as_bytes());
     assert_eq!(hook(start(s)).code, 0);
@@ -314,13 +331,7 @@ fn signed_approvals_are_a_humans() {
     let run_id = dir.file_name().unwrap().to_string_lossy().to_string();
     let run: Value = serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
     assert_eq!(run["approvals"]["signed"], true);
-    let get = bash("kubectl -n payments get secret payments-db-credentials");
-    assert!(hook(pre(s, "Bash", get.clone(), "t1")).denied().is_none());
-    assert_eq!(hook(post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1")).code, 0);
-    let meta = json!({"path": "database/creds/payments-app"});
-    assert!(hook(pre(s, "mcp__vault__read_metadata", meta.clone(), "t2")).denied().is_none());
-    assert_eq!(hook(post(s, "mcp__vault__read_metadata", meta, json!({"age_days": 97}), "t2")).code, 0);
-    assert!(hook(pre(s, "Bash", bash(ROTATE), "t3")).denied().unwrap().contains("approval"));
+    to_the_gated_rotate(&hook, s);
     let p = approvals::pending(&dir).unwrap().remove(0);
 
     // The agent appends an approval event to events.ndjson itself, its decision and link recomputed so
@@ -356,7 +367,9 @@ fn signed_approvals_are_a_humans() {
     assert!(o.stderr.contains("is not signed"), "{}", o.stderr);
     std::fs::remove_file(dir.join(format!("approvals/{}.json", p.id))).unwrap();
     let p = approvals::pending(&dir).unwrap().remove(0);
-    let msg = approvals::signed_message(&run_id, &p.id, p.step.as_deref(), &p.call_sha256, true);
+    // The module's request for the call: the seq of its first `needs-approval` decision (DESIGN 9.19).
+    let request = w.events(s).iter().find(|e| e["decision"]["decision"] == "needs-approval").unwrap()["decision"]["seq"].as_u64().unwrap();
+    let msg = approvals::signed_message(&run_id, request, p.step.as_deref(), &p.call_sha256, true).unwrap();
     let forged = runbook_host::sshsig::sign_with_ssh_keygen(&agent_key, approvals::SIGNATURE_NAMESPACE, msg.as_bytes()).unwrap();
     approvals::answer_signed(&dir, &p.id, "alice@example.com", true, &p.call_sha256, Some(&forged)).unwrap();
     let o = hook(pre(s, "Bash", bash(ROTATE), "t5"));
@@ -405,6 +418,69 @@ fn signed_approvals_are_a_humans() {
     let t = std::fs::read_to_string(&sig).unwrap();
     std::fs::write(&sig, t.replace("alice@example.com", "mallory@example.com")).unwrap();
     assert!(!verify(&dir).0);
+}
+
+/// The second integrity hole of issue 27: one signed approval answered twice. After a human's signed
+/// answer admitted the gated call, the agent appends a copy of that approval event (its link recomputed
+/// by the module, so the replay accepts the record) and a copy of its signature line with only `seq`
+/// changed, then retries the destructive call. The module's approval ledger (DESIGN 9.19) refuses the
+/// copy (`no-pending`: its request was consumed), so the retry needs a new approval, and `verify` fails
+/// the bundle, naming the copied signature.
+#[test]
+fn one_signature_answers_one_request() {
+    let s = "sess-replay";
+    let w = work("replayed-signature");
+    let (_, alice, signers) = alice_signs(&w);
+    let flags = ["--allowed-signers", signers.to_str().unwrap()];
+    let hook = |v: Value| w.hook_with(&flags, v.to_string().as_bytes());
+    assert_eq!(hook(start(s)).code, 0);
+    let dir = w.run_dir(s);
+    let run_id = dir.file_name().unwrap().to_string_lossy().to_string();
+    to_the_gated_rotate(&hook, s);
+    // A human signs the answer to the module's request; the exact call passes once.
+    let cmd = format!("{BIN} approve {run_id} rotate --runs {} --sign {}", w.runs().display(), alice.display());
+    let o = Command::new("sh").arg("-c").arg(format!("(sleep 1; echo y) | script -qec '{cmd}' /dev/null")).output().unwrap();
+    assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(hook(pre(s, "Bash", bash(ROTATE), "t4")).denied().is_none());
+    let ev = w.events(s);
+    let approval = ev.iter().find(|e| e["event"]["type"] == "approval").unwrap().clone();
+    assert_eq!(approval["event"]["request"], ev.iter().find(|e| e["decision"]["decision"] == "needs-approval").unwrap()["decision"]["seq"]);
+
+    // The attack: the approval event and its signature line, copied.
+    let events_path = dir.join("events.ndjson");
+    let policy = runbook_host::bundle::shared_policy().unwrap();
+    let run: Value = serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
+    let doc = std::fs::read(dir.join("runbook.yaml")).unwrap();
+    let mut session = policy.session(&doc).unwrap();
+    let mut head = run["chain_h0"].as_str().unwrap().to_string();
+    for e in &ev {
+        head = session.replay_line(&e["event"].to_string(), &head).unwrap().1;
+    }
+    let mut copy = approval["event"].clone();
+    copy["at"] = json!(ev.last().unwrap()["event"]["at"].as_u64().unwrap() + 1);
+    let copy = copy.to_string();
+    let (decision, link) = session.replay_line(&copy, &head).unwrap();
+    assert!(decision.contains(r#""decision":"deny""#) && decision.contains(r#""reason":"no-pending""#), "the module refuses the copy: {decision}");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&events_path).unwrap();
+    std::io::Write::write_all(&mut f, runbook_host::bundle::event_record_line(&link, &copy, &decision).as_bytes()).unwrap();
+    let sig_path = dir.join("signatures.ndjson");
+    let sig_text = std::fs::read_to_string(&sig_path).unwrap();
+    let mut sig: Value = serde_json::from_str(sig_text.lines().next().unwrap()).unwrap();
+    sig["seq"] = json!(ev.len());
+    std::fs::write(&sig_path, format!("{sig_text}{sig}\n")).unwrap();
+
+    // The retry of the destructive call is gated again: the copy answered nothing.
+    let o = hook(pre(s, "Bash", bash(ROTATE), "t5"));
+    assert!(o.denied().is_some_and(|d| d.contains("approval")), "the retry must wait for a new approval: {}{}", o.stdout, o.stderr);
+    let ev = w.events(s);
+    assert_eq!(ev.last().unwrap()["decision"]["decision"], "needs-approval", "{:?}", ev.last());
+    assert_eq!(hook(base(s, "SessionEnd")).code, 0);
+    let rep: Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    let accepted: Vec<bool> = rep["approvals"].as_array().unwrap().iter().map(|a| a["accepted"].as_bool().unwrap()).collect();
+    assert_eq!(accepted, [true, false], "{rep}");
+    let (ok, text) = verify(&dir);
+    assert!(!ok, "{text}");
+    assert!(text.contains("signatures.ndjson:2") && text.contains("refused by the module"), "{text}");
 }
 
 /// A registry can require signed approvals: a host given no allowed signers refuses the runbook before

@@ -7,7 +7,10 @@ as the previous link of the first event, nothing more);
     hN = sha256(hN-1 || JCS(event with arguments and result replaced by the sha256 of their JCS) || JCS(decision))
 
 where hN-1 enters as its 64 lowercase hex characters and the three parts are concatenated as UTF-8 with no
-separator. wit/policy.wit (chain-link): a line that is not JSON is taken as the JSON string holding it.
+separator. No two different lines may give the same link: a line that is not a JSON event (not JSON, or
+JSON that is not an object with a string `type`) enters as the object {"malformed": <the line as a JSON
+string>}. DESIGN 9.28: a number that is not exact (the decimal value of its RFC 8785 text is not the value
+written) enters what is hashed as the JSON string of its text as written.
 
 Everything here is written from that text: hashlib for sha256, and RFC 8785 (JCS) by json.dumps(sort_keys=True,
 separators=(',', ':'), ensure_ascii=False), which is RFC 8785 for keys in the Basic Multilingual Plane (the
@@ -56,7 +59,9 @@ STEPS = {
     "chain-unicode-escapes": ["look", "look", "done", "done"],
     "chain-refused-start": [None, None, None, None],
     "chain-end-after-halt": ["look", "look", "look", "look", "look"],
-    "chain-big-numbers": ["look", "look", "done", "done"],
+    "chain-big-numbers": ["look", "look", "look", "done", "done"],
+    "chain-malformed-bare-x": ["look", "look"],
+    "chain-malformed-quoted-x": ["look", "look"],
     "chain-split": ["look", "purge", "purge", "purge", "purge", "done", "done"],
 }
 
@@ -73,6 +78,12 @@ class Num:
 
     def __init__(self, token):
         self.token = token
+
+    def exact(self):
+        """DESIGN 9.28: the decimal value of the canonical text equals the value written."""
+        from decimal import Decimal
+
+        return Decimal(self.token) == Decimal(self.canonical())
 
     def canonical(self):
         t = self.token
@@ -106,9 +117,10 @@ def parse(text):
 
 
 def jcs(value):
-    """RFC 8785 of a parsed value (Num leaves written as their canonical text)."""
+    """RFC 8785 of a parsed value as hashed (Num leaves written as their canonical text, or, when not exact,
+    as the JSON string of the token as written)."""
     if isinstance(value, Num):
-        return value.canonical()
+        return value.canonical() if value.exact() else json.dumps(value.token)
     if isinstance(value, dict):
         for k in value:
             if any(ord(c) > 0xFFFF for c in k):
@@ -128,11 +140,14 @@ def sha256_hex(text):
 
 def event_form(line):
     """E: the JCS of the event with `arguments` and `result` replaced by the hex sha256 of their JCS; a
-    line that is not JSON as the JCS of the JSON string holding it."""
+    line that is not a JSON event as {"malformed": <the line as a JSON string>}."""
+    malformed = '{"malformed":' + json.dumps(line, ensure_ascii=False) + "}"
     try:
         value = parse(line)
     except NotJson:
-        return json.dumps(line, ensure_ascii=False)
+        return malformed
+    if not (isinstance(value, dict) and isinstance(value.get("type"), str)):
+        return malformed
     if isinstance(value, dict):
         for key in ("arguments", "result"):
             if key in value:

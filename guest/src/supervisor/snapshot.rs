@@ -23,6 +23,8 @@
 //!                    budget_used (retries taken from the step's `retry` budget)}]
 //! gate_open          whether a step-wide approval opened the current visit's gate
 //! call_approvals     hashes of the call-bound approvals of this visit not yet used, in the order granted
+//! approval_requests  the approval ledger (DESIGN 9.19): the requests of this visit no answer consumed yet,
+//!                    oldest first: {seq (of the `needs-approval` decision), call_sha256}
 //! awaiting_verdict   whether the current step awaits a human's verdict
 //! pending            the allowed calls without a result yet, oldest first: {call_id, tool, arguments,
 //!                    scope (null, or the {step, visit} that allowed it), capability (null, or the name
@@ -72,6 +74,7 @@ const TOP: &[&str] = &[
     "checkpoints",
     "final_output",
     "deviations",
+    "approval_requests",
     "approvals",
     "events",
     "start_at",
@@ -92,6 +95,12 @@ impl Session {
         let a = &self.a;
         let mut w = W(String::with_capacity(1024 + 96 * (self.deviations.len() + self.approvals.len() + self.pending.len() + a.doc.steps.len())));
         let mut o = w.obj();
+        o.key("approval_requests").list(&self.requests, |w, (seq, h)| {
+            let mut o = w.obj();
+            o.key("call_sha256").str(h);
+            o.key("seq").count(*seq);
+            o.end();
+        });
         o.key("approvals").list(&self.approvals, |w, r| {
             let mut o = w.obj();
             o.key("accepted").bool(r.accepted);
@@ -342,6 +351,15 @@ impl Session {
                     step: name.map(str::to_string),
                     tool: o.get("tool").opt_str()?.map(str::to_string),
                 })
+            })
+            .collect::<Result<_, String>>()?;
+        me.requests = top
+            .get("approval_requests")
+            .list()?
+            .iter()
+            .map(|v| -> Result<(u64, String), String> {
+                let o = v.obj(&["seq", "call_sha256"])?;
+                Ok((seq(&o.get("seq"))?, sha256(&o.get("call_sha256"))?))
             })
             .collect::<Result<_, String>>()?;
         me.approvals = top

@@ -33,6 +33,8 @@ pub struct RunState {
     pub outcome: Option<Outcome>,
     pub events: u64,
     pub next_deadline: Option<u64>,
+    /// The approval ledger (9.19): `(seq, call_sha256)` of each request of this visit not yet answered.
+    pub approval_requests: Vec<(u64, String)>,
 }
 
 /// One event as a host records it (the WIT `recorded`).
@@ -79,6 +81,7 @@ impl Session {
             outcome: self.outcome,
             events: self.events,
             next_deadline: self.next_deadline(),
+            approval_requests: self.requests.clone(),
         }
     }
 
@@ -111,7 +114,8 @@ impl Session {
         match event {
             Ok(ev) => {
                 let node = ev.to_node();
-                let line = jcs::to_string(&node);
+                // 9.28: a number that is not exact is recorded as written, so the record replays as fed.
+                let line = jcs::to_string_record(&node);
                 let decision = if line.len() > MAX_EVENT_BYTES { self.malformed(true) } else { self.handle(ev) };
                 let form = chain::event_form_node(&node);
                 self.recorded(line, form, decision, prev)
@@ -119,7 +123,7 @@ impl Session {
             Err(why) => {
                 let line = format!("malformed typed event: {why}");
                 let decision = self.malformed(false);
-                let form = chain::jcs_or_string(&line);
+                let form = chain::malformed_form(&line);
                 self.recorded(line, form, decision, prev)
             }
         }
@@ -141,8 +145,8 @@ impl Session {
         }
         let parsed = crate::json::parse(line);
         let form = match (&parsed.node, parsed.issues.is_empty()) {
-            (Some(n), true) => chain::event_form_node(n),
-            _ => chain::jcs_or_string(line),
+            (Some(n), true) => chain::event_form_parsed(n, line),
+            _ => chain::malformed_form(line),
         };
         let decision = if parsed.issues.iter().any(|i| i.code == "limit") {
             self.malformed(true)

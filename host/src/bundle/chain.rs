@@ -76,45 +76,10 @@ pub fn canonical_members(canon: &str) -> Option<Vec<(&str, &str)>> {
     }
 }
 
-/// JCS of any text through the module; a text that is not JSON the module accepts is taken as the JSON
-/// string holding it.
-pub fn jcs(policy: &Policy, text: &str) -> String {
-    if let Ok(Ok(c)) = policy.canonicalize(text) {
-        return c;
-    }
-    let s = serde_json::to_string(text).unwrap_or_default();
-    match policy.canonicalize(&s) {
-        Ok(Ok(c)) => c,
-        _ => s,
-    }
-}
-
-/// `E` of the chain: the JCS of the event with top-level `arguments` and `result` replaced by the hex
-/// sha256 of their JCS.
-pub fn chain_event_form(policy: &Policy, event_line: &str) -> String {
-    let canon = jcs(policy, event_line);
-    let Some(ms) = canonical_members(&canon) else { return canon };
-    if !ms.iter().any(|(k, _)| *k == "\"arguments\"" || *k == "\"result\"") {
-        return canon;
-    }
-    let mut out = String::with_capacity(canon.len());
-    out.push('{');
-    for (n, (k, v)) in ms.iter().enumerate() {
-        if n > 0 {
-            out.push(',');
-        }
-        out.push_str(k);
-        out.push(':');
-        if *k == "\"arguments\"" || *k == "\"result\"" {
-            out.push('"');
-            out.push_str(&sha256_hex(v.as_bytes()));
-            out.push('"');
-        } else {
-            out.push_str(v);
-        }
-    }
-    out.push('}');
-    out
+/// The line a redacted derivative records for `event_line`: the module's chain form `E` of the event
+/// (arguments and result replaced by their digests; DESIGN 9.22), so its link verifies without them.
+pub fn chain_event_form(policy: &Policy, event_line: &str) -> Result<String, HostError> {
+    policy.redact_line(event_line)
 }
 
 /// `hN` from `hN-1` (hex), the raw event line and the decision line (DESIGN 9.22), computed by the module.

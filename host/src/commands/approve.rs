@@ -136,7 +136,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     // The run as the module replays it: which calls it asked a human about, in which step.
     let runs_root = run_dir.parent().unwrap_or(std::path::Path::new("."));
-    let run = match Run::resume(policy.clone(), runs_root, &run_id, 0, None, Guard::default()) {
+    let mut run = match Run::resume(policy.clone(), runs_root, &run_id, 0, None, Guard::default()) {
         Ok((run, _)) => run,
         Err(e) => {
             eprintln!("runbook-host: nothing is approved: {e}");
@@ -147,14 +147,15 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let verb = if args.deny { "DENY" } else { "approve" };
     let mut answered = 0;
     for p in &calls {
-        if !run.asked_for(p.step.as_deref(), &p.call_sha256) {
+        // The module's ledger names the request (the seq of its `needs-approval` decision) a signature answers.
+        let Some(request) = run.request_for(p.step.as_deref(), &p.call_sha256).ok().flatten() else {
             writeln!(
                 out,
                 "request {} was not issued by the host (the policy module asked for no approval of that call in the run's current step); it is not shown and stays unanswered",
                 p.id
             )?;
             continue;
-        }
+        };
         let record = approvals::request_record(&run_dir, &p.id)?;
         let arguments_json = record["arguments_json"].as_str().unwrap_or("").to_string();
         // The hash shown is the module's, of the exact text the host hashed; a request whose hash is not
@@ -191,7 +192,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         }
         let signature = match &args.sign {
             Some(key) => {
-                let message = approvals::signed_message(&run_id, &p.id, p.step.as_deref(), &p.call_sha256, !args.deny);
+                let message = approvals::signed_message(&run_id, request, p.step.as_deref(), &p.call_sha256, !args.deny)?;
                 match runbook_host::sshsig::sign_with_ssh_keygen(key, approvals::SIGNATURE_NAMESPACE, message.as_bytes()) {
                     Ok(sig) => Some(sig),
                     Err(e) => {

@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = 'b0ea924d218818a20b6b9862822282d31566f20ba5fd30a8463b4a1d45011e20';
+export const COMPONENT_SHA256 = 'f91087482c0b6a83aae6ad0dab58d150991dce834c6d9e316467e1a6de22e679';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
-export const INTERFACE = 'runbook:policy/policy@1.1.0';
+export const INTERFACE = 'runbook:policy/policy@1.2.0';

@@ -172,7 +172,7 @@ const EVENT_KEYS = {
   start: ['runId', 'profile', 'allowlist', 'riskCeiling', 'coverage', 'agent', 'available'],
   invoke: ['tool', 'arguments', 'callId', 'step', 'guard'],
   result: ['tool', 'result', 'isError', 'callId'],
-  approval: ['approver', 'granted', 'step', 'callSha256'],
+  approval: ['approver', 'granted', 'step', 'callSha256', 'request'],
   advance: ['step'],
   verdict: ['step', 'passed', 'by'],
   final_output: [],
@@ -312,6 +312,7 @@ function toWit(event, at) {
             callSha256: optStr(event, 'callSha256', place),
             approver: reqStr(event, 'approver', place),
             granted: reqBool(event, 'granted', place),
+            request: event.request === undefined || event.request === null ? undefined : atOf(event.request),
           },
         },
       };
@@ -373,6 +374,7 @@ function fromWitState(s) {
     outcome: s.outcome ?? null,
     events: Number(s.events),
     nextDeadline: s.nextDeadline === undefined ? null : Number(s.nextDeadline),
+    approvalRequests: s.approvalRequests.map((r) => ({ seq: Number(r.seq), callSha256: r.callSha256 })),
   };
 }
 

@@ -737,8 +737,8 @@ export class Run {
 
   /** A human's approval (never the agent's: the module refuses those), of a step or of one call. */
   approval(approver, granted, opts) {
-    const { step, callSha256 } = options(opts, ['step', 'callSha256'], 'approval');
-    return this.#feed({ type: 'approval', approver, granted, step, callSha256 });
+    const { step, callSha256, request } = options(opts, ['step', 'callSha256', 'request'], 'approval');
+    return this.#feed({ type: 'approval', approver, granted, step, callSha256, request });
   }
 
   /** R1: the client moves the run to `step`. */

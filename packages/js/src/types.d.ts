@@ -92,6 +92,8 @@ export interface ApprovalEvent {
   step?: string | null;
   /** Binds the approval to one call: what `callSha256(tool, arguments)` gives. */
   callSha256?: string | null;
+  /** The request answered: the `seq` of the module's `needs-approval` decision (its approval ledger). */
+  request?: number | bigint | null;
 }
 
 /** R1: the client routes the run to `step`. */
@@ -172,6 +174,8 @@ export interface RunState {
   events: number;
   /** The earliest `at` at which a pending checkpoint times out: when to feed a `tick`. */
   nextDeadline: number | null;
+  /** The module's approval ledger: the requests of this visit no answer consumed yet, oldest first. */
+  approvalRequests: { seq: number; callSha256: string }[];
 }
 
 /** One event as a host records it (one call into the module). */

@@ -189,7 +189,8 @@ impl Proxy {
     }
 
     fn deny_text(&self, tool: &str, d: &Dec) -> String {
-        let class = d.deviation.as_deref().unwrap_or("denied");
+        // A deviation names what was reached for; a denial without one (9.28's inexact-number) its reason.
+        let class = d.deviation.as_deref().or(d.reason.as_deref()).unwrap_or("denied");
         let in_scope = {
             let mut run = self.s().lock_run();
             self.s().visible_tool_names(&mut run)

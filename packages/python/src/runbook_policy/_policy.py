@@ -51,7 +51,7 @@ from ._types import (
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "b0ea924d218818a20b6b9862822282d31566f20ba5fd30a8463b4a1d45011e20"
+COMPONENT_SHA256 = "f91087482c0b6a83aae6ad0dab58d150991dce834c6d9e316467e1a6de22e679"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
@@ -217,6 +217,7 @@ def lower_event(event: Event, at: int) -> Any:
             "call-sha256": _opt_str(event.call_sha256, "Approval.call_sha256"),
             "approver": _str(event.approver, "Approval.approver"),
             "granted": bool(event.granted),
+            "request": None if event.request is None else int(event.request),
         }))
     elif isinstance(event, Advance):
         kind = v("advance", _str(event.step, "Advance.step"))
@@ -263,6 +264,7 @@ def _state(s: Any) -> RunState:
         outcome=None if g["outcome"] is None else Outcome(g["outcome"]),
         events=g["events"],
         next_deadline=g["next-deadline"],
+        approval_requests=[(r.__dict__["seq"], r.__dict__["call-sha256"]) for r in g["approval-requests"]],
     )
 
 

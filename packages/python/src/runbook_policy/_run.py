@@ -453,10 +453,14 @@ class Run:
         rec = self._session_call(lambda s: s.feed_line(line, prev))
         return self._record(rec)
 
-    def approval(self, approver: str, granted: bool, step: Optional[str] = None, call_sha256: Optional[str] = None) -> Answer:
+    def approval(
+        self, approver: str, granted: bool, step: Optional[str] = None, call_sha256: Optional[str] = None, request: Optional[int] = None
+    ) -> Answer:
         """A human's answer, obtained by the embedding program itself (never by the agent). With
-        ``call_sha256`` (from :meth:`call_sha256` or ``answer.call_sha256``) it admits that one call once."""
-        return self._feed(Approval(approver=approver, granted=granted, step=step, call_sha256=call_sha256))
+        ``call_sha256`` (from :meth:`call_sha256` or ``answer.call_sha256``) it admits that one call once.
+        The module accepts it only for a request it asked (its approval ledger, DESIGN 9.19): ``request`` is
+        the ``seq`` of that ``needs-approval`` decision, else any pending request for the call."""
+        return self._feed(Approval(approver=approver, granted=granted, step=step, call_sha256=call_sha256, request=request))
 
     def advance(self, step: str) -> Answer:
         """R1: the client routes the run to ``step``."""
@@ -555,7 +559,7 @@ class Run:
             return Gated(first, problem=f"the approval callback failed ({type(e).__name__}), so the call stays blocked")
         if not (isinstance(got, ApprovalAnswer) and isinstance(got.approver, str) and got.approver and isinstance(got.granted, bool)):
             return Gated(first, problem="the approval callback answered no ApprovalAnswer(approver, granted), so the call stays blocked")
-        approval = self.approval(got.approver, got.granted, step=first.decision.step, call_sha256=first.call_sha256)
+        approval = self.approval(got.approver, got.granted, step=first.decision.step, call_sha256=first.call_sha256, request=first.decision.seq)
         if not (approval.allowed and got.granted):
             return Gated(first, approval=approval)
         return Gated(self.invoke(tool, arguments, call_id=call_id, step=step), approval=approval)

@@ -1,4 +1,4 @@
-"""The typed vocabulary of the policy module (wit/policy.wit, package runbook:policy@1.1.0).
+"""The typed vocabulary of the policy module (wit/policy.wit, package runbook:policy@1.2.0).
 
 Enums are ``str`` enums whose values are the wire codes of DESIGN 4 and 9.16, so a member compares equal
 to its code (``DecisionKind.NEEDS_APPROVAL == "needs-approval"``) and serializes as it. Records are frozen
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 
 class _Code(str, Enum):
@@ -87,6 +87,7 @@ class Reason(_Code):
     RUN_ENDED = "run-ended"
     MALFORMED_EVENT = "malformed-event"
     HOST_TRAP = "host-trap"
+    INEXACT_NUMBER = "inexact-number"
 
 
 class Refusal(_Code):
@@ -207,6 +208,8 @@ class Approval:
     granted: bool
     step: Optional[str] = None
     call_sha256: Optional[str] = None
+    request: Optional[int] = None
+    """The request answered: the ``seq`` of the module's ``needs-approval`` decision (its approval ledger)."""
 
 
 @dataclass(frozen=True)
@@ -320,6 +323,8 @@ class RunState:
     events: int
     next_deadline: Optional[int]
     """The earliest ``at`` at which a pending checkpoint times out (feed a ``Tick`` then); None when none."""
+    approval_requests: List[Tuple[int, str]] = field(default_factory=list)
+    """The module's approval ledger: ``(seq, call_sha256)`` of each request of this visit not yet answered."""
 
 
 @dataclass(frozen=True)

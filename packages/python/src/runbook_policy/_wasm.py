@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Tuple, Type
 import wasmtime
 import wasmtime.component as wc
 
-INTERFACE = "runbook:policy/policy@1.1.0"
+INTERFACE = "runbook:policy/policy@1.2.0"
 
 try:  # The fast path's internals (see the module docstring).
     from ctypes import byref, pointer
