@@ -285,6 +285,28 @@ impl GuestSession for Session {
         run_state(self.0.borrow().state())
     }
 
+    fn visible_tools(&self, offered: Vec<String>, whole_allowlist: bool) -> Vec<String> {
+        self.0.borrow().visible_tools(&offered, whole_allowlist)
+    }
+
+    fn leaving(&self, calls_in_flight: u32, last_call_timed_out: bool) -> t::Leaving {
+        let l = self.0.borrow().leaving(calls_in_flight, last_call_timed_out);
+        t::Leaving {
+            final_output: l.final_output,
+            reason: match l.reason {
+                EndReason::Normal => t::EndReason::Normal,
+                EndReason::ClientClosed => t::EndReason::ClientClosed,
+                EndReason::ServerExited => t::EndReason::ServerExited,
+                EndReason::Interrupted => t::EndReason::Interrupted,
+                EndReason::ApprovalTimeout => t::EndReason::ApprovalTimeout,
+            },
+        }
+    }
+
+    fn exit_code(&self, shadow: bool) -> u8 {
+        self.0.borrow().exit_code(shadow)
+    }
+
     fn handle_line(&self, line: String) -> String {
         self.0.borrow_mut().handle_line(&line)
     }

@@ -12,8 +12,11 @@ use crate::predicate::{Pred, Truth};
 use crate::value::Node;
 
 // A child module, so that it reads and writes the private state without making it public.
+mod adapter;
 mod snapshot;
 mod state;
+
+pub use adapter::Leaving;
 pub use snapshot::SCHEMA as SNAPSHOT_SCHEMA;
 pub use state::{Recorded, RunPhase, RunState};
 

@@ -639,3 +639,43 @@ fn prose_is_the_documents_text_and_nothing_else() {
     let dup = b"title: T\nsteps:\n  - {id: a, body: first}\n  - {id: a, body: second}\n";
     assert_eq!(runbook_policy::prose(dup).as_deref(), Some(r#"{"runbook":{"title":"T"},"steps":{"a":{"body":"first"}}}"#));
 }
+
+/// The adapters' rules in the module (DESIGN 5, 9.24): which tools a client sees, how a run ends when its
+/// client leaves, and the exit code.
+#[test]
+fn what_a_client_sees_and_how_a_run_ends_when_it_leaves() {
+    let doc = r1_rotate();
+    let offered: Vec<String> = ["secrets.rotate", "db.read", "Bash", "other.tool"].iter().map(|s| s.to_string()).collect();
+    let mut s = Session::new(doc.as_bytes());
+    assert!(s.visible_tools(&offered, true).is_empty(), "nothing before admission");
+    s.handle_line(&start("R1"));
+    // The step's tools only, in the servers' order; the whole allowlist when the host lists it.
+    assert_eq!(s.visible_tools(&offered, false), ["db.read", "Bash"]);
+    assert_eq!(s.visible_tools(&offered, true), ["secrets.rotate", "db.read", "Bash"]);
+    s.handle_line(r#"{"type":"advance","at":1,"to":"rotate"}"#);
+    assert_eq!(s.visible_tools(&offered, false), ["secrets.rotate"]);
+    // R0 shows every declared tool whatever the step (a runbook that is not agent-autonomous: R0 admits it).
+    let mut r0 = Session::new(doc.replace("execution: agent-autonomous\n", "").as_bytes());
+    r0.handle_line(&start("R0"));
+    assert_eq!(r0.visible_tools(&offered, false), ["secrets.rotate", "db.read", "Bash"]);
+
+    // Leaving: calls in flight, a last call that waited in vain, or a clean shutdown.
+    use runbook_policy::event::EndReason;
+    let l = s.leaving(2, true);
+    assert_eq!((l.reason, l.final_output), (EndReason::ClientClosed, false));
+    let l = s.leaving(0, true);
+    assert_eq!((l.reason, l.final_output), (EndReason::ApprovalTimeout, true));
+    let l = s.leaving(0, false);
+    assert_eq!((l.reason, l.final_output), (EndReason::Normal, true));
+
+    // The exit code: 1 until completed, 0 when completed, 3 for a shadow run whatever the outcome.
+    assert_eq!(s.exit_code(false), 1);
+    s.handle_line(r#"{"type":"invoke","at":2,"tool":"secrets.rotate","arguments":{}}"#);
+    s.handle_line(r#"{"type":"approval","at":3,"step":"rotate","approver":"alice","granted":true}"#);
+    s.handle_line(r#"{"type":"advance","at":4,"to":"confirm"}"#);
+    s.handle_line(r#"{"type":"advance","at":5,"to":"done"}"#);
+    s.handle_line(r#"{"type":"end","at":6}"#);
+    assert_eq!(s.outcome(), Some(runbook_policy::Outcome::Completed));
+    assert_eq!((s.exit_code(false), s.exit_code(true)), (0, 3));
+    assert!(s.visible_tools(&offered, true).is_empty(), "nothing once the run is over");
+}

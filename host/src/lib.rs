@@ -31,7 +31,7 @@ mod bindings {
 
 pub use bindings::exports::runbook::policy::policy::{
     Approval, Coverage, Decision, DecisionKind, Deviation, EndReason, Event, EventKind, Finding, Invoke, LintReport, Outcome, Phase, Profile, Reason, Recorded,
-    Refusal, Risk, RunState, Severity, StartClaim, Structure, ToolResult, Verdict,
+    ApprovalRequest, Leaving, Refusal, Risk, RunState, Severity, StartClaim, Structure, ToolResult, Verdict,
 };
 use bindings::RunbookPolicyPre;
 
@@ -489,6 +489,33 @@ impl Session {
         }
         self.refuel()?;
         self.inst.runbook_policy_policy().session().call_report(&mut self.store, self.handle).map_err(trap)
+    }
+
+    /// Which of `offered` the client may see now (WIT `visible-tools`).
+    pub fn visible_tools(&mut self, offered: &[String], whole_allowlist: bool) -> Result<Vec<String>, HostError> {
+        if let Some(t) = &self.trapped {
+            return Err(HostError::Trap(t.clone()));
+        }
+        self.refuel()?;
+        self.inst.runbook_policy_policy().session().call_visible_tools(&mut self.store, self.handle, offered, whole_allowlist).map_err(trap)
+    }
+
+    /// How the run ends when its client leaves (WIT `leaving`, DESIGN 9.24).
+    pub fn leaving(&mut self, calls_in_flight: u32, last_call_timed_out: bool) -> Result<Leaving, HostError> {
+        if let Some(t) = &self.trapped {
+            return Err(HostError::Trap(t.clone()));
+        }
+        self.refuel()?;
+        self.inst.runbook_policy_policy().session().call_leaving(&mut self.store, self.handle, calls_in_flight, last_call_timed_out).map_err(trap)
+    }
+
+    /// The exit code of a process that ran this run (WIT `exit-code`).
+    pub fn exit_code(&mut self, shadow: bool) -> Result<u8, HostError> {
+        if let Some(t) = &self.trapped {
+            return Err(HostError::Trap(t.clone()));
+        }
+        self.refuel()?;
+        self.inst.runbook_policy_policy().session().call_exit_code(&mut self.store, self.handle, shadow).map_err(trap)
     }
 
     /// The session's whole state as canonical JSON (`runbook-session-snapshot/v1`), for

@@ -643,6 +643,30 @@ impl Run {
         Ok(self.session.report()?)
     }
 
+    /// Which of `offered` (the tools behind the adapter, in their order) the client may see now: the
+    /// module's rule (none once the run is over; every declared tool at R0 or with `whole_allowlist`;
+    /// else the current step's).
+    pub fn visible_tools(&mut self, offered: &[String], whole_allowlist: bool) -> Result<Vec<String>, RunError> {
+        if let Some(b) = &self.broken {
+            return Err(b.clone());
+        }
+        Ok(self.session.visible_tools(offered, whole_allowlist)?)
+    }
+
+    /// How the run ends when its client leaves (the module's rule, DESIGN 9.24): the end reason, and
+    /// whether `final_output` comes first.
+    pub fn leaving(&mut self, calls_in_flight: u32, last_call_timed_out: bool) -> Result<(EndReason, bool), RunError> {
+        let l = self.session.leaving(calls_in_flight, last_call_timed_out)?;
+        Ok((l.reason, l.final_output))
+    }
+
+    /// The exit code of the process that ran this run (the module's rule: 0 only when it completed, 3 for
+    /// a shadow run, else 1).
+    pub fn exit_code(&mut self) -> Result<u8, RunError> {
+        let shadow = self.is_shadow();
+        Ok(self.session.exit_code(shadow)?)
+    }
+
     // The approval channel of this run's bundle (see [`crate::approvals`]).
 
     /// When a human answered an approval request for this exact call, feeds that answer (an `approval`

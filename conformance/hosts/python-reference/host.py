@@ -301,11 +301,8 @@ class Proxy:
             return []
         if "list-all" in broken:
             return list(self.upstream.tools)
-        if self.args.profile == "R0" or not self.handshake:
-            wanted = {c.get("tool") for c in self.envelope.get("capabilities", {}).values()}
-        else:
-            wanted = set(self.run.state().scope_tools)
-        return [n for n in self.upstream.tools if n in wanted]
+        # The module's rule (R0 and a client without the handshake see the whole allowlist).
+        return self.run.visible_tools(list(self.upstream.tools), whole_allowlist=not self.handshake)
 
     async def after_event(self) -> None:
         self.wake.set()
@@ -339,9 +336,10 @@ class Proxy:
     def leave_reason(self) -> tuple[str, bool]:
         """How the run ends when the client leaves: mid-request is `client-closed`; right after a gated call
         that got no approval, `approval-timeout`; else a clean shutdown, taken as the final output (9.24)."""
-        if self.pending:
+        if self.run is None or self.failure is not None:
             return "client-closed", False
-        return ("approval-timeout" if self.waited_in_vain else "normal"), True
+        reason, final_output = self.run.leaving(self.pending, self.waited_in_vain)  # the module's rule
+        return reason.value, final_output
 
     def end(self, reason: str, final_output: bool = False) -> int:
         """Ends the run (final output first on a clean shutdown; then `end`, the report, the receipt). The exit
@@ -354,7 +352,7 @@ class Proxy:
                 if final_output and not self.run.over:
                     self.run.final_output()
                 outcome = self.run.end(reason)
-                self.exit_code = 0 if outcome is rp.Outcome.COMPLETED else 1
+                self.exit_code = self.run.exit_code()  # the module's rule: 0 only when completed
                 log(f"run {self.run.run_id} ended ({reason}): outcome {outcome.value}; bundle {self.run.dir}")
                 if "no-receipt" in broken:
                     (self.run.dir / "receipt.json").unlink()

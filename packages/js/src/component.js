@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = 'f91087482c0b6a83aae6ad0dab58d150991dce834c6d9e316467e1a6de22e679';
+export const COMPONENT_SHA256 = 'f4706596b1827ff76e6422d847f4b2e3b665f83af1cc802f4d9a78a470db1864';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';

@@ -713,6 +713,23 @@ export class Session {
     return this.#call('report', (s) => s.report());
   }
 
+  /** Which of `offered` (the tools behind an adapter, in their order) a client may see now: the module's
+   * rule (none once over; every declared tool at R0 or with `wholeAllowlist`; else the current step's). */
+  visibleTools(offered, wholeAllowlist = false) {
+    return this.#call('visible-tools', (s) => s.visibleTools(strList(offered, 'offered'), Boolean(wholeAllowlist)));
+  }
+
+  /** How the run ends when its client leaves (DESIGN 9.24): `{ reason, finalOutput }`. */
+  leaving(callsInFlight, lastCallTimedOut) {
+    const l = this.#call('leaving', (s) => s.leaving(callsInFlight >>> 0, Boolean(lastCallTimedOut)));
+    return { reason: l.reason, finalOutput: l.finalOutput };
+  }
+
+  /** The exit code of a process that ran this run: 0 only when it completed, 3 for a shadow run, else 1. */
+  exitCode(shadow = false) {
+    return this.#call('exit-code', (s) => s.exitCode(Boolean(shadow)));
+  }
+
   /** The current step, what is in scope and what awaits a human, as canonical JSON. */
   status() {
     return this.#call('status', (s) => s.status());

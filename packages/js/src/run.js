@@ -810,6 +810,17 @@ export class Run {
     return this.#session.report();
   }
 
+  /** Which of `offered` a client may see now (the module's rule; see `Session.visibleTools`). */
+  visibleTools(offered, wholeAllowlist = false) {
+    this.#check();
+    return this.#session.visibleTools(offered, wholeAllowlist);
+  }
+
+  /** The exit code of a process that ran this run (the module's rule: 0 only when it completed). */
+  exitCode() {
+    return this.#session.exitCode(false);
+  }
+
   /** The hash an approval bound to this call names (DESIGN 9.19). */
   callSha256(tool, args) {
     return this.#policy.callSha256(tool, args);

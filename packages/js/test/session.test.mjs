@@ -132,3 +132,33 @@ test('a trap (a stack overflow inside the module) ends its session and its insta
   assert.equal(steps['own after'].ok, 'allow');
   assert.match(steps['new session after'].ok, /"decision":"allow"/);
 });
+
+test('the adapters\' rules come from the module: visible tools, leaving, the exit code, the approval ledger', () => {
+  const s = started();
+  const offered = ['mcp__slack__post_message', 'Bash', 'Write'];
+  // The step `inspect` scopes Bash only; the whole allowlist is every declared tool, in the servers' order.
+  assert.deepEqual(s.visibleTools(offered), ['Bash']);
+  assert.deepEqual(s.visibleTools(offered, true), ['mcp__slack__post_message', 'Bash']);
+  assert.deepEqual(s.leaving(1, false), { reason: 'client-closed', finalOutput: false });
+  assert.deepEqual(s.leaving(0, true), { reason: 'approval-timeout', finalOutput: true });
+  assert.deepEqual(s.leaving(0, false), { reason: 'normal', finalOutput: true });
+  assert.equal(s.exitCode(), 1);
+  assert.equal(s.exitCode(true), 3);
+  assert.deepEqual(s.state().approvalRequests, []);
+  // DESIGN 9.19: an approval that answers no request is refused.
+  const d = s.handle({ type: 'approval', step: 'inspect', approver: 'alice', granted: true, request: 1 }, 8);
+  assert.equal(d.kind, 'deny');
+  assert.equal(d.reason, 'no-pending');
+  assert.equal(s.handle({ type: 'end' }, 9).kind, 'halt');
+  assert.deepEqual(s.visibleTools(offered, true), []);
+});
+
+test('DESIGN 9.28: a call whose arguments hold a number with no exact canonical form is denied', () => {
+  const s = started();
+  // 2^53 + 1 as JSON text: a JS number cannot hold it, so it is given as the arguments' text through the wire path.
+  const line = '{"type":"invoke","at":5,"tool":"Bash","arguments":{"command":"kubectl -n payments get secret payments-db-credentials","n":9007199254740993}}';
+  const d = JSON.parse(s.handleLine(line));
+  assert.deepEqual([d.decision, d.deviation, d.reason], ['deny', null, 'inexact-number']);
+  // A JS number is a double, which prints as its own exact text: 2^53 stays hashable.
+  assert.match(policy.callSha256('Bash', { n: 9007199254740992 }), /^[0-9a-f]{64}$/);
+});

@@ -318,3 +318,24 @@ def test_bad_typed_events_are_the_callers_errors(policy: rp.Policy) -> None:
         policy.session("runbook.yaml")  # type: ignore[arg-type]
     # None of these reached the module: the run has not started.
     assert s.state().phase is rp.Phase.NEW
+
+
+def test_the_adapters_rules_come_from_the_module(policy: rp.Policy) -> None:
+    """Which tools a client sees, how a run ends when the client leaves, the exit code and the approval
+    ledger are the module's (DESIGN 9.19, 9.24, 11), so this package applies them as the CLI does."""
+    doc = (EXAMPLES / "rotate-credentials" / "runbook.yaml").read_bytes()
+    s = policy.session(doc)
+    s.handle(Start("r-1", rp.Profile.R2, ["*"], rp.Risk.IRREVERSIBLE, rp.COMPLETE, "agent-1"), 0)
+    offered = ["mcp__slack__post_message", "Bash", "Write"]
+    assert s.visible_tools(offered) == ["Bash"]
+    assert s.visible_tools(offered, whole_allowlist=True) == ["mcp__slack__post_message", "Bash"]
+    assert s.leaving(1, False) == (rp.EndReason.CLIENT_CLOSED, False)
+    assert s.leaving(0, True) == (rp.EndReason.APPROVAL_TIMEOUT, True)
+    assert s.leaving(0, False) == (rp.EndReason.NORMAL, True)
+    assert (s.exit_code(), s.exit_code(shadow=True)) == (1, 3)
+    assert s.state().approval_requests == []
+    d = s.handle(Approval("alice", True, step="inspect", request=1), 5)
+    assert (d.kind, d.reason) == (rp.DecisionKind.DENY, rp.Reason.NO_PENDING)
+    # DESIGN 9.28: 2^53 + 1 has no exact canonical form: the call is denied before it runs.
+    line = '{"type":"invoke","at":6,"tool":"Bash","arguments":{"command":"kubectl -n payments get secret payments-db-credentials","n":9007199254740993}}'
+    assert json.loads(s.handle_line(line))["reason"] == "inexact-number"

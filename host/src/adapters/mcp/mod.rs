@@ -495,18 +495,10 @@ impl Shared {
             // A shadow proxy hides nothing: every server's tool, whatever the step.
             return self.upstream.names();
         }
-        let Ok(state) = run.state() else { return Vec::new() };
-        if state.phase == Phase::Over {
-            return Vec::new();
-        }
-        let allowlist = self.list_allowlist || self.profile == Profile::R0 || !self.initialized.load(Ordering::SeqCst);
-        let wanted: Vec<String> = if allowlist {
-            let caps = self.envelope.as_ref().map(|e| e["capabilities"].clone()).unwrap_or(Value::Null);
-            caps.as_object().map(|o| o.values().filter_map(|c| c["tool"].as_str().map(str::to_string)).collect()).unwrap_or_default()
-        } else {
-            state.scope_tools
-        };
-        self.upstream.names().into_iter().filter(|n| wanted.contains(n)).collect()
+        // The module's rule (none once over; every declared tool at R0 or when the whole allowlist is
+        // listed; else the step's); the proxy lists the whole allowlist before `initialized`, or by option.
+        let whole = self.list_allowlist || !self.initialized.load(Ordering::SeqCst);
+        run.visible_tools(&self.upstream.names(), whole).unwrap_or_default()
     }
 
     /// Ends the run: `final_output` first on a clean client shutdown (9.24), then `end {reason}`, the
@@ -532,14 +524,10 @@ impl Shared {
                             run.dir().display()
                         );
                         if self.shadow {
-                            // A shadow run is never enforcement: not even a completed one exits 0.
                             eprintln!("runbook-host run: a SHADOW run: nothing was blocked; the calls the module did not allow that ran are in shadow.ndjson (exit 3)");
-                            3
-                        } else if outcome == crate::Outcome::Completed {
-                            0
-                        } else {
-                            1
                         }
+                        // The module's rule: 0 only when completed; a shadow run never exits 0 (3).
+                        run.exit_code().unwrap_or(1)
                     }
                     Err(e) => {
                         eprintln!("runbook-host run: run {} could not end cleanly: {e}", run.run_id());
@@ -562,12 +550,12 @@ impl Shared {
     pub fn leave_reason(&self) -> (EndReason, bool) {
         let begun = self.requests_begun.load(Ordering::SeqCst);
         let answered = self.requests_answered.load(Ordering::SeqCst);
-        if begun != answered {
-            (EndReason::ClientClosed, false)
-        } else if self.last_call_timed_out.load(Ordering::SeqCst) {
-            (EndReason::ApprovalTimeout, true)
-        } else {
-            (EndReason::Normal, true)
+        let in_flight = u32::try_from(begun.saturating_sub(answered)).unwrap_or(u32::MAX);
+        let timed_out = self.last_call_timed_out.load(Ordering::SeqCst);
+        match self.lock_run().run.as_mut().map(|r| r.leaving(in_flight, timed_out)) {
+            Some(Ok(l)) => l,
+            // No run, or a module that can no longer answer: nothing more is fed, as for a client that vanished.
+            _ => (EndReason::ClientClosed, false),
         }
     }
 

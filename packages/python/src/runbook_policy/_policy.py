@@ -7,7 +7,7 @@ import json
 import os
 import threading
 from importlib import resources
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import wasmtime
 import wasmtime.component as wc
@@ -51,7 +51,7 @@ from ._types import (
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "f91087482c0b6a83aae6ad0dab58d150991dce834c6d9e316467e1a6de22e679"
+COMPONENT_SHA256 = "f4706596b1827ff76e6422d847f4b2e3b665f83af1cc802f4d9a78a470db1864"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
@@ -573,6 +573,21 @@ class Session:
     def report(self) -> str:
         """The ``runbook-run-report/v1`` as canonical JSON; final once the run has ended."""
         return self._call("[method]session.report")
+
+    def visible_tools(self, offered: Sequence[str], whole_allowlist: bool = False) -> List[str]:
+        """Which of ``offered`` (the tools behind an adapter, in their order) a client may see now: the
+        module's rule (none once over; every declared tool at R0 or with ``whole_allowlist``; else the step's)."""
+        return list(self._call("[method]session.visible-tools", _str_list(list(offered), "offered"), bool(whole_allowlist)))
+
+    def leaving(self, calls_in_flight: int, last_call_timed_out: bool) -> Tuple[EndReason, bool]:
+        """How the run ends when its client leaves (DESIGN 9.24): the end reason, and whether ``final_output``
+        is fed first."""
+        g = self._call("[method]session.leaving", int(calls_in_flight), bool(last_call_timed_out)).__dict__
+        return EndReason(g["reason"]), bool(g["final-output"])
+
+    def exit_code(self, shadow: bool = False) -> int:
+        """The exit code of a process that ran this run: 0 only when it completed, 3 for a shadow run, else 1."""
+        return int(self._call("[method]session.exit-code", bool(shadow)))
 
     def status(self) -> str:
         """The current step, what is in scope and what awaits a human, as canonical JSON."""

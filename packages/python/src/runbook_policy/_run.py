@@ -22,7 +22,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, List, Optional, Sequence, Union
+from typing import Any, Awaitable, Callable, List, Optional, Sequence, Tuple, Union
 
 from . import _bundle
 from ._policy import Document, Policy, Session, _document, lower_event
@@ -513,6 +513,20 @@ class Run:
         if self._broken is not None:
             raise self._broken
         return self._session_call(lambda s: s.report())
+
+    def visible_tools(self, offered: Sequence[str], whole_allowlist: bool = False) -> List[str]:
+        """Which of ``offered`` a client may see now (the module's rule; see :meth:`Session.visible_tools`)."""
+        if self._broken is not None:
+            raise self._broken
+        return self._session_call(lambda s: s.visible_tools(offered, whole_allowlist))
+
+    def leaving(self, calls_in_flight: int, last_call_timed_out: bool) -> Tuple[EndReason, bool]:
+        """How the run ends when its client leaves (the module's rule, DESIGN 9.24)."""
+        return self._session_call(lambda s: s.leaving(calls_in_flight, last_call_timed_out))
+
+    def exit_code(self) -> int:
+        """The exit code of a process that ran this run (the module's rule: 0 only when it completed)."""
+        return self._session_call(lambda s: s.exit_code(False))
 
     def call_sha256(self, tool: str, arguments: Any) -> str:
         """The hash an approval bound to this call names (DESIGN 9.19), from the module."""
