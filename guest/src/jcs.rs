@@ -53,6 +53,17 @@ pub fn to_string_hashing(node: &Node) -> String {
     out
 }
 
+/// Whether `node` holds a number that is not exact (9.28): the hot path's check (every `invoke`), which
+/// allocates nothing; [`first_inexact`] names where.
+pub fn has_inexact(node: &Node) -> bool {
+    match &node.value {
+        Value::Num(n) => !n.is_exact(),
+        Value::Arr(items) => items.iter().any(has_inexact),
+        Value::Obj(members) => members.iter().any(|m| has_inexact(&m.value)),
+        _ => false,
+    }
+}
+
 /// The JSON Pointer of the first number in `node` (in document order) that is not exact (9.28).
 pub fn first_inexact(node: &Node) -> Option<String> {
     fn walk(node: &Node, path: &mut String) -> bool {

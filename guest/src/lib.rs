@@ -89,7 +89,7 @@ pub fn prose(document: &[u8]) -> Option<String> {
 pub fn call_sha256(tool: &str, arguments_json: &str) -> Result<String, String> {
     let p = json::parse(arguments_json);
     match (p.node, p.issues.first()) {
-        (Some(n), None) => match jcs::first_inexact(&n) {
+        (Some(n), None) => match jcs::has_inexact(&n).then(|| jcs::first_inexact(&n)).flatten() {
             // 9.28: such a call is denied before it runs, so no approval may ever name it.
             Some(at) => Err(format!("arguments: the number at `{at}` is not exact (it has no canonical form of its own)")),
             None => Ok(event::call_sha256(tool, &n)),

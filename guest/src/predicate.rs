@@ -154,7 +154,7 @@ fn cmp(x: Option<&Node>, op: Op, value: Option<&Node>, regex: Option<&regex_lite
         _ => {}
     }
     let (Some(x), Some(v)) = (x, value) else { return Truth::Unevaluable };
-    if crate::jcs::first_inexact(x).is_some() {
+    if crate::jcs::has_inexact(x) {
         // 9.28: a number with no exact canonical form is recorded as text, so nothing may be judged on it.
         return Truth::Unevaluable;
     }

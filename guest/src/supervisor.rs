@@ -413,7 +413,7 @@ impl Session {
             // The approval channel and the evidence are never an agent's to touch, at any profile (9.20).
             return blocked(self, Deviation::UndeclaredTool, Some(Reason::Guarded), &tool);
         }
-        if jcs::first_inexact(&arguments).is_some() {
+        if jcs::has_inexact(&arguments) {
             // 9.28: a number the canonical form would change could make the recorded and approved call
             // another than the one the server receives: a malformed call, refused before anything runs.
             return self.decide(seq, DecisionKind::Deny, None, Some(Reason::InexactNumber));

@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = 'f4706596b1827ff76e6422d847f4b2e3b665f83af1cc802f4d9a78a470db1864';
+export const COMPONENT_SHA256 = '9dbce62c36cbb307ed75b1b232405a732fa670b74ccdc168070568fc271aab94';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';
