@@ -62,13 +62,10 @@ pub fn check_report(document: &[u8], records: &[(String, String)], report_text: 
     let ended_normally = end.is_some_and(|d| str_of(d.get("reason")) == Some("run-ended"));
 
     let mut claimed: Vec<(u64, String)> = match get("deviations").map(|d| &d.value) {
-        Some(Value::Arr(items)) => {
-            items.iter().map(|d| (u64_of(d.get("seq")).unwrap_or(u64::MAX), str_of(d.get("class")).unwrap_or("").to_string())).collect()
-        }
+        Some(Value::Arr(items)) => items.iter().map(|d| (u64_of(d.get("seq")).unwrap_or(u64::MAX), str_of(d.get("class")).unwrap_or("").to_string())).collect(),
         _ => return fail("`deviations` is not a list"),
     };
-    let mut decided: Vec<(u64, String)> =
-        recs.iter().filter_map(|(_, d)| Some((u64_of(d.get("seq"))?, str_of(d.get("deviation"))?.to_string()))).collect();
+    let mut decided: Vec<(u64, String)> = recs.iter().filter_map(|(_, d)| Some((u64_of(d.get("seq"))?, str_of(d.get("deviation"))?.to_string()))).collect();
     // `terminal-not-reached` is judged at the end and recorded without a decision of its own.
     decided.extend(claimed.iter().filter(|(q, c)| c == "terminal-not-reached" && Some(*q) == end_seq && ended_normally).cloned());
     claimed.sort();

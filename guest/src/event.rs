@@ -52,15 +52,40 @@ impl EndReason {
 #[derive(Clone, Debug)]
 pub enum EventKind {
     Start(Claim),
-    Invoke { tool: String, arguments: Node, call_id: Option<String>, step: Option<String>, guard: bool },
-    Result { tool: String, result: Node, is_error: bool, call_id: Option<String> },
+    Invoke {
+        tool: String,
+        arguments: Node,
+        call_id: Option<String>,
+        step: Option<String>,
+        guard: bool,
+    },
+    Result {
+        tool: String,
+        result: Node,
+        is_error: bool,
+        call_id: Option<String>,
+    },
     /// `request`: the `seq` of the `needs-approval` decision this answers (9.19), when the host names it.
-    Approval { step: Option<String>, call_sha256: Option<String>, approver: String, granted: bool, request: Option<u64> },
-    Advance { to: String },
-    Verdict { step: String, pass: bool, by: String },
+    Approval {
+        step: Option<String>,
+        call_sha256: Option<String>,
+        approver: String,
+        granted: bool,
+        request: Option<u64>,
+    },
+    Advance {
+        to: String,
+    },
+    Verdict {
+        step: String,
+        pass: bool,
+        by: String,
+    },
     FinalOutput,
     Tick,
-    End { reason: EndReason },
+    End {
+        reason: EndReason,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -442,7 +467,13 @@ pub fn from_node(node: &Node) -> Result<Event, Malformed> {
                     return Err(bad("`call_sha256` must be 64 lowercase hex digits"));
                 }
             }
-            EventKind::Approval { step: opt_str(node, "step")?, call_sha256, approver: req_str(node, "approver")?, granted: req_bool(node, "granted")?, request }
+            EventKind::Approval {
+                step: opt_str(node, "step")?,
+                call_sha256,
+                approver: req_str(node, "approver")?,
+                granted: req_bool(node, "granted")?,
+                request,
+            }
         }
         "advance" => {
             only_fields(node, &["type", "at", "to"])?;

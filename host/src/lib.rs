@@ -30,8 +30,8 @@ mod bindings {
 }
 
 pub use bindings::exports::runbook::policy::policy::{
-    Approval, Coverage, Decision, DecisionKind, Deviation, EndReason, Event, EventKind, Finding, Invoke, LintReport, Outcome, Phase, Profile, Reason, Recorded,
-    ApprovalRequest, Leaving, Refusal, Risk, RunState, Severity, StartClaim, Structure, ToolResult, Verdict,
+    Approval, ApprovalRequest, Coverage, Decision, DecisionKind, Deviation, EndReason, Event, EventKind, Finding, Invoke, Leaving, LintReport, Outcome, Phase,
+    Profile, Reason, Recorded, Refusal, Risk, RunState, Severity, StartClaim, Structure, ToolResult, Verdict,
 };
 use bindings::RunbookPolicyPre;
 

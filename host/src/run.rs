@@ -262,8 +262,7 @@ impl Run {
         }
         guard.add_path(bundle.dir());
         let session = policy.session(&doc.bytes)?;
-        let mut run =
-            Run { policy, session, bundle, guard, t0_ms: now_ms(), last_at: 0, broken: None, state: None, signers: None };
+        let mut run = Run { policy, session, bundle, guard, t0_ms: now_ms(), last_at: 0, broken: None, state: None, signers: None };
         let start = EventKind::Start(StartClaim {
             run_id,
             profile: claim.profile,
@@ -547,7 +546,14 @@ impl Run {
         self.feed_approval(step, call_sha256, approver, granted, request)
     }
 
-    fn feed_approval(&mut self, step: Option<&str>, call_sha256: Option<&str>, approver: &str, granted: bool, request: Option<u64>) -> Result<Answer, RunError> {
+    fn feed_approval(
+        &mut self,
+        step: Option<&str>,
+        call_sha256: Option<&str>,
+        approver: &str,
+        granted: bool,
+        request: Option<u64>,
+    ) -> Result<Answer, RunError> {
         self.feed(EventKind::Approval(Approval {
             step: step.map(str::to_string),
             call_sha256: call_sha256.map(str::to_string),
