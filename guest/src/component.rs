@@ -158,9 +158,26 @@ fn recorded(r: supervisor::Recorded) -> t::Recorded {
         decision: from_decision(r.decision),
         decision_line: r.decision_line,
         link: r.link,
+        record_line: r.record_line,
         explanation: r.explanation,
         state: run_state(r.state),
     }
+}
+
+fn effects(e: Vec<crate::bundle::Effect>) -> Vec<t::Effect> {
+    use crate::bundle::Op;
+    e.into_iter()
+        .map(|e| t::Effect {
+            op: match e.op {
+                Op::CreateDir => t::EffectOp::CreateDir,
+                Op::Write => t::EffectOp::Write,
+                Op::Append => t::EffectOp::Append,
+                Op::Sign => t::EffectOp::Sign,
+            },
+            path: e.path,
+            bytes: e.bytes,
+        })
+        .collect()
 }
 
 fn run_state(st: supervisor::RunState) -> t::RunState {
@@ -236,6 +253,38 @@ impl Guest for Component {
         crate::audit::check_report(&document, &records, &report)
     }
 
+    fn bundle_create(document: Vec<u8>, facts: String) -> Result<Vec<t::Effect>, String> {
+        crate::bundle::create(&document, &facts).map(effects)
+    }
+
+    fn bundle_change(manifest: String, change: String) -> Result<Vec<t::Effect>, String> {
+        crate::bundle::change(&manifest, &change).map(effects)
+    }
+
+    fn bundle_end(manifest: String, report: Option<String>, facts: String) -> Result<Vec<t::Effect>, String> {
+        crate::bundle::end(&manifest, report.as_deref(), &facts).map(effects)
+    }
+
+    fn record_line(link: String, event_line: String, decision_line: String) -> String {
+        crate::bundle::record_line(&link, &event_line, &decision_line, None)
+    }
+
+    fn signature_line(seq: u64, request: u64, channel_id: String, message: String, signature: String, principal: String, fingerprint: String) -> String {
+        crate::bundle::signature_line(seq, request, &channel_id, &message, &signature, &principal, &fingerprint)
+    }
+
+    fn shadow_line(seq: u64, tool: String, call_sha256: String, decision: String) -> String {
+        crate::bundle::shadow_line(seq, &tool, &call_sha256, &decision)
+    }
+
+    fn guard_names(tool: String, arguments: String, needles: Vec<String>) -> bool {
+        crate::bundle::guard_names(&tool, &arguments, &needles)
+    }
+
+    fn git_state(exit_code: Option<i32>, porcelain: Vec<u8>) -> String {
+        crate::bundle::git_state(exit_code, &porcelain)
+    }
+
     fn redact_line(event_line: String) -> String {
         crate::chain::redacted_line(&event_line)
     }
@@ -263,7 +312,10 @@ impl GuestSession for Session {
     fn handle(&self, event: t::Event) -> t::Decision {
         let mut s = self.0.borrow_mut();
         let d = match to_event(event) {
-            Ok(e) => s.handle(e),
+            Ok(mut e) => {
+                s.apply_guard(&mut e);
+                s.handle(e)
+            }
             Err(_) => s.malformed(false),
         };
         from_decision(d)
@@ -317,6 +369,10 @@ impl GuestSession for Session {
 
     fn status(&self) -> String {
         self.0.borrow().status()
+    }
+
+    fn set_guard(&self, needles: Vec<String>) {
+        self.0.borrow_mut().set_guard(&needles)
     }
 
     fn is_over(&self) -> bool {

@@ -12,6 +12,7 @@
 //! - [`Session::snapshot`] and [`Session::restore`] carry a session's state across processes.
 
 pub mod audit;
+pub mod bundle;
 pub mod chain;
 pub mod codes;
 pub mod doc;

@@ -125,6 +125,9 @@ pub struct Session {
     events: u64,
     start_at: u64,
     last_at: u64,
+    /// The guard's needles (9.20): what names the run's evidence, the approval channel, the registry or
+    /// the host. Host configuration, not run state: not in a snapshot; a host sets them on every session.
+    needles: Vec<String>,
 }
 
 pub use crate::envelope::{envelope_of, BLOCKING};
@@ -160,7 +163,14 @@ impl Session {
             events: 0,
             start_at: 0,
             last_at: 0,
+            needles: Vec::new(),
         }
+    }
+
+    /// Sets the guard's needles (9.20): a typed `invoke` whose tool name or any string of whose arguments
+    /// (keys included) contains one is fed as `guard: true`, and so recorded. Empty needles are ignored.
+    pub fn set_guard(&mut self, needles: &[String]) {
+        self.needles = needles.iter().filter(|n| !n.is_empty()).cloned().collect();
     }
 
     pub fn analysis(&self) -> &Analysis {

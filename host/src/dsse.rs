@@ -201,11 +201,18 @@ pub fn sign_statement(key: &SigningKey, subjects: &[Subject], predicate_type: &s
         js(predicate_type),
         predicate
     );
-    let sig = key.sign(&pae(PAYLOAD_TYPE, statement.as_bytes()));
+    sign_payload(key, statement.as_bytes())
+}
+
+/// Signs an in-toto Statement's exact bytes (composed by the module, as a receipt's is) and returns the
+/// DSSE envelope {"payloadType","payload":base64std,"signatures":[{"keyid","sig":base64std}]} as compact
+/// JSON bytes followed by "\n".
+pub fn sign_payload(key: &SigningKey, statement: &[u8]) -> Vec<u8> {
+    let sig = key.sign(&pae(PAYLOAD_TYPE, statement));
     let envelope = format!(
         "{{\"payloadType\":{},\"payload\":{},\"signatures\":[{{\"keyid\":{},\"sig\":{}}}]}}\n",
         js(PAYLOAD_TYPE),
-        js(&STANDARD.encode(statement.as_bytes())),
+        js(&STANDARD.encode(statement)),
         js(&key_id(&key.verifying_key())),
         js(&STANDARD.encode(sig.to_bytes()))
     );

@@ -9,6 +9,7 @@
 pub mod adapters;
 pub mod approvals;
 pub mod bundle;
+pub mod clock;
 pub mod dsse;
 pub mod faults;
 pub mod fetch;
@@ -30,8 +31,8 @@ mod bindings {
 }
 
 pub use bindings::exports::runbook::policy::policy::{
-    Approval, ApprovalRequest, Coverage, Decision, DecisionKind, Deviation, EndReason, Event, EventKind, Finding, Invoke, Leaving, LintReport, Outcome, Phase,
-    Profile, Reason, Recorded, Refusal, Risk, RunState, Severity, StartClaim, Structure, ToolResult, Verdict,
+    Approval, ApprovalRequest, Coverage, Decision, DecisionKind, Deviation, Effect, EffectOp, EndReason, Event, EventKind, Finding, Invoke, Leaving,
+    LintReport, Outcome, Phase, Profile, Reason, Recorded, Refusal, Risk, RunState, Severity, StartClaim, Structure, ToolResult, Verdict,
 };
 use bindings::RunbookPolicyPre;
 
@@ -279,6 +280,58 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_redact_line(store, event_line))
     }
 
+    /// A new run's bundle, as effects (WIT `bundle-create`); the error names the fact that is wrong.
+    pub fn bundle_create(&self, document: &[u8], facts: &str) -> Result<Result<Vec<Effect>, String>, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_bundle_create(store, document, facts))
+    }
+
+    /// One change to `run.json`, as effects (WIT `bundle-change`).
+    pub fn bundle_change(&self, manifest: &str, change: &str) -> Result<Result<Vec<Effect>, String>, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_bundle_change(store, manifest, change))
+    }
+
+    /// The end of a run, as effects (WIT `bundle-end`).
+    pub fn bundle_end(&self, manifest: &str, report: Option<&str>, facts: &str) -> Result<Result<Vec<Effect>, String>, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_bundle_end(store, manifest, report, facts))
+    }
+
+    /// The `events.ndjson` record of an event line and its decision line (WIT `record-line`).
+    pub fn record_line(&self, link: &str, event_line: &str, decision_line: &str) -> Result<String, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_record_line(store, link, event_line, decision_line))
+    }
+
+    /// A line of `signatures.ndjson` (WIT `signature-line`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn signature_line(
+        &self,
+        seq: u64,
+        request: u64,
+        channel_id: &str,
+        message: &str,
+        signature: &str,
+        principal: &str,
+        fingerprint: &str,
+    ) -> Result<String, HostError> {
+        self.with_util(|store, inst| {
+            inst.runbook_policy_policy().call_signature_line(store, seq, request, channel_id, message, signature, principal, fingerprint)
+        })
+    }
+
+    /// A line of `shadow.ndjson` (WIT `shadow-line`).
+    pub fn shadow_line(&self, seq: u64, tool: &str, call_sha256: &str, decision: &str) -> Result<String, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_shadow_line(store, seq, tool, call_sha256, decision))
+    }
+
+    /// The guard's matching rule (WIT `guard-names`, DESIGN 9.20).
+    pub fn guard_names(&self, tool: &str, arguments: &str, needles: &[String]) -> Result<bool, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_guard_names(store, tool, arguments, needles))
+    }
+
+    /// The git state of a run's `source`, counts only (WIT `git-state`).
+    pub fn git_state(&self, exit_code: Option<i32>, porcelain: &[u8]) -> Result<String, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_git_state(store, exit_code, porcelain))
+    }
+
     /// The module's sentence for a wire code of a kind (`reason`, `refusal`, `lint`, ...).
     pub fn explain(&self, kind: &str, code: &str) -> Result<Option<String>, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_explain(store, kind, code))
@@ -489,6 +542,15 @@ impl Session {
         }
         self.refuel()?;
         self.inst.runbook_policy_policy().session().call_report(&mut self.store, self.handle).map_err(trap)
+    }
+
+    /// Sets the guard's needles (WIT `set-guard`, DESIGN 9.20): a typed `invoke` naming one is fed as guarded.
+    pub fn set_guard(&mut self, needles: &[String]) -> Result<(), HostError> {
+        if let Some(t) = &self.trapped {
+            return Err(HostError::Trap(t.clone()));
+        }
+        self.refuel()?;
+        self.inst.runbook_policy_policy().session().call_set_guard(&mut self.store, self.handle, needles).map_err(trap)
     }
 
     /// Which of `offered` the client may see now (WIT `visible-tools`).

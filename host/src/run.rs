@@ -11,7 +11,8 @@
 //! caused it gets an error (the adapter blocks it), every later one too, and the bundle is ended without a
 //! report (`verify` refuses it) when the module cannot vouch for one.
 
-use crate::bundle::{self, Bundle};
+use crate::bundle::{self, Bundle, BundleFacts};
+use crate::clock::Clock;
 use crate::registry::Resolved;
 use crate::{
     approvals, Approval, Coverage, Decision, DecisionKind, EndReason, Event, EventKind, Invoke, Outcome, Phase, Policy, Profile, Recorded, Risk, RunState,
@@ -144,9 +145,10 @@ impl Guard {
         }
     }
 
-    /// Whether any string of the call (its tool name, its arguments' keys and values) names a needle.
-    pub fn names(&self, tool: &str, arguments: &Value) -> bool {
-        self.needles.iter().any(|n| tool.contains(n.as_str())) || bundle::names_any(arguments, &self.needles)
+    /// The needles, in every form added: the module applies its one matching rule to them (the
+    /// session's `set-guard`, the policy's `guard-names`).
+    pub fn needles(&self) -> &[String] {
+        &self.needles
     }
 }
 
@@ -181,6 +183,11 @@ pub struct RunOptions {
     /// blocks nothing; run.json says `"mode": "shadow"` and the calls that ran against a decision are
     /// listed in `shadow.ndjson`. A shadow run is never enforcement evidence.
     pub shadow: bool,
+    /// The run's clock (by default the wall clock), its id (by default a new random one), the host's name
+    /// and version and the git state: fixed by tests and the conformance vectors, so that every host
+    /// writes the same bundle for the same session.
+    pub facts: BundleFacts,
+    pub run_id: Option<String>,
 }
 
 /// One supervised run.
@@ -196,6 +203,7 @@ pub struct Run {
     state: Option<RunState>,
     /// Where approvals must be signed: the keys that may sign them.
     signers: Option<Signers>,
+    clock: Clock,
 }
 
 /// The keys whose SSH signatures make an approval a human's: an `allowed_signers` file (ssh-keygen's
@@ -237,7 +245,7 @@ impl Run {
         guard: Guard,
         receipt_key: Option<ed25519_dalek::SigningKey>,
     ) -> Result<(Run, Answer), RunError> {
-        Run::create_opts(policy, doc, claim, runs, adapter, guard, RunOptions { receipt_key, shadow: false })
+        Run::create_opts(policy, doc, claim, runs, adapter, guard, RunOptions { receipt_key, ..Default::default() })
     }
 
     /// [`Run::create`] with every option: a signed receipt, shadow mode.
@@ -250,9 +258,12 @@ impl Run {
         mut guard: Guard,
         opts: RunOptions,
     ) -> Result<(Run, Answer), RunError> {
-        let envelope = policy.envelope(&doc.bytes)?.ok();
-        let run_id = bundle::new_run_id().map_err(|e| RunError::Evidence(e.to_string()))?;
-        let mut bundle = Bundle::create(runs, &run_id, doc, envelope.as_deref(), crate::module_sha256(), adapter)
+        let run_id = match opts.run_id {
+            Some(id) => id,
+            None => bundle::new_run_id().map_err(|e| RunError::Evidence(e.to_string()))?,
+        };
+        let clock = opts.facts.clock.clone();
+        let mut bundle = Bundle::create_with(runs, &run_id, doc, crate::module_sha256(), adapter, &opts.facts)
             .map_err(|e| RunError::Evidence(format!("cannot create the run bundle under {}: {e}", runs.display())))?;
         if let Some(key) = opts.receipt_key {
             bundle.sign_receipts_with(key).map_err(|e| RunError::Evidence(format!("run.json: {e}")))?;
@@ -261,8 +272,10 @@ impl Run {
             bundle.set_shadow().map_err(|e| RunError::Evidence(format!("run.json: {e}")))?;
         }
         guard.add_path(bundle.dir());
-        let session = policy.session(&doc.bytes)?;
-        let mut run = Run { policy, session, bundle, guard, t0_ms: now_ms(), last_at: 0, broken: None, state: None, signers: None };
+        let mut session = policy.session(&doc.bytes)?;
+        session.set_guard(guard.needles())?;
+        let t0_ms = clock.now_ms();
+        let mut run = Run { policy, session, bundle, guard, t0_ms, last_at: 0, broken: None, state: None, signers: None, clock };
         let start = EventKind::Start(StartClaim {
             run_id,
             profile: claim.profile,
@@ -324,8 +337,9 @@ impl Run {
         b.resume_chain(head, records.len() as u64);
         let mut guard = guard;
         guard.add_path(b.dir());
+        session.set_guard(guard.needles())?;
         let resumed = Resumed { events: records.len() as u64, links_checked: records.len() as u64 };
-        let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, signers: None };
+        let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, signers: None, clock: Clock::system() };
         Ok((run, resumed))
     }
 
@@ -405,7 +419,7 @@ impl Run {
             return Err(RunError::Evidence("only a shadow run forwards a call the module did not allow".into()));
         }
         let call_sha256 = self.call_sha256(tool, arguments)?;
-        let line = serde_json::json!({"seq": seq, "tool": tool, "call_sha256": call_sha256, "decision": decision, "forwarded": true});
+        let line = self.policy.shadow_line(seq, tool, &call_sha256, decision)?;
         self.bundle.append_shadow(&line).map_err(|e| self.break_with(RunError::Evidence(format!("shadow.ndjson: {e}"))))
     }
 
@@ -459,7 +473,7 @@ impl Run {
 
     /// The `at` of a new event: milliseconds since the run began, never lower than the last one.
     fn now_at(&mut self) -> u64 {
-        let at = now_ms().saturating_sub(self.t0_ms).max(self.last_at);
+        let at = self.clock.now_ms().saturating_sub(self.t0_ms).max(self.last_at);
         self.last_at = at;
         at
     }
@@ -489,7 +503,7 @@ impl Run {
                 return Err(self.break_with(RunError::Module(trapped.message)));
             }
         };
-        if let Err(e) = self.bundle.record_linked(&rec.event_line, &rec.decision_line, &rec.link) {
+        if let Err(e) = self.bundle.append_record(&rec.event_line, &rec.record_line, &rec.link) {
             // The event was decided but cannot be recorded: nothing more is decided, and the bundle is
             // marked ended without a report where the disk still takes it (run.json says why; verify
             // refuses the bundle and names it).
@@ -500,9 +514,10 @@ impl Run {
         Ok(Answer { decision: rec.decision, explanation: rec.explanation, call_sha256: None })
     }
 
-    /// A tool call. The guard is applied here, for every adapter alike.
+    /// A tool call. The guard is applied by the module (its needles were set on the session), for every
+    /// adapter alike.
     pub fn invoke(&mut self, tool: &str, arguments: &Value, call_id: Option<&str>, step: Option<&str>) -> Result<Answer, RunError> {
-        let guard = self.guard.names(tool, arguments);
+        let guard = false;
         let mut a = self.feed(EventKind::Invoke(Invoke {
             tool: tool.to_string(),
             arguments: arguments.to_string(),
@@ -583,7 +598,7 @@ impl Run {
     /// A `tick` when a checkpoint deadline has passed (for adapters without a timer, e.g. the hook).
     pub fn tick_if_due(&mut self) -> Result<Option<Answer>, RunError> {
         match self.next_deadline_ms()? {
-            Some(d) if now_ms() >= d => self.tick().map(Some),
+            Some(d) if self.clock.now_ms() >= d => self.tick().map(Some),
             _ => Ok(None),
         }
     }
@@ -696,7 +711,7 @@ impl Run {
     /// gated call), feeds that answer first. Guarded calls never consume an approval. Costs a call into
     /// the module (the call's hash) only while some request is pending.
     pub fn apply_answered_approval_for(&mut self, tool: &str, arguments: &Value) -> Result<Option<Answer>, RunError> {
-        if self.guard.names(tool, arguments) || !approvals::any_requests(self.dir()) {
+        if !approvals::any_requests(self.dir()) || self.policy.guard_names(tool, &arguments.to_string(), self.guard.needles())? {
             return Ok(None);
         }
         let sha = self.call_sha256(tool, arguments)?;
@@ -748,8 +763,7 @@ impl Run {
         let approver = signed.as_ref().map(|(_, _, v)| v.principal.clone()).unwrap_or_else(|| grant.approver.clone());
         let a = self.feed_approval(step.as_deref(), Some(&grant.call_sha256), &approver, grant.granted, Some(request))?;
         if let Some((message, signature, v)) = signed {
-            let line = serde_json::json!({"seq": a.decision.seq, "request": request, "channel_id": id, "message": message, "signature": signature,
-                "principal": v.principal, "fingerprint": v.fingerprint});
+            let line = self.policy.signature_line(a.decision.seq, request, id, &message, &signature, &v.principal, &v.fingerprint)?;
             self.bundle.append_signature(&line).map_err(|e| self.break_with(RunError::Evidence(format!("cannot record the approval's signature: {e}"))))?;
         }
         approvals::consume(&dir, id).map_err(ev)?;

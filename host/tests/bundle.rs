@@ -23,9 +23,8 @@ fn policy() -> &'static runbook_host::Policy {
 fn write_bundle(runs: &Path, doc: &Path, lines: &[String]) -> PathBuf {
     let p = policy();
     let resolved = registry::resolve(doc.to_str().unwrap(), "unused").unwrap();
-    let envelope = p.envelope(&resolved.bytes).unwrap().ok();
     let run_id = bundle::new_run_id().unwrap();
-    let mut b = Bundle::create(runs, &run_id, &resolved, envelope.as_deref(), runbook_host::module_sha256(), "replay").unwrap();
+    let mut b = Bundle::create(runs, &run_id, &resolved, runbook_host::module_sha256(), "replay").unwrap();
     assert_eq!(b.dir(), runs.join(&run_id));
     let mut session = p.session(&resolved.bytes).unwrap();
     for (i, line) in lines.iter().enumerate() {
@@ -256,17 +255,16 @@ fn latest_and_history() {
     // A run id is fresh each time, and a taken one is refused.
     assert_ne!(bundle::new_run_id().unwrap(), bundle::new_run_id().unwrap());
     let r = registry::resolve(document_of("read-only-investigation").to_str().unwrap(), "unused").unwrap();
-    assert!(Bundle::create(&runs, b_id, &r, None, runbook_host::module_sha256(), "replay").is_err());
-    assert!(Bundle::create(&runs, "../escape", &r, None, runbook_host::module_sha256(), "replay").is_err());
+    assert!(Bundle::create(&runs, b_id, &r, runbook_host::module_sha256(), "replay").is_err());
+    assert!(Bundle::create(&runs, "../escape", &r, runbook_host::module_sha256(), "replay").is_err());
 }
 
 /// A run of rotate-credentials up to its gated call, with a pending request for it.
 fn gated_run(runs: &Path) -> (PathBuf, runbook_host::Session, Bundle, String, String) {
     let p = policy();
     let resolved = registry::resolve(document_of("rotate-credentials").to_str().unwrap(), "unused").unwrap();
-    let envelope = p.envelope(&resolved.bytes).unwrap().ok();
     let run_id = bundle::new_run_id().unwrap();
-    let mut b = Bundle::create(runs, &run_id, &resolved, envelope.as_deref(), runbook_host::module_sha256(), "hook").unwrap();
+    let mut b = Bundle::create(runs, &run_id, &resolved, runbook_host::module_sha256(), "hook").unwrap();
     let mut s = p.session(&resolved.bytes).unwrap();
     let lines = event_lines(&repo().join("examples/rotate-credentials/events.ndjson"));
     for line in &lines[..6] {

@@ -106,8 +106,7 @@ fn policy() -> &'static runbook_host::Policy {
 /// Writes a finished bundle for `lines` against a resolved document, the way an adapter does.
 fn write_bundle(runs: &Path, resolved: &registry::Resolved, lines: &[String], adapter: &str) -> PathBuf {
     let p = policy();
-    let envelope = p.envelope(&resolved.bytes).unwrap().ok();
-    let mut b = Bundle::create(runs, &bundle::new_run_id().unwrap(), resolved, envelope.as_deref(), runbook_host::module_sha256(), adapter).unwrap();
+    let mut b = Bundle::create(runs, &bundle::new_run_id().unwrap(), resolved, runbook_host::module_sha256(), adapter).unwrap();
     let mut session = p.session(&resolved.bytes).unwrap();
     for (i, line) in lines.iter().enumerate() {
         let d = session.handle_line(line);
@@ -222,8 +221,7 @@ impl Produced {
 fn gated_bundle(runs: &Path) -> PathBuf {
     let p = policy();
     let resolved = local(&document_of("rotate-credentials"));
-    let envelope = p.envelope(&resolved.bytes).unwrap().ok();
-    let mut b = Bundle::create(runs, &bundle::new_run_id().unwrap(), &resolved, envelope.as_deref(), runbook_host::module_sha256(), "hook").unwrap();
+    let mut b = Bundle::create(runs, &bundle::new_run_id().unwrap(), &resolved, runbook_host::module_sha256(), "hook").unwrap();
     let dir = b.dir().to_path_buf();
     let mut s = p.session(&resolved.bytes).unwrap();
     let lines = event_lines(&repo().join("examples/rotate-credentials/events.ndjson"));
@@ -299,9 +297,7 @@ fn produce(root: &Path) -> Produced {
     // A run that ended without a report (the module trapped): it never verifies.
     {
         let resolved = local(&document_of("read-only-investigation"));
-        let envelope = policy().envelope(&resolved.bytes).unwrap().ok();
-        let mut b =
-            Bundle::create(&runs, &bundle::new_run_id().unwrap(), &resolved, envelope.as_deref(), runbook_host::module_sha256(), "someday-adapter").unwrap();
+        let mut b = Bundle::create(&runs, &bundle::new_run_id().unwrap(), &resolved, runbook_host::module_sha256(), "someday-adapter").unwrap();
         let mut s = policy().session(&resolved.bytes).unwrap();
         let first = &event_lines(&repo().join("examples/read-only-investigation/events.ndjson"))[0];
         let d = s.handle_line(first);

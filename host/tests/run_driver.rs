@@ -166,7 +166,8 @@ fn one_guard_for_every_adapter() {
         ("Read", json!({"file_path": "/var/log/syslog"}), false),
     ];
     for (tool, args, want) in &cases {
-        assert_eq!(g.names(tool, args), *want, "{tool} {args}");
+        // The module's one matching rule (DESIGN 9.20) over the host's needles.
+        assert_eq!(runbook_host::bundle::shared_policy().unwrap().guard_names(tool, &args.to_string(), g.needles()).unwrap(), *want, "{tool} {args}");
     }
     // The same guard through the hook, end to end: the module denies the call with `guarded`.
     let doc = copy_example(&t.0, "read-only-investigation");

@@ -3,7 +3,7 @@
 //! and the sentence that explains it.
 
 use super::{CheckpointStatus, Outcome, Phase, Position, Session};
-use crate::event::{self, Decision, Event, MAX_EVENT_BYTES};
+use crate::event::{self, Decision, Event, EventKind, MAX_EVENT_BYTES};
 use crate::{chain, codes, jcs};
 
 impl Outcome {
@@ -45,6 +45,8 @@ pub struct Recorded {
     pub decision: Decision,
     pub decision_line: String,
     pub link: String,
+    /// The whole `events.ndjson` record of this event (DESIGN 5), newline included: what a host appends.
+    pub record_line: String,
     pub explanation: String,
     /// The state after the event.
     pub state: RunState,
@@ -101,30 +103,39 @@ impl Session {
             .min()
     }
 
-    fn recorded(&self, event_line: String, event_form: String, decision: Decision, prev: &str) -> Recorded {
+    fn recorded(&self, event_line: String, event_form: String, decision: Decision, prev: &str, is_object: bool) -> Recorded {
         let decision_line = decision.to_line();
         let link = chain::link_of_forms(prev, &event_form, &decision_line);
         let explanation = codes::explain_decision(&decision);
-        Recorded { event_line, decision, decision_line, link, explanation, state: self.state() }
+        let record_line = crate::bundle::record_line(&link, &event_line, &decision_line, Some(is_object && event_line.len() <= MAX_EVENT_BYTES));
+        Recorded { event_line, decision, decision_line, link, record_line, explanation, state: self.state() }
+    }
+
+    /// The guard's needles on a typed `invoke` (9.20): one that names a needle is fed as guarded.
+    pub fn apply_guard(&self, ev: &mut Event) {
+        if let EventKind::Invoke { tool, arguments, guard: guard @ false, .. } = &mut ev.kind {
+            *guard = !self.needles.is_empty() && crate::bundle::names_any(tool, arguments, &self.needles);
+        }
     }
 
     /// The typed path with the record: `event` is the host's typed event, or why it could not be read
     /// (then it is recorded as a line that is not an event, and the run halts as for any such line).
     pub fn feed(&mut self, event: Result<Event, String>, prev: &str) -> Recorded {
         match event {
-            Ok(ev) => {
+            Ok(mut ev) => {
+                self.apply_guard(&mut ev);
                 let node = ev.to_node();
                 // 9.28: a number that is not exact is recorded as written, so the record replays as fed.
                 let line = jcs::to_string_record(&node);
                 let decision = if line.len() > MAX_EVENT_BYTES { self.malformed(true) } else { self.handle(ev) };
                 let form = chain::event_form_node(&node);
-                self.recorded(line, form, decision, prev)
+                self.recorded(line, form, decision, prev, true)
             }
             Err(why) => {
                 let line = format!("malformed typed event: {why}");
                 let decision = self.malformed(false);
                 let form = chain::malformed_form(&line);
-                self.recorded(line, form, decision, prev)
+                self.recorded(line, form, decision, prev, false)
             }
         }
     }
@@ -133,17 +144,18 @@ impl Session {
     pub fn feed_line(&mut self, line: &str, prev: &str) -> Recorded {
         let line = line.strip_suffix('\n').unwrap_or(line);
         let line = line.strip_suffix('\r').unwrap_or(line);
-        let (decision, form) = self.decide_line(line);
-        self.recorded(line.to_string(), form, decision, prev)
+        let (decision, form, is_object) = self.decide_line(line);
+        self.recorded(line.to_string(), form, decision, prev, is_object)
     }
 
     /// Decides one line and gives its chain form `E`, parsing the line once: the same decision as
     /// [`event::parse_line`] then `handle` (or `malformed`), the same `E` as [`chain::event_form`].
-    fn decide_line(&mut self, line: &str) -> (Decision, String) {
+    fn decide_line(&mut self, line: &str) -> (Decision, String, bool) {
         if line.len() > MAX_EVENT_BYTES {
-            return (self.malformed(true), chain::event_form(line, false));
+            return (self.malformed(true), chain::event_form(line, false), false);
         }
         let parsed = crate::json::parse(line);
+        let is_object = parsed.issues.is_empty() && matches!(parsed.node.as_ref().map(|n| &n.value), Some(crate::value::Value::Obj(_)));
         let form = match (&parsed.node, parsed.issues.is_empty()) {
             (Some(n), true) => chain::event_form_parsed(n, line),
             _ => chain::malformed_form(line),
@@ -159,7 +171,7 @@ impl Session {
                 None => self.malformed(false),
             }
         };
-        (decision, form)
+        (decision, form, is_object)
     }
 
     /// The replay path: the decision line and this line's chain link, exactly those of
@@ -167,7 +179,7 @@ impl Session {
     pub fn replay_line(&mut self, line: &str, prev: &str) -> (String, String) {
         let line = line.strip_suffix('\n').unwrap_or(line);
         let line = line.strip_suffix('\r').unwrap_or(line);
-        let (decision, form) = self.decide_line(line);
+        let (decision, form, _) = self.decide_line(line);
         let decision_line = decision.to_line();
         let link = chain::link_of_forms(prev, &form, &decision_line);
         (decision_line, link)

@@ -18,18 +18,6 @@ pub fn shared_policy() -> Result<&'static Arc<Policy>, HostError> {
     }
 }
 
-/// Whether any string of a JSON value (an object's keys included) contains one of `needles`: how the
-/// adapters tell a call that names the run directory, the registry or the host binary (DESIGN 9.20).
-pub fn names_any(v: &Value, needles: &[String]) -> bool {
-    let hit = |s: &str| needles.iter().any(|n| s.contains(n.as_str()));
-    match v {
-        Value::String(s) => hit(s),
-        Value::Array(a) => a.iter().any(|x| names_any(x, needles)),
-        Value::Object(o) => o.iter().any(|(k, x)| hit(k) || names_any(x, needles)),
-        _ => false,
-    }
-}
-
 pub(crate) fn io_other(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }

@@ -63,8 +63,9 @@
 //! measured by the host), `outcome` (from the report, once ended), `source {git: {status:
 //! clean|dirty|not-a-checkout|unavailable, staged, unstaged, untracked, total}}` (counts only).
 
+use crate::clock::Clock;
 use crate::registry::Resolved;
-use crate::{HostError, Policy};
+use crate::{Effect, EffectOp, HostError, Policy};
 use cap_std::fs::{Dir, File, OpenOptions};
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -105,6 +106,9 @@ pub use git::*;
 /// A run bundle being written. Create it before the first event, [`record`](Bundle::record) every event
 /// and its decision as they happen, say whether the run was [`admitted`](Bundle::admitted), and
 /// [`finish`](Bundle::finish) with the module's report.
+///
+/// Every byte of every file here is composed by the module (WIT `bundle-create`, `bundle-change`,
+/// `bundle-end`, `recorded.record-line`); this type only carries out the effects it returns, in order.
 pub struct Bundle {
     path: PathBuf,
     root: Dir,
@@ -113,110 +117,128 @@ pub struct Bundle {
     run_id: String,
     head: String,
     lines: u64,
+    /// `run.json` as last written (the module changes these bytes) and parsed, for readers.
+    manifest_text: String,
     manifest: Map<String, Value>,
     document_file: String,
     has_envelope: bool,
     finished: bool,
+    /// The first recorded event line (the `start` claim), whose coverage run.json publishes on admission.
+    start_line: Option<String>,
     /// Signs the receipt at the end (`receipt.dsse.json`), when the host was given a key.
     receipt_key: Option<ed25519_dalek::SigningKey>,
+    /// Where every time written into the bundle comes from.
+    clock: Clock,
+}
+
+/// The facts a host measures for a new bundle, or fixes (tests and the conformance vectors, where every
+/// host must write the same bytes): the clock, the host's name and version, the git state.
+#[derive(Clone, Debug, Default)]
+pub struct BundleFacts {
+    pub clock: Clock,
+    /// (name, version); by default this host's.
+    pub host: Option<(String, String)>,
+    /// The `source.git` object; by default measured in the working directory (`git status`).
+    pub git: Option<Value>,
 }
 
 /// The signed receipt's file: a DSSE envelope whose in-toto Statement names `receipt.json` and
 /// `report.json` by sha256 (crate::dsse, predicate [`crate::dsse::RECEIPT_PREDICATE`]).
 pub const RECEIPT_SIGNATURE: &str = "receipt.dsse.json";
 
+fn module_refused(e: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+/// Carries out the module's effects under `root`, in order, stopping at the first that fails; returns how
+/// many were carried out. A path is taken only when each of its components is a safe name (no absolute
+/// path, no `..`): the module never writes one, and a host never follows one.
+fn apply(root: &Dir, effects: &[Effect], key: Option<&ed25519_dalek::SigningKey>) -> Result<(), (usize, io::Error)> {
+    for (i, e) in effects.iter().enumerate() {
+        let fail = |err: io::Error| (i, err);
+        let parts: Vec<&str> = e.path.split('/').collect();
+        if parts.is_empty() || parts.len() > 2 || !parts.iter().all(|p| is_safe_name(p)) {
+            return Err(fail(io::Error::new(io::ErrorKind::InvalidData, format!("the module named the path `{}`", e.path))));
+        }
+        let (sub, name) = match parts.as_slice() {
+            [name] => (None, *name),
+            [d, name] => (Some(*d), *name),
+            _ => unreachable!(),
+        };
+        let dir = match (e.op, sub) {
+            (EffectOp::CreateDir, _) => {
+                root.create_dir(&e.path).map_err(fail)?;
+                continue;
+            }
+            (_, Some(d)) => Some(root.open_dir(d).map_err(fail)?),
+            (_, None) => None,
+        };
+        let dir = dir.as_ref().unwrap_or(root);
+        match e.op {
+            EffectOp::Write => write_atomic(dir, name, &e.bytes).map_err(fail)?,
+            EffectOp::Append => {
+                let mut f = dir.open_with(name, OpenOptions::new().append(true).create(true)).map_err(fail)?;
+                append_whole(&mut f, name, &e.bytes).map_err(fail)?;
+            }
+            EffectOp::Sign => {
+                let key = key.ok_or_else(|| fail(io::Error::other("run.json names a receipt key, and this host holds none")))?;
+                write_atomic(dir, name, &crate::dsse::sign_payload(key, &e.bytes)).map_err(fail)?;
+            }
+            EffectOp::CreateDir => unreachable!(),
+        }
+    }
+    Ok(())
+}
+
 impl Bundle {
-    /// Creates `<runs_root>/<run_id>/` (refusing an existing one) with `run.json`, the document's exact
-    /// bytes, `envelope.json` (when given) and an empty `events.ndjson`; points `latest.json` at it and
-    /// appends a `created` line to `history.ndjson`. `runs_root` is created when missing.
-    pub fn create(runs_root: &Path, run_id: &str, doc: &Resolved, envelope: Option<&str>, module_sha256: &str, adapter: &str) -> io::Result<Bundle> {
+    /// Creates `<runs_root>/<run_id>/` (refusing an existing one) with the document's exact bytes,
+    /// `envelope.json` (when the document has one), an empty `events.ndjson` and `run.json`; points
+    /// `latest.json` at it and appends a `created` line to `history.ndjson` (the module's
+    /// `bundle-create`). `runs_root` is created when missing.
+    pub fn create(runs_root: &Path, run_id: &str, doc: &Resolved, module_sha256: &str, adapter: &str) -> io::Result<Bundle> {
+        Bundle::create_with(runs_root, run_id, doc, module_sha256, adapter, &BundleFacts::default())
+    }
+
+    /// [`Bundle::create`] with the facts given.
+    pub fn create_with(runs_root: &Path, run_id: &str, doc: &Resolved, module_sha256: &str, adapter: &str, given: &BundleFacts) -> io::Result<Bundle> {
         if !is_safe_name(run_id) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("`{run_id}` is not a usable run id")));
         }
-        let doc_file = if doc.file_name == "runbook.json" { "runbook.json" } else { "runbook.yaml" };
-        // Measured before the bundle exists, so the run's own files do not count.
-        let git = git_state();
-        let root = open_or_create_dir(runs_root)?;
-        root.create_dir(run_id)?;
-        // Until run.json is written the directory is no bundle: one that cannot be completed goes again.
-        let begun = (|| -> io::Result<(Dir, cap_std::fs::File)> {
-            let dir = root.open_dir(run_id)?;
-            write_atomic(&dir, doc_file, &doc.bytes)?;
-            if let Some(e) = envelope {
-                write_atomic(&dir, "envelope.json", e.as_bytes())?;
+        let policy = shared_policy().map_err(io_other)?;
+        let git = match &given.git {
+            Some(g) => g.clone(),
+            None => {
+                // Measured before the bundle exists, so the run's own files do not count.
+                let (code, porcelain) = git_status();
+                serde_json::from_str(&policy.git_state(code, &porcelain).map_err(io_other)?)?
             }
-            let events = dir.open_with("events.ndjson", OpenOptions::new().append(true).create_new(true))?;
-            events.sync_all()?;
-            Ok((dir, events))
-        })();
-        let (dir, events) = begun.inspect_err(|_| {
-            let _ = root.remove_dir_all(run_id);
-        })?;
-        let created = now_rfc3339();
-        let (runbook_id, version) = envelope
-            .and_then(|e| serde_json::from_str::<Value>(e).ok())
-            .map(|e| (e["document"]["runbook_id"].clone(), e["document"]["version"].clone()))
-            .unwrap_or((Value::Null, Value::Null));
-        let h0 = chain_h0(envelope, &doc.sha256);
-        let mut artifacts = Map::new();
-        artifacts.insert("run".into(), json!("run.json"));
-        artifacts.insert("document".into(), json!(doc_file));
-        artifacts.insert("envelope".into(), if envelope.is_some() { json!("envelope.json") } else { Value::Null });
-        artifacts.insert("events".into(), json!("events.ndjson"));
-        artifacts.insert("report".into(), json!("report.json"));
-        artifacts.insert("receipt".into(), json!("receipt.json"));
-        let manifest = json!({
-            "schema": RUN_SCHEMA,
-            "run_id": run_id,
-            "artifacts": artifacts,
-            "channels": {"pending": "pending", "approvals": "approvals", "consumed": "consumed"},
-            "document": {
-                "reference": public_reference(&doc.reference),
-                "trust": doc.trust.as_str(),
-                "sha256": doc.sha256,
-                "pinned_sha256": doc.pinned_sha256,
-                "file": doc_file,
-                "runbook_id": runbook_id,
-                "version": version,
-                "provenance": doc.provenance.to_json(),
-            },
-            "envelope_sha256": envelope.map(|e| sha256_hex(e.as_bytes())),
-            "chain_h0": h0,
-            "module_sha256": module_sha256,
-            "host": {"name": HOST_NAME, "version": HOST_VERSION},
-            "adapter": {"name": adapter, "sees": adapter_sees(adapter), "coverage": null},
-            "lifecycle": [{"event": "created", "at": created}],
-            "outcome": null,
-            "source": {"git": git},
-        });
-        let Value::Object(manifest) = manifest else { unreachable!() };
-        let mut b = Bundle {
-            path: runs_root.join(run_id),
-            root,
-            dir,
-            events,
-            run_id: run_id.to_string(),
-            head: h0,
-            lines: 0,
-            manifest,
-            document_file: doc_file.to_string(),
-            has_envelope: envelope.is_some(),
-            finished: false,
-            receipt_key: None,
         };
-        if let Err(e) = b.write_manifest() {
-            let _ = b.root.remove_dir_all(run_id);
-            return Err(e);
-        }
-        let pointed = b.write_latest(&created).and_then(|()| {
-            b.append_history(json!({"schema": HISTORY_SCHEMA, "event": "created", "run_id": run_id, "at": created, "path": run_id,
-                "reference": public_reference(&doc.reference), "trust": doc.trust.as_str(), "adapter": adapter}))
+        let (host_name, host_version) = given.host.clone().unwrap_or((HOST_NAME.into(), HOST_VERSION.into()));
+        let facts = json!({
+            "run_id": run_id, "at": given.clock.now_ms(), "reference": doc.reference, "trust": doc.trust.as_str(),
+            "pinned_sha256": doc.pinned_sha256, "provenance": doc.provenance.to_json(), "module_sha256": module_sha256,
+            "host": {"name": host_name, "version": host_version}, "adapter": adapter, "git": git,
         });
-        if let Err(e) = pointed {
+        let effects = policy.bundle_create(&doc.bytes, &facts.to_string()).map_err(io_other)?.map_err(module_refused)?;
+        let root = open_or_create_dir(runs_root)?;
+        let manifest_at =
+            effects.iter().position(|e| e.path == format!("{run_id}/run.json")).ok_or_else(|| io::Error::other("the module wrote no run.json"))?;
+        if let Err((i, e)) = apply(&root, &effects, None) {
+            if i <= manifest_at {
+                // Until run.json is written the directory is no bundle: one that cannot be completed goes again.
+                if i > 0 {
+                    let _ = root.remove_dir_all(run_id);
+                }
+                return Err(e);
+            }
             // The bundle exists: it says it ended without a report where the disk still takes it.
-            let _ = b.end_without_report("bundle-unwritable");
+            if let Ok(mut b) = Bundle::open(runs_root, run_id) {
+                let _ = b.end_without_report("bundle-unwritable");
+            }
             return Err(e);
         }
+        let mut b = Bundle::open(runs_root, run_id)?;
+        b.clock = given.clock.clone();
         Ok(b)
     }
 
@@ -232,8 +254,8 @@ impl Bundle {
         }
         let root = Dir::open_ambient_dir(runs_root, cap_std::ambient_authority())?;
         let dir = root.open_dir(run_id).map_err(|e| invalid(format!("the run directory cannot be opened: {e}")))?;
-        let manifest: Value = serde_json::from_slice(&dir.read("run.json").map_err(|e| invalid(format!("run.json: {e}")))?)
-            .map_err(|e| invalid(format!("run.json is not JSON: {e}")))?;
+        let manifest_text = dir.read_to_string("run.json").map_err(|e| invalid(format!("run.json: {e}")))?;
+        let manifest: Value = serde_json::from_str(&manifest_text).map_err(|e| invalid(format!("run.json is not JSON: {e}")))?;
         let Value::Object(manifest) = manifest else { return Err(invalid("run.json is not an object".into())) };
         if manifest.get("schema") != Some(&json!(RUN_SCHEMA)) || manifest.get("run_id") != Some(&json!(run_id)) {
             return Err(invalid(format!("run.json is not the {RUN_SCHEMA} of this run")));
@@ -254,11 +276,14 @@ impl Bundle {
             run_id: run_id.to_string(),
             head,
             lines: 0,
+            manifest_text,
             manifest,
             document_file,
             has_envelope,
             finished,
+            start_line: None,
             receipt_key: None,
+            clock: Clock::system(),
         })
     }
 
@@ -307,33 +332,46 @@ impl Bundle {
         self.lines
     }
 
-    /// Appends one event line and its decision line to `events.ndjson`, chained, in one write, and fsyncs
-    /// it before returning: a crash loses at most the event in flight. The `start` claim's `coverage` is
-    /// copied into `run.json`'s adapter (written at the next lifecycle change).
+    /// Records one event line and its decision line: the module links them and composes the record
+    /// (what [`crate::run::Run`] gets with the decision itself; see [`append_record`](Bundle::append_record)).
     pub fn record(&mut self, event_line: &str, decision_line: &str) -> io::Result<()> {
         let policy = shared_policy().map_err(io_other)?;
-        let h = chain_next_with(&policy, &self.head, event_line, decision_line).map_err(io_other)?;
-        self.record_linked(event_line, decision_line, &h)
+        let h = chain_next_with(policy, &self.head, event_line, decision_line).map_err(io_other)?;
+        let line = policy.record_line(&h, event_line, decision_line).map_err(io_other)?;
+        self.append_record(event_line, &line, &h)
     }
 
-    /// [`Bundle::record`] with the link the module already computed (what [`crate::run::Run`] does: the
-    /// module returns the link with the decision, in the same call).
-    pub fn record_linked(&mut self, event_line: &str, decision_line: &str, h: &str) -> io::Result<()> {
+    /// Appends the module's record of one event (`recorded.record-line`, whose link is `h`) to
+    /// `events.ndjson` in one write, and fsyncs it before returning: a crash loses at most the event in
+    /// flight. The first event's line (the `start` claim) is kept: run.json publishes its coverage.
+    pub fn append_record(&mut self, event_line: &str, record_line: &str, h: &str) -> io::Result<()> {
         if self.finished {
             return Err(io::Error::other("the bundle is finished"));
         }
-        let h = h.to_string();
-        let line = event_record_line(&h, event_line, decision_line);
-        append_whole(&mut self.events, "events.ndjson", line.as_bytes())?;
-        self.head = h;
+        append_whole(&mut self.events, "events.ndjson", record_line.as_bytes())?;
+        if self.lines == 0 {
+            self.start_line = Some(event_line.to_string());
+        }
+        self.head = h.to_string();
         self.lines += 1;
-        if self.lines == 1 {
-            if let Ok(ev) = serde_json::from_str::<Value>(event_line) {
-                if ev["type"] == "start" {
-                    if let Some(Value::Object(a)) = self.manifest.get_mut("adapter") {
-                        a.insert("coverage".into(), ev["coverage"].clone());
-                    }
-                }
+        Ok(())
+    }
+
+    /// Carries out one `bundle-change` of run.json.
+    fn change(&mut self, change: Value) -> io::Result<()> {
+        let policy = shared_policy().map_err(io_other)?;
+        let effects = policy.bundle_change(&self.manifest_text, &change.to_string()).map_err(io_other)?.map_err(module_refused)?;
+        self.carry_out(&effects)
+    }
+
+    fn carry_out(&mut self, effects: &[Effect]) -> io::Result<()> {
+        apply(&self.root, effects, self.receipt_key.as_ref()).map_err(|(_, e)| e)?;
+        // What was written is what this bundle now holds (the last run.json of the effects).
+        let run_json = format!("{}/run.json", self.run_id);
+        if let Some(e) = effects.iter().rev().find(|e| e.path == run_json) {
+            self.manifest_text = String::from_utf8(e.bytes.clone()).map_err(io_other)?;
+            if let Value::Object(m) = serde_json::from_str(&self.manifest_text)? {
+                self.manifest = m;
             }
         }
         Ok(())
@@ -342,8 +380,7 @@ impl Bundle {
     /// Records in `run.json` that this run's approvals must be signed by a key of the `allowed_signers`
     /// whose sha256 is given (`approvals: {signed: true, allowed_signers_sha256}`).
     pub fn require_signed_approvals(&mut self, allowed_signers_sha256: &str) -> io::Result<()> {
-        self.manifest.insert("approvals".into(), json!({"signed": true, "allowed_signers_sha256": allowed_signers_sha256}));
-        self.write_manifest()
+        self.change(json!({"approvals_signed": allowed_signers_sha256}))
     }
 
     /// [`SIGNATURES`] as written so far (empty when no approval was signed).
@@ -354,40 +391,30 @@ impl Bundle {
         }
     }
 
-    /// Appends one line to [`SIGNATURES`] and syncs it (evidence: the receipt pins the file).
-    pub fn append_signature(&mut self, line: &Value) -> io::Result<()> {
-        let mut text = serde_json::to_string(line)?;
-        text.push('\n');
+    /// Appends the module's `signature-line` to [`SIGNATURES`] and syncs it (evidence: the receipt pins the file).
+    pub fn append_signature(&mut self, line: &str) -> io::Result<()> {
         let mut f = self.dir.open_with(SIGNATURES, OpenOptions::new().append(true).create(true))?;
-        append_whole(&mut f, SIGNATURES, text.as_bytes())
+        append_whole(&mut f, SIGNATURES, line.as_bytes())
     }
 
     /// Has the receipt signed with `key` at the end. `run.json` names the key (`receipt_signature`: its id
     /// and public key), so a bundle whose signature was removed is refused even by a `verify` given no key.
     pub fn sign_receipts_with(&mut self, key: ed25519_dalek::SigningKey) -> io::Result<()> {
         let public = key.verifying_key();
-        if self.manifest.get("receipt_signature").is_some_and(|r| r["key_id"] == crate::dsse::key_id(&public).as_str()) {
+        let key_id = crate::dsse::key_id(&public);
+        self.receipt_key = Some(key);
+        if self.manifest.get("receipt_signature").is_some_and(|r| r["key_id"] == key_id.as_str()) {
             // Reopened by another process of the same run (the hook): run.json already names this key.
-            self.receipt_key = Some(key);
             return Ok(());
         }
-        self.manifest.insert(
-            "receipt_signature".into(),
-            json!({"file": RECEIPT_SIGNATURE, "key_id": crate::dsse::key_id(&public), "public_key": crate::dsse::public_pem(&public)}),
-        );
-        self.receipt_key = Some(key);
-        self.write_manifest()
+        self.change(json!({"receipt_key": {"key_id": key_id, "public_key": crate::dsse::public_pem(&public)}}))
     }
 
     /// Marks the run as shadow (`--mode shadow`): run.json's `mode` says so from the start, and
     /// `shadow.ndjson` (pinned by the receipt) lists every call the module did not allow that was
     /// forwarded anyway. Nothing in a shadow bundle is enforcement evidence; `verify` says so first.
     pub fn set_shadow(&mut self) -> io::Result<()> {
-        self.manifest.insert("mode".into(), json!("shadow"));
-        if !self.dir.is_file(SHADOW) {
-            write_atomic(&self.dir, SHADOW, b"")?;
-        }
-        self.write_manifest()
+        self.change(json!({"shadow": true}))
     }
 
     /// Whether run.json marks the run as shadow.
@@ -395,56 +422,43 @@ impl Bundle {
         self.manifest.get("mode").is_some_and(|m| m == "shadow")
     }
 
-    /// Appends one line to [`SHADOW`] and syncs it, before the call it names is forwarded.
-    pub fn append_shadow(&mut self, line: &Value) -> io::Result<()> {
+    /// Appends the module's `shadow-line` to [`SHADOW`] and syncs it, before the call it names is forwarded.
+    pub fn append_shadow(&mut self, line: &str) -> io::Result<()> {
         if self.finished {
             return Err(io::Error::other("the bundle is finished"));
         }
-        let mut text = serde_json::to_string(line)?;
-        text.push('\n');
         let mut f = self.dir.open_with(SHADOW, OpenOptions::new().append(true))?;
-        append_whole(&mut f, SHADOW, text.as_bytes())
+        append_whole(&mut f, SHADOW, line.as_bytes())
     }
 
-    /// Records admission (`admitted`) or refusal (`refused`) in `run.json`'s lifecycle.
+    /// Records admission (`admitted`) or refusal (`refused`) in `run.json`'s lifecycle, with the `start`
+    /// claim's coverage.
     pub fn admitted(&mut self, admitted: bool) -> io::Result<()> {
-        self.lifecycle(if admitted { "admitted" } else { "refused" })?;
-        self.write_manifest()
+        let change = json!({"lifecycle": if admitted { "admitted" } else { "refused" }, "at": self.clock.now_ms(), "start": self.start_line});
+        self.change(change)
     }
 
     /// Ends the bundle: `report.json` (the report's exact bytes), `run.json` (ended, outcome),
-    /// `receipt.json`, `latest.json` (when it still points here) and an `ended` line in `history.ndjson`.
+    /// `receipt.json`, its signature, `latest.json` (when it still points here) and an `ended` line in
+    /// `history.ndjson`, all composed by the module (`bundle-end`) from the hashes of the files written.
     pub fn finish(&mut self, report: &str) -> io::Result<()> {
         if self.finished {
             return Err(io::Error::other("the bundle is already finished"));
         }
-        let policy = shared_policy().map_err(io_other)?;
-        let policy = &*policy;
-        let report_v: Value = serde_json::from_str(report).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("the report is not JSON: {e}")))?;
-        let ended = now_rfc3339();
-        write_atomic(&self.dir, "report.json", report.as_bytes())?;
-        self.lifecycle_at("ended", &ended);
-        self.manifest.insert("outcome".into(), report_v["outcome"].clone());
-        self.write_manifest()?;
-        let receipt = self.receipt(policy, report)?;
-        write_atomic(&self.dir, "receipt.json", receipt.as_bytes())?;
-        if let Some(key) = &self.receipt_key {
-            let subjects = [
-                crate::dsse::Subject { name: "receipt.json".into(), sha256: sha256_hex(receipt.as_bytes()) },
-                crate::dsse::Subject { name: "report.json".into(), sha256: sha256_hex(report.as_bytes()) },
-            ];
-            let predicate = json!({"run_id": self.run_id, "outcome": report_v["outcome"], "host": {"name": HOST_NAME, "version": HOST_VERSION},
-                "module_sha256": self.manifest["module_sha256"], "signed_at": ended});
-            let envelope = crate::dsse::sign_statement(key, &subjects, crate::dsse::RECEIPT_PREDICATE, predicate);
-            write_atomic(&self.dir, RECEIPT_SIGNATURE, &envelope)?;
+        let mut hashes = Map::new();
+        let mut files = vec![self.document_file.clone(), "events.ndjson".to_string()];
+        if self.has_envelope {
+            files.push("envelope.json".into());
         }
-        self.finished = true;
-        if self.latest_is_me() {
-            self.write_latest(&ended)?;
+        for optional in [SIGNATURES, SHADOW] {
+            if self.dir.is_file(optional) {
+                files.push(optional.into());
+            }
         }
-        self.append_history(json!({"schema": HISTORY_SCHEMA, "event": "ended", "run_id": self.run_id, "at": ended, "path": self.run_id,
-            "outcome": report_v["outcome"]}))?;
-        Ok(())
+        for f in files {
+            hashes.insert(f.clone(), json!(sha256_hex(&self.dir.read(&f)?)));
+        }
+        self.end_with(Some(report), json!({"at": self.clock.now_ms(), "chain_head": self.head, "hashes": hashes, "latest": self.latest_text()}))
     }
 
     /// Ends a bundle that has no report to end with (the module trapped: a report it cannot vouch for is
@@ -454,16 +468,22 @@ impl Bundle {
         if self.finished {
             return Err(io::Error::other("the bundle is already finished"));
         }
-        let ended = now_rfc3339();
-        self.lifecycle_at("ended", &ended);
-        self.manifest.insert("ended_without_report".into(), json!(code));
-        self.write_manifest()?;
-        self.finished = true;
-        if self.latest_is_me() {
-            self.write_latest(&ended)?;
+        self.end_with(None, json!({"at": self.clock.now_ms(), "ended_without_report": code, "latest": self.latest_text()}))
+    }
+
+    fn end_with(&mut self, report: Option<&str>, facts: Value) -> io::Result<()> {
+        let policy = shared_policy().map_err(io_other)?;
+        let effects = policy.bundle_end(&self.manifest_text, report, &facts.to_string()).map_err(io_other)?.map_err(module_refused)?;
+        let result = self.carry_out(&effects);
+        // Once run.json says the run ended, it has: a later failure (latest.json, history) does not reopen it.
+        if result.is_ok() || self.manifest.get("lifecycle").and_then(Value::as_array).is_some_and(|l| l.iter().any(|e| e["event"] == "ended")) {
+            self.finished = true;
         }
-        self.append_history(json!({"schema": HISTORY_SCHEMA, "event": "ended", "run_id": self.run_id, "at": ended, "path": self.run_id,
-            "outcome": null, "ended_without_report": code}))
+        result
+    }
+
+    fn latest_text(&self) -> Option<String> {
+        self.root.read_to_string("latest.json").ok()
     }
 
     /// Whether `receipt.json` is written (by [`finish`](Bundle::finish), which may still have failed after it).
@@ -474,69 +494,6 @@ impl Bundle {
     /// Whether [`finish`](Bundle::finish) (or [`end_without_report`](Bundle::end_without_report)) ran.
     pub fn is_finished(&self) -> bool {
         self.finished
-    }
-
-    fn receipt(&self, policy: &Policy, report: &str) -> io::Result<String> {
-        let mut artifacts = Map::new();
-        let mut files = vec!["run.json".to_string(), self.document_file.clone(), "events.ndjson".into(), "report.json".into()];
-        if self.has_envelope {
-            files.push("envelope.json".into());
-        }
-        if self.dir.is_file(SIGNATURES) {
-            files.push(SIGNATURES.into());
-        }
-        if self.dir.is_file(SHADOW) {
-            files.push(SHADOW.into());
-        }
-        for f in files {
-            artifacts.insert(f.clone(), json!(sha256_hex(&self.dir.read(&f)?)));
-        }
-        let artifacts = serde_json::to_string(&artifacts)?;
-        let text = format!(
-            "{{\"artifacts\":{artifacts},\"chain_head\":\"{}\",\"host\":{{\"name\":\"{HOST_NAME}\",\"version\":\"{HOST_VERSION}\"}},\"module_sha256\":{},\"report\":{report},\"report_sha256\":\"{}\",\"schema\":\"{RECEIPT_SCHEMA}\"}}",
-            self.head,
-            serde_json::to_string(&self.manifest["module_sha256"])?,
-            sha256_hex(report.as_bytes()),
-        );
-        match policy.canonicalize(&text) {
-            Ok(Ok(c)) => Ok(c),
-            Ok(Err(e)) => Err(io::Error::new(io::ErrorKind::InvalidData, format!("the receipt is not canonicalizable: {e}"))),
-            Err(e) => Err(io_other(e)),
-        }
-    }
-
-    fn lifecycle(&mut self, event: &str) -> io::Result<()> {
-        self.lifecycle_at(event, &now_rfc3339());
-        Ok(())
-    }
-
-    fn lifecycle_at(&mut self, event: &str, at: &str) {
-        if let Some(Value::Array(l)) = self.manifest.get_mut("lifecycle") {
-            l.push(json!({"event": event, "at": at}));
-        }
-    }
-
-    fn write_manifest(&self) -> io::Result<()> {
-        let mut text = serde_json::to_string_pretty(&Value::Object(self.manifest.clone()))?;
-        text.push('\n');
-        write_atomic(&self.dir, "run.json", text.as_bytes())
-    }
-
-    fn latest_is_me(&self) -> bool {
-        self.root.read("latest.json").ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()).is_some_and(|v| v["run_id"] == self.run_id.as_str())
-    }
-
-    fn write_latest(&self, at: &str) -> io::Result<()> {
-        let mut text = serde_json::to_string_pretty(&json!({"schema": LATEST_SCHEMA, "run_id": self.run_id, "path": self.run_id, "updated_at": at}))?;
-        text.push('\n');
-        write_atomic(&self.root, "latest.json", text.as_bytes())
-    }
-
-    fn append_history(&self, entry: Value) -> io::Result<()> {
-        let mut line = serde_json::to_string(&entry)?;
-        line.push('\n');
-        let mut f = self.root.open_with("history.ndjson", OpenOptions::new().append(true).create(true))?;
-        append_whole(&mut f, "history.ndjson", line.as_bytes())
     }
 }
 

@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = '9dbce62c36cbb307ed75b1b232405a732fa670b74ccdc168070568fc271aab94';
+export const COMPONENT_SHA256 = 'ad4082901df2f7582e107b730d650d40c8a26fe5e4b4f2aa57c75fb82c35ebf0';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';

@@ -378,7 +378,7 @@ impl Shared {
             &self.runs,
             ADAPTER,
             guard,
-            crate::run::RunOptions { receipt_key: self.receipt_key.clone(), shadow: self.shadow },
+            crate::run::RunOptions { receipt_key: self.receipt_key.clone(), shadow: self.shadow, ..Default::default() },
         ) {
             Err(e @ RunError::Evidence(_)) => Err(Failure { code: "bundle-unwritable".into(), message: e.to_string() }),
             Err(e) => Err(Failure::from(e)),

@@ -51,7 +51,7 @@ from ._types import (
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "9dbce62c36cbb307ed75b1b232405a732fa670b74ccdc168070568fc271aab94"
+COMPONENT_SHA256 = "ad4082901df2f7582e107b730d650d40c8a26fe5e4b4f2aa57c75fb82c35ebf0"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
