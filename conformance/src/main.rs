@@ -13,6 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 mod compare;
+#[allow(dead_code)]
+mod whole_run;
 use compare::{check_expected, continues_identically, differences};
 
 /// One implementation: a process speaking the protocol.
@@ -218,7 +220,10 @@ fn vector_files(dir: &Path) -> Result<Vec<PathBuf>> {
         for e in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
             let p = e?.path();
             if p.is_dir() {
-                stack.push(p);
+                // Whole-run vectors have their own format and check (whole_run.rs).
+                if p != dir.join("run") {
+                    stack.push(p);
+                }
             } else if p.extension().is_some_and(|x| x == "json") {
                 out.push(p);
             }
@@ -302,9 +307,11 @@ fn main() -> Result<()> {
     let started = std::time::Instant::now();
     let mut tally = Tally::default();
     if o.bless {
+        bless_whole_runs(&o, &root, &specs)?;
         return bless(&o, &root, &mut imps[0]);
     }
     run_vectors(&o, &root, &mut imps, &mut tally)?;
+    run_whole_runs(&o, &root, &specs, &mut tally)?;
     if o.generated > 0 {
         run_generated(&o, &mut imps, &mut tally)?;
     }
@@ -315,6 +322,113 @@ fn main() -> Result<()> {
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// The whole-run vectors' folders (conformance/vectors/run/<name>/script.json), sorted.
+fn whole_run_dirs(o: &Options) -> Result<Vec<PathBuf>> {
+    let dir = o.vectors.join("run");
+    let mut out = Vec::new();
+    if dir.is_dir() {
+        for e in std::fs::read_dir(&dir)? {
+            let p = e?.path();
+            if p.join("script.json").is_file() {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Runs an implementation's whole-run driver (its `run` command, with SCRIPT_DIR OUT_DIR appended) on one
+/// vector; returns the runs root it left.
+fn drive(spec: &Value, root: &Path, vector: &Path) -> Result<tempdir::Dir> {
+    let cmd: Vec<String> =
+        spec["run"].as_array().ok_or_else(|| anyhow!("no `run` command"))?.iter().filter_map(|c| c.as_str().map(|s| resolve(root, s))).collect();
+    let out = tempdir::Dir::new()?;
+    let mut c = Command::new(&cmd[0]);
+    c.args(&cmd[1..]).arg(vector).arg(out.path()).current_dir(root).stdin(Stdio::null());
+    for v in [&spec["env"], &spec["run_env"]] {
+        if let Some(env) = v.as_object() {
+            for (k, v) in env {
+                c.env(k, resolve(root, v.as_str().unwrap_or_default()));
+            }
+        }
+    }
+    let o = c.output().with_context(|| format!("running {}", cmd.join(" ")))?;
+    if !o.status.success() {
+        bail!("{} exited with {}: {}", cmd.join(" "), o.status, String::from_utf8_lossy(&o.stderr).trim());
+    }
+    Ok(out)
+}
+
+/// Every whole-run vector through every implementation with a `run` driver: each file it leaves must be
+/// `expected/`'s, byte for byte.
+fn run_whole_runs(o: &Options, root: &Path, specs: &[&Value], tally: &mut Tally) -> Result<()> {
+    for dir in whole_run_dirs(o)? {
+        let name = dir.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        // The blessed bytes must first show what the vector's clauses say, or no implementation passes it.
+        let clauses = whole_run::check_expect(&dir);
+        let clauses_ok = matches!(clauses, Ok(None));
+        match clauses {
+            Ok(None) => {}
+            Ok(Some(why)) => eprintln!("FAILED run/{name}: {why}"),
+            Err(e) => eprintln!("FAILED run/{name}: {e:#}"),
+        }
+        for spec in specs.iter().filter(|s| s.get("run").is_some()) {
+            let imp = spec["name"].as_str().unwrap_or_default();
+            let verdict = drive(spec, root, &dir).and_then(|out| whole_run::compare(&dir.join("expected"), out.path()));
+            let ok = clauses_ok && matches!(verdict, Ok(None));
+            match verdict {
+                Ok(None) => {}
+                Ok(Some(diff)) => eprintln!("FAILED run/{name} [{imp}]: {diff}"),
+                Err(e) => eprintln!("FAILED run/{name} [{imp}]: {e:#}"),
+            }
+            tally.add(imp, "run (whole runs)", ok);
+        }
+    }
+    Ok(())
+}
+
+/// `--bless`: each whole-run vector's `expected/` from the first implementation with a `run` driver.
+fn bless_whole_runs(o: &Options, root: &Path, specs: &[&Value]) -> Result<()> {
+    let Some(spec) = specs.iter().find(|s| s.get("run").is_some()) else { return Ok(()) };
+    for dir in whole_run_dirs(o)? {
+        let out = drive(spec, root, &dir).with_context(|| format!("{}", dir.display()))?;
+        let expected = dir.join("expected");
+        if expected.exists() {
+            std::fs::remove_dir_all(&expected)?;
+        }
+        for (rel, bytes) in whole_run::files(out.path())? {
+            let p = expected.join(rel);
+            std::fs::create_dir_all(p.parent().unwrap_or(&expected))?;
+            std::fs::write(p, bytes)?;
+        }
+        eprintln!("blessed {}", expected.display());
+    }
+    Ok(())
+}
+
+/// A temporary directory, removed when dropped.
+mod tempdir {
+    pub struct Dir(std::path::PathBuf);
+    impl Dir {
+        pub fn new() -> std::io::Result<Dir> {
+            use std::sync::atomic::{AtomicU64, Ordering};
+            static N: AtomicU64 = AtomicU64::new(0);
+            let p = std::env::temp_dir().join(format!("runbook-run-vector-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
+            std::fs::create_dir_all(&p)?;
+            Ok(Dir(p))
+        }
+        pub fn path(&self) -> &std::path::Path {
+            &self.0
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
 }
 
 /// Vector files must match conformance/vectors.schema.json before anything runs.

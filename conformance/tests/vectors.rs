@@ -109,7 +109,10 @@ fn json_files(dir: &Path) -> Vec<PathBuf> {
         for e in entries {
             let p = e.unwrap().path();
             if p.is_dir() {
-                stack.push(p);
+                // Whole-run vectors (run/) have their own format, checked by the runner and below.
+                if p != dir.join("run") {
+                    stack.push(p);
+                }
             } else if p.extension().is_some_and(|x| x == "json") {
                 out.push(p);
             }
@@ -117,6 +120,26 @@ fn json_files(dir: &Path) -> Vec<PathBuf> {
     }
     out.sort();
     out
+}
+
+/// The whole-run vectors' inputs are the ones `make_scripts.py` writes from its hand-written definitions
+/// (each with the clauses it cites and what they say), and there are at least 30 of them, each blessed.
+#[test]
+fn whole_run_vectors_are_written_from_their_definitions() {
+    let dir = conformance_dir().join("vectors/run");
+    let o = std::process::Command::new("python3").arg(dir.join("make_scripts.py")).arg("--check").output().expect("python3");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut n = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.join("script.json").is_file() {
+            assert!(p.join("expected").is_dir(), "{} has no expected/ (runbook-conformance --bless)", p.display());
+            let s: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p.join("script.json")).unwrap()).unwrap();
+            assert!(s["clauses"].as_array().is_some_and(|c| !c.is_empty()), "{} cites no clause", p.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 30, "only {n} whole-run vectors");
 }
 
 fn sha256(s: &str) -> String {

@@ -200,6 +200,15 @@ pub fn document_file(document: &[u8]) -> &'static str {
     }
 }
 
+/// The chain's `h0` (DESIGN 9.22): the sha256 of the document's envelope, or of the document when it has
+/// none.
+pub fn chain_h0(document: &[u8]) -> String {
+    match crate::envelope(document) {
+        Ok(e) => sha256_hex(e.as_bytes()),
+        Err(_) => sha256_hex(document),
+    }
+}
+
 /// A reference as a bundle may hold it: `id@version` as is, a file by its last path component only (no
 /// absolute path is ever written into a bundle).
 pub fn public_reference(reference: &str) -> String {
@@ -418,6 +427,7 @@ pub fn create(document: &[u8], facts: &str) -> Result<Vec<Effect>, String> {
         None => (null(), null()),
     };
     let envelope_sha = envelope.as_deref().map(|e| sha256_hex(e.as_bytes()));
+    // chain_h0 of the same bytes, without deriving the envelope twice.
     let h0 = envelope_sha.clone().unwrap_or_else(|| sha.clone());
 
     let mut manifest = obj(vec![
@@ -574,39 +584,8 @@ pub fn end(manifest: &str, report: Option<&str>, facts: &str) -> Result<Vec<Effe
             set(&mut m, "outcome", outcome.clone());
             let run_json = pretty(&m);
             let hashes = Facts(f.object_or_null(W, "hashes")?);
-            let doc_file = Facts(m.clone()).get("artifacts").and_then(|a| a.get("document")).and_then(|d| match &d.value {
-                Value::Str(v) => Some(v.clone()),
-                _ => None,
-            });
-            let doc_file = doc_file.ok_or("run.json names no document")?;
-            let mut artifacts =
-                vec![("run.json".to_string(), s(&sha256_hex(run_json.as_bytes()))), ("report.json".to_string(), s(&sha256_hex(report.as_bytes())))];
-            let has_envelope = m.get("artifacts").and_then(|a| a.get("envelope")).is_some_and(|e| matches!(e.value, Value::Str(_)));
-            let mut required = vec![doc_file.as_str(), "events.ndjson"];
-            if has_envelope {
-                required.push("envelope.json");
-            }
-            for name in required {
-                artifacts.push((name.to_string(), s(hashes.str("bundle end facts hashes", name)?)));
-            }
-            for name in [SIGNATURES, SHADOW] {
-                if let Some(h) = hashes.opt_str("bundle end facts hashes", name)? {
-                    artifacts.push((name.to_string(), s(h)));
-                }
-            }
-            let chain_head = f.str(W, "chain_head")?;
-            let host = m.get("host").cloned().unwrap_or_else(null);
-            let module_sha256 = m.get("module_sha256").cloned().unwrap_or_else(null);
-            let receipt = obj(vec![
-                ("artifacts", jcs::obj_owned(artifacts)),
-                ("chain_head", s(chain_head)),
-                ("host", host.clone()),
-                ("module_sha256", module_sha256.clone()),
-                ("report", r.0.clone()),
-                ("report_sha256", s(&sha256_hex(report.as_bytes()))),
-                ("schema", s(RECEIPT_SCHEMA)),
-            ]);
-            let receipt = jcs::to_string_record(&receipt);
+            let receipt = receipt_of(&m, &run_json, report, &r.0, f.str(W, "chain_head")?, &hashes)?;
+            let (host, module_sha256) = (m.get("host").cloned().unwrap_or_else(null), m.get("module_sha256").cloned().unwrap_or_else(null));
             out.push(write(dir("report.json"), report.as_bytes()));
             out.push(write(dir("run.json"), run_json));
             if m.get("receipt_signature").is_some() {
@@ -655,6 +634,62 @@ pub fn end(manifest: &str, report: Option<&str>, facts: &str) -> Result<Vec<Effe
     }
     out.push(append("history.ndjson".into(), line(&history)));
     Ok(out)
+}
+
+/// `receipt.json` (RFC 8785) of an ended run: `manifest` is the final `run.json` (`run_json` its text),
+/// `hashes` the sha256 of the bundle's other files as written.
+fn receipt_of(manifest: &Node, run_json: &str, report: &str, report_node: &Node, chain_head: &str, hashes: &Facts) -> Result<String, String> {
+    const H: &str = "receipt hashes";
+    let doc_file = match manifest.get("artifacts").and_then(|a| a.get("document")).map(|d| &d.value) {
+        Some(Value::Str(v)) => v.clone(),
+        _ => return Err("run.json names no document".into()),
+    };
+    let mut artifacts = vec![("run.json".to_string(), s(&sha256_hex(run_json.as_bytes()))), ("report.json".to_string(), s(&sha256_hex(report.as_bytes())))];
+    let has_envelope = manifest.get("artifacts").and_then(|a| a.get("envelope")).is_some_and(|e| matches!(e.value, Value::Str(_)));
+    let mut required = vec![doc_file.as_str(), "events.ndjson"];
+    if has_envelope {
+        required.push("envelope.json");
+    }
+    for name in required {
+        artifacts.push((name.to_string(), s(hashes.str(H, name)?)));
+    }
+    for name in [SIGNATURES, SHADOW] {
+        if let Some(h) = hashes.opt_str(H, name)? {
+            artifacts.push((name.to_string(), s(h)));
+        }
+    }
+    let receipt = obj(vec![
+        ("artifacts", jcs::obj_owned(artifacts)),
+        ("chain_head", s(chain_head)),
+        ("host", manifest.get("host").cloned().unwrap_or_else(null)),
+        ("module_sha256", manifest.get("module_sha256").cloned().unwrap_or_else(null)),
+        ("report", report_node.clone()),
+        ("report_sha256", s(&sha256_hex(report.as_bytes()))),
+        ("schema", s(RECEIPT_SCHEMA)),
+    ]);
+    Ok(jcs::to_string_record(&receipt))
+}
+
+/// `verify`'s check of a receipt (DESIGN 5): whether `receipt` is, byte for byte, the receipt the module
+/// writes for this `run.json` (its final text), `report`, chain head and the hashes of the other files as
+/// found (`{<file>: sha256}`). The error says what differs.
+pub fn check_receipt(run_json: &str, report: &str, chain_head: &str, hashes: &str, receipt: &str) -> Result<(), String> {
+    let m = Facts::parse("run.json", run_json)?;
+    let r = Facts::parse("report.json", report)?;
+    let h = Facts::parse("receipt hashes", hashes)?;
+    let want = receipt_of(&m.0, run_json, report, &r.0, chain_head, &h)?;
+    if want == receipt {
+        return Ok(());
+    }
+    let got = json::parse(receipt).node.ok_or("receipt.json is not JSON")?;
+    let want_node = json::parse(&want).node.ok_or("the module's receipt is not JSON")?;
+    for key in ["schema", "host", "module_sha256", "report_sha256", "report", "chain_head", "artifacts"] {
+        let (a, b) = (want_node.get(key).map(jcs::to_string), got.get(key).map(jcs::to_string));
+        if a != b {
+            return Err(format!("`{key}` is not what this bundle's files give ({})", a.unwrap_or_default()));
+        }
+    }
+    Err("receipt.json is not in its one canonical form (RFC 8785) or holds other members".into())
 }
 
 /// One line of `signatures.ndjson`: a signed answer to one approval request (DESIGN 9.19).

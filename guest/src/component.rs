@@ -265,6 +265,10 @@ impl Guest for Component {
         crate::bundle::end(&manifest, report.as_deref(), &facts).map(effects)
     }
 
+    fn check_receipt(run_json: String, report: String, chain_head: String, hashes: String, receipt: String) -> Result<(), String> {
+        crate::bundle::check_receipt(&run_json, &report, &chain_head, &hashes, &receipt)
+    }
+
     fn record_line(link: String, event_line: String, decision_line: String) -> String {
         crate::bundle::record_line(&link, &event_line, &decision_line, None)
     }
@@ -313,7 +317,7 @@ impl GuestSession for Session {
         let mut s = self.0.borrow_mut();
         let d = match to_event(event) {
             Ok(mut e) => {
-                s.apply_guard(&mut e);
+                s.complete_typed(&mut e);
                 s.handle(e)
             }
             Err(_) => s.malformed(false),

@@ -295,6 +295,11 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_bundle_end(store, manifest, report, facts))
     }
 
+    /// `verify`'s check of `receipt.json` against the bundle's files (WIT `check-receipt`).
+    pub fn check_receipt(&self, run_json: &str, report: &str, chain_head: &str, hashes: &str, receipt: &str) -> Result<Result<(), String>, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_check_receipt(store, run_json, report, chain_head, hashes, receipt))
+    }
+
     /// The `events.ndjson` record of an event line and its decision line (WIT `record-line`).
     pub fn record_line(&self, link: &str, event_line: &str, decision_line: &str) -> Result<String, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_record_line(store, link, event_line, decision_line))

@@ -487,15 +487,31 @@ impl Run {
 
     /// Feeds one event: one call into the module, then the record, fsync'd, then the answer.
     fn feed(&mut self, kind: EventKind) -> Result<Answer, RunError> {
+        self.check_open()?;
+        let event = Event { at: self.now_at(), kind };
+        self.feed_with(|session, prev| session.feed(&event, prev))
+    }
+
+    /// Feeds one raw event line exactly as given (the wire path: a client's line that may be malformed,
+    /// which the module then halts on, `malformed-event`); recorded as any event is.
+    pub fn feed_line(&mut self, line: &str) -> Result<Answer, RunError> {
+        self.check_open()?;
+        self.feed_with(|session, prev| session.feed_line(line, prev))
+    }
+
+    fn check_open(&self) -> Result<(), RunError> {
         if let Some(b) = &self.broken {
             return Err(b.clone());
         }
         if self.bundle.is_finished() {
             return Err(RunError::Finished(format!("run {} is over and its evidence is sealed; start a new run", self.run_id())));
         }
-        let event = Event { at: self.now_at(), kind };
+        Ok(())
+    }
+
+    fn feed_with(&mut self, call: impl FnOnce(&mut Session, &str) -> Result<Recorded, crate::Trapped>) -> Result<Answer, RunError> {
         let prev = self.bundle.chain_head().to_string();
-        let rec: Recorded = match self.session.feed(&event, &prev) {
+        let rec: Recorded = match call(&mut self.session, &prev) {
             Ok(r) => r,
             Err(trapped) => {
                 // No module to vouch for a report or a link: the bundle ends without one (verify refuses it).
@@ -554,11 +570,8 @@ impl Run {
         if self.signers.is_some() || self.signed_approvals_required() {
             return Err(RunError::Refused("this run's approvals must be signed: answer through the approval channel (`runbook-host approve --sign`)".into()));
         }
-        let request = match call_sha256 {
-            Some(h) => self.request_for(step, h)?,
-            None => None,
-        };
-        self.feed_approval(step, call_sha256, approver, granted, request)
+        // The module names the request a call-bound answer answers (its ledger, 9.19).
+        self.feed_approval(step, call_sha256, approver, granted, None)
     }
 
     fn feed_approval(

@@ -859,6 +859,17 @@ fn receipt(cx: &mut Ctx, s: &Seen) -> Result<(), Failure> {
     if run["outcome"] != report["outcome"] {
         return fail("run.json", "`outcome` is not the report's");
     }
+    // The receipt's bytes are the module's composition of these very files (DESIGN 5, 11): anything the
+    // checks above do not name (an extra member, another order, another number form) is caught here.
+    let hashes: serde_json::Map<String, Value> = files.iter().filter(|(n, _)| *n != "report.json").map(|(n, sha)| (n.to_string(), json!(sha))).collect();
+    let run_text = String::from_utf8_lossy(&s.run_bytes);
+    let report_text = String::from_utf8_lossy(&s.report_bytes);
+    let policy = bundle::shared_policy().map_err(|e| Failure { place: "receipt.json".into(), message: e.to_string() })?;
+    match policy.check_receipt(&run_text, &report_text, h, &Value::Object(hashes).to_string(), &s.receipt_text) {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => return fail("receipt.json", format!("it is not the policy module's receipt of this bundle: {why}")),
+        Err(e) => return fail("receipt.json", format!("the policy module could not check it: {e}")),
+    }
     let lifecycle = run["lifecycle"].as_array().cloned().unwrap_or_default();
     let ok_time = |v: &Value| v.as_str().is_some_and(|t| t.len() >= 20 && t.ends_with('Z') && t.as_bytes()[10] == b'T');
     if lifecycle.first().map(|e| &e["event"]) != Some(&json!("created"))

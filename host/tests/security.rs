@@ -353,7 +353,7 @@ fn signed_approvals_are_a_humans() {
         let (decision, link) = session.replay_line(&forged, &head).unwrap();
         assert!(decision.starts_with("{\"decision\":\"allow\""), "{decision}");
         let mut f = std::fs::OpenOptions::new().append(true).open(&events_path).unwrap();
-        std::io::Write::write_all(&mut f, runbook_host::bundle::event_record_line(&link, &forged, &decision).as_bytes()).unwrap();
+        std::io::Write::write_all(&mut f, runbook_host::bundle::shared_policy().unwrap().record_line(&link, &forged, &decision).unwrap().as_bytes()).unwrap();
     }
     let o = hook(pre(s, "Bash", bash(ROTATE), "t3b"));
     assert_eq!(o.code, 2, "{}", o.stdout);
@@ -462,7 +462,7 @@ fn one_signature_answers_one_request() {
     let (decision, link) = session.replay_line(&copy, &head).unwrap();
     assert!(decision.contains(r#""decision":"deny""#) && decision.contains(r#""reason":"no-pending""#), "the module refuses the copy: {decision}");
     let mut f = std::fs::OpenOptions::new().append(true).open(&events_path).unwrap();
-    std::io::Write::write_all(&mut f, runbook_host::bundle::event_record_line(&link, &copy, &decision).as_bytes()).unwrap();
+    std::io::Write::write_all(&mut f, runbook_host::bundle::shared_policy().unwrap().record_line(&link, &copy, &decision).unwrap().as_bytes()).unwrap();
     let sig_path = dir.join("signatures.ndjson");
     let sig_text = std::fs::read_to_string(&sig_path).unwrap();
     let mut sig: Value = serde_json::from_str(sig_text.lines().next().unwrap()).unwrap();

@@ -7,6 +7,10 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 
+#[path = "../whole_run.rs"]
+#[allow(dead_code)]
+mod whole_run;
+
 enum Imp {
     Wasmtime(runbook_host::Policy),
     Native,
@@ -259,6 +263,17 @@ fn reorder_keys(mut resp: Value) -> Value {
 
 fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
+    // A whole-run vector (conformance/vectors/run/README.md): `--impl X --run SCRIPT_DIR OUT_DIR`.
+    if let Some(i) = args.iter().position(|a| a == "--run") {
+        let (dir, out) =
+            (args.get(i + 1).ok_or_else(|| anyhow!("--run SCRIPT_DIR OUT_DIR"))?, args.get(i + 2).ok_or_else(|| anyhow!("--run SCRIPT_DIR OUT_DIR"))?);
+        let (dir, out) = (std::path::Path::new(dir), std::path::Path::new(out));
+        return match args.iter().position(|a| a == "--impl").and_then(|i| args.get(i + 1)).map(String::as_str) {
+            Some("wasmtime") => whole_run::drive_wasmtime(dir, out),
+            Some("native") => whole_run::drive_native(dir, out),
+            _ => bail!("usage: runbook-conformance-adapter --impl wasmtime|native --run SCRIPT_DIR OUT_DIR"),
+        };
+    }
     let imp = match args.iter().position(|a| a == "--impl").and_then(|i| args.get(i + 1)).map(String::as_str) {
         Some("wasmtime") => Imp::Wasmtime(runbook_host::Policy::load()?),
         Some("native") => Imp::Native,

@@ -111,10 +111,25 @@ impl Session {
         Recorded { event_line, decision, decision_line, link, record_line, explanation, state: self.state() }
     }
 
-    /// The guard's needles on a typed `invoke` (9.20): one that names a needle is fed as guarded.
-    pub fn apply_guard(&self, ev: &mut Event) {
-        if let EventKind::Invoke { tool, arguments, guard: guard @ false, .. } = &mut ev.kind {
-            *guard = !self.needles.is_empty() && crate::bundle::names_any(tool, arguments, &self.needles);
+    /// What the module fills in on a typed event, so that no host keeps the rule: the guard's needles on
+    /// an `invoke` (9.20: one that names a needle is fed as guarded), and on a call-bound `approval` that
+    /// names no request, the request it answers (9.19: the oldest pending request of the current step
+    /// for that call). Either is then recorded, so a replay of the line decides alike without them.
+    pub fn complete_typed(&self, ev: &mut Event) {
+        match &mut ev.kind {
+            EventKind::Invoke { tool, arguments, guard: guard @ false, .. } => {
+                *guard = !self.needles.is_empty() && crate::bundle::names_any(tool, arguments, &self.needles);
+            }
+            EventKind::Approval { step, call_sha256: Some(h), request: request @ None, .. } => {
+                let current = match self.pos {
+                    super::Position::Step(i) => self.a.doc.steps.get(i).map(|s| s.id.as_str()),
+                    _ => None,
+                };
+                if step.as_deref() == current {
+                    *request = self.requests.iter().find(|r| r.1 == *h).map(|r| r.0);
+                }
+            }
+            _ => {}
         }
     }
 
@@ -123,7 +138,7 @@ impl Session {
     pub fn feed(&mut self, event: Result<Event, String>, prev: &str) -> Recorded {
         match event {
             Ok(mut ev) => {
-                self.apply_guard(&mut ev);
+                self.complete_typed(&mut ev);
                 let node = ev.to_node();
                 // 9.28: a number that is not exact is recorded as written, so the record replays as fed.
                 let line = jcs::to_string_record(&node);

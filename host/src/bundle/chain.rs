@@ -103,17 +103,6 @@ pub fn chain_h0(envelope: Option<&str>, document_sha256: &str) -> String {
     envelope.map(|e| sha256_hex(e.as_bytes())).unwrap_or_else(|| document_sha256.to_string())
 }
 
-/// The text stored under a key of an `events.ndjson` line for a raw line: itself when it is a JSON object
-/// without a newline, else the JSON string holding it.
-pub(crate) fn embed(raw: &str) -> String {
-    let t = raw.trim_start();
-    if t.starts_with('{') && !raw.contains('\n') && serde_json::from_str::<serde::de::IgnoredAny>(raw).is_ok() {
-        raw.to_string()
-    } else {
-        serde_json::to_string(raw).unwrap_or_default()
-    }
-}
-
 /// The raw line from an embedded text (the inverse of `embed`).
 pub(crate) fn unembed(text: &str) -> Option<String> {
     if text.trim_start().starts_with('"') {
@@ -121,11 +110,6 @@ pub(crate) fn unembed(text: &str) -> Option<String> {
     } else {
         Some(text.to_string())
     }
-}
-
-/// One line of `events.ndjson`, as written.
-pub fn event_record_line(h: &str, event_line: &str, decision_line: &str) -> String {
-    format!("{{\"h\":\"{h}\",\"decision\":{},\"event\":{}}}\n", embed(decision_line), embed(event_line))
 }
 
 /// One parsed line of `events.ndjson`: the exact texts recorded.
@@ -159,7 +143,10 @@ pub fn parse_event_record(line: &str) -> Result<EventRecord, String> {
     }
     let decision_line = unembed(decision_text).ok_or("`decision` is not a JSON object or string")?;
     let event_line = unembed(event_text).ok_or("`event` is not a JSON object or string")?;
-    if embed(&decision_line) != decision_text || embed(&event_line) != event_text {
+    // One allowed form: the line must be exactly the record the module composes of these texts.
+    let policy = shared_policy().map_err(|e| e.to_string())?;
+    let composed = policy.record_line(&h, &event_line, &decision_line).map_err(|e| e.to_string())?;
+    if composed.strip_suffix('\n') != Some(line) {
         return Err("a value is not stored in its one allowed form".into());
     }
     Ok(EventRecord { h, event_line, decision_line })

@@ -58,7 +58,8 @@ pub fn export_redacted(run_dir: &Path, out_root: &Path) -> io::Result<PathBuf> {
     let records = read_events(&source_events).map_err(|(n, m)| bad(&format!("events.ndjson:{n}: {m}")))?;
     let mut redacted = String::new();
     for r in &records {
-        redacted.push_str(&event_record_line(&r.h, &chain_event_form(policy, &r.event_line).map_err(|e| io::Error::other(e.to_string()))?, &r.decision_line));
+        let form = chain_event_form(policy, &r.event_line).map_err(|e| io::Error::other(e.to_string()))?;
+        redacted.push_str(&policy.record_line(&r.h, &form, &r.decision_line).map_err(|e| io::Error::other(e.to_string()))?);
     }
     write_atomic(&out, "events.ndjson", redacted.as_bytes())?;
     files.push(

@@ -126,6 +126,22 @@ function text(v, what) {
   return v;
 }
 
+function u64(v, what) {
+  if (typeof v === 'bigint' && v >= 0n && v < 1n << 64n) return v;
+  if (Number.isSafeInteger(v) && v >= 0) return BigInt(v);
+  throw new InvalidInput(`${what} must be a non-negative integer, not ${typeof v === 'number' ? v : kindOf(v)}`);
+}
+
+function texts(v, what) {
+  if (!Array.isArray(v)) throw new InvalidInput(`${what} must be a list of strings, not ${kindOf(v)}`);
+  return v.map((x, i) => text(x, `${what}[${i}]`));
+}
+
+/** JSON text for the module: text as it is, any other value as its JSON form. */
+function jsonArg(v, what) {
+  return typeof v === 'string' ? text(v, what) : jsonText(v, what);
+}
+
 function link(v, what) {
   if (typeof v !== 'string' || !HEX64.test(v)) throw new InvalidInput(`${what} must be 64 lowercase hex digits (a chain link), not ${JSON.stringify(v) ?? kindOf(v)}`);
   return v;
@@ -384,9 +400,15 @@ function fromWitRecorded(r) {
     decision: fromWitDecision(r.decision),
     decisionLine: r.decisionLine,
     link: r.link,
+    recordLine: r.recordLine,
     explanation: r.explanation,
     state: fromWitState(r.state),
   };
+}
+
+/** The effects of a bundle change (WIT `effect`): `{op, path, bytes}`, carried out in order by a host. */
+function fromWitEffects(effects) {
+  return effects.map((e) => ({ op: e.op, path: e.path, bytes: e.bytes }));
 }
 
 function finding(f) {
@@ -610,6 +632,99 @@ export class Policy {
     return this.#call('prose', (api) => api.prose(bytes)) ?? null;
   }
 
+  // ---- run bundles (DESIGN 5, 11): the module composes every byte, a host carries the effects out ----
+
+  /**
+   * A new run's bundle: the effects (`{op, path, bytes}`, `op` one of `create-dir`, `write`, `append`,
+   * `sign`; `path` relative to the runs root) that create `<run_id>/` with the document, its envelope, an
+   * empty events.ndjson and run.json, point latest.json at it and append history.ndjson's `created` line.
+   * `facts` (JSON text or a value): `{run_id, at, reference, trust, pinned_sha256?, provenance?,
+   * module_sha256, host: {name, version}, adapter, git, shadow?, receipt_key?}`, every `at` Unix
+   * milliseconds. Throws InvalidInput naming the fact the module refuses.
+   */
+  bundleCreate(document, facts) {
+    const bytes = documentBytes(document);
+    const f = jsonArg(facts, 'facts');
+    return this.#effects('bundle-create', (api) => api.bundleCreate(bytes, f));
+  }
+
+  /**
+   * One change to run.json (`manifest`: its text as last written): `{lifecycle: "admitted"|"refused", at,
+   * start?: <the start event line>}`, `{approvals_signed}`, `{receipt_key: {key_id, public_key}}` or
+   * `{shadow: true}`. The effects write run.json (and shadow.ndjson for `shadow`).
+   */
+  bundleChange(manifest, change) {
+    text(manifest, 'manifest');
+    const c = jsonArg(change, 'change');
+    return this.#effects('bundle-change', (api) => api.bundleChange(manifest, c));
+  }
+
+  /**
+   * The end of a run: report.json, run.json, receipt.json (and its `sign` effect when run.json names a
+   * receipt key), latest.json when it still names this run, history.ndjson's `ended` line. `report` null:
+   * the run ends without one (`facts.ended_without_report` says why) and no receipt is written. `facts`:
+   * `{at, chain_head, hashes: {<file>: sha256}, latest?: <latest.json's text>, ended_without_report?}`.
+   */
+  bundleEnd(manifest, report, facts) {
+    text(manifest, 'manifest');
+    const r = report === null || report === undefined ? undefined : text(report, 'report');
+    const f = jsonArg(facts, 'facts');
+    return this.#effects('bundle-end', (api) => api.bundleEnd(manifest, r, f));
+  }
+
+  #effects(what, f) {
+    const r = this.#call(what, f, true);
+    if (Object.hasOwn(r, 'err')) throw new InvalidInput(`${what}: ${r.err}`, r.err);
+    return fromWitEffects(r.ok);
+  }
+
+  /** The events.ndjson record of an event line and its decision line (what `recorded.recordLine` is). */
+  recordLine(link_, eventLine, decisionLine) {
+    link(link_, 'link');
+    text(eventLine, 'eventLine');
+    text(decisionLine, 'decisionLine');
+    return this.#call('record-line', (api) => api.recordLine(link_, eventLine, decisionLine));
+  }
+
+  /** A line of signatures.ndjson: one signed answer (`seq`, the approval event's) to the request `request`. */
+  signatureLine(seq, request, channelId, message, signature, principal, fingerprint) {
+    const a = [u64(seq, 'seq'), u64(request, 'request')];
+    const t = [[channelId, 'channelId'], [message, 'message'], [signature, 'signature'], [principal, 'principal'], [fingerprint, 'fingerprint']].map(([v, w]) => text(v, w));
+    return this.#call('signature-line', (api) => api.signatureLine(a[0], a[1], ...t));
+  }
+
+  /** A line of shadow.ndjson: a call of a shadow run forwarded although the module did not allow it. */
+  shadowLine(seq, tool, callSha256, decision) {
+    const s = u64(seq, 'seq');
+    text(tool, 'tool');
+    text(callSha256, 'callSha256');
+    text(decision, 'decision');
+    return this.#call('shadow-line', (api) => api.shadowLine(s, tool, callSha256, decision));
+  }
+
+  /**
+   * The guard's matching rule (DESIGN 9.20): whether the tool name or any string of the arguments (JSON
+   * text; keys included) contains one of `needles`. Arguments that are not JSON are matched as text.
+   */
+  guardNames(tool, argumentsJson, needles) {
+    text(tool, 'tool');
+    text(argumentsJson, 'argumentsJson');
+    const n = texts(needles, 'needles');
+    return this.#call('guard-names', (api) => api.guardNames(tool, argumentsJson, n));
+  }
+
+  /**
+   * The working directory's git state as counts only (JSON text: what `bundleCreate`'s `git` fact holds),
+   * from the exit code of `git status --porcelain=v1 -z` (null: it did not run or finish) and its output.
+   */
+  gitState(exitCode, porcelain) {
+    if (!(exitCode === null || exitCode === undefined || (Number.isInteger(exitCode) && exitCode >= -(2 ** 31) && exitCode < 2 ** 31))) {
+      throw new InvalidInput(`exitCode must be an integer or null, not ${kindOf(exitCode)}`);
+    }
+    const bytes = documentBytes(porcelain, 'porcelain');
+    return this.#call('git-state', (api) => api.gitState(exitCode ?? undefined, bytes));
+  }
+
   /**
    * A new supervised run of `document` (feed the `start` claim first). `options.instance`: `"own"` (the
    * default: an instance of its own, about 20-80 ms to make; a trap there touches no other session) or
@@ -711,6 +826,17 @@ export class Session {
   /** The `runbook-run-report/v1` as canonical JSON; final once the run has ended. */
   report() {
     return this.#call('report', (s) => s.report());
+  }
+
+  /**
+   * The guard's needles (DESIGN 9.20): what names the run's evidence, its approval channel, the registry
+   * or the host, in every form the host knows them. A typed `invoke` whose tool name or any string of
+   * whose arguments (keys included) contains one is fed as `guard: true`, and so recorded. Host
+   * configuration, not run state: set it again after `restore`.
+   */
+  setGuard(needles) {
+    const n = texts(needles, 'needles');
+    this.#call('set-guard', (s) => s.setGuard(n));
   }
 
   /** Which of `offered` (the tools behind an adapter, in their order) a client may see now: the module's

@@ -21,7 +21,7 @@ export {
   Policy,
   Session,
 } from './core.js';
-export { Run, Guard, ADAPTERS, HOST_NAME, HOST_VERSION } from './run.js';
+export { Run, Guard, HOST_NAME, HOST_VERSION } from './run.js';
 
 /** The component this package ships (policy.wasm beside package.json). */
 export const COMPONENT_PATH = fileURLToPath(new URL('../policy.wasm', import.meta.url));

@@ -1,10 +1,8 @@
 // `runbook-policy/run` (Node only): a supervised run that writes the same bundle as runbook-host.
-import type { Coverage, Decision, EndReason, Json, Outcome, Policy, Profile, Risk, RunBroken, RunState } from './types.js';
+import type { Coverage, Decision, EndReason, Json, Leaving, Outcome, Policy, Profile, Risk, RunBroken, RunState } from './types.js';
 
 export const HOST_NAME: 'runbook-policy-js';
 export const HOST_VERSION: string;
-/** What each adapter name publishes in run.json as what it sees. */
-export const ADAPTERS: Readonly<Record<string, string>>;
 
 /** The module's answer to one event, recorded (fsync'd) before it is returned. */
 export interface Answer {
@@ -45,14 +43,19 @@ export interface RunOptions {
   adapter?: string;
   /** More paths the agent must not touch (the guard of DESIGN 9.20). */
   guardPaths?: string[];
+  /** The run's clock, Unix milliseconds (default `Date.now`): the bundle's times and every event's `at`. */
+  clock?: () => number;
+  /** The host run.json and the receipt name; default this package's. */
+  host?: { name: string; version: string };
+  /** run.json's `source.git` (counts only); default measured with `git status` in the working directory. */
+  git?: { [key: string]: Json };
 }
 
-/** What names the run's evidence or the supervisor (DESIGN 9.20). */
+/** What names the run's evidence or the supervisor (DESIGN 9.20): the needles the module matches calls against. */
 export class Guard {
   addPath(path: string): this;
   addName(name: string): this;
   readonly needles: string[];
-  names(tool: string, args: Json): boolean;
 }
 
 /** One supervised run with its bundle; every method records its event before it returns. */
@@ -70,7 +73,8 @@ export class Run {
   readonly broken: RunBroken | null;
   invoke(tool: string, args: Json, options?: { callId?: string | null; step?: string | null }): Answer;
   result(tool: string, result: Json, options?: { isError?: boolean; callId?: string | null }): Answer;
-  approval(approver: string, granted: boolean, options?: { step?: string | null; callSha256?: string | null }): Answer;
+  /** `request`: the `seq` of the needs-approval decision answered; by default the module's pending request for the call. */
+  approval(approver: string, granted: boolean, options?: { step?: string | null; callSha256?: string | null; request?: number | null }): Answer;
   advance(step: string): Answer;
   verdict(step: string, passed: boolean, by: string): Answer;
   finalOutput(): Answer;
@@ -91,4 +95,12 @@ export class Run {
    * when it begins with `{`), so the module halts the run with `malformed-event`; recorded like any event.
    */
   feedMalformed(text: string): Answer;
+  /** The wire path: one event line (DESIGN 4), fed and recorded exactly as given (no guard: use `invoke` for calls). */
+  feedLine(line: string): Answer;
+  /** Which of `offered` a client may see now (the module's rule). */
+  visibleTools(offered: string[], wholeAllowlist?: boolean): string[];
+  /** How the run ends when its client leaves: feed `finalOutput()` first when it says so, then `end(reason)`. */
+  leaving(callsInFlight?: number, lastCallTimedOut?: boolean): Leaving;
+  /** The exit code of a process that ran this run: 0 only when it completed, else 1. */
+  exitCode(): number;
 }

@@ -1,14 +1,20 @@
 // The run driver in Node (DESIGN 11): one supervised run of one document, with the same run bundle as the
 // Rust host (host/src/run.rs, host/src/bundle/), so `runbook-host verify` checks a bundle made here.
 //
-// Each event is one method; each method makes one call into the module (`feed`: the canonical event line,
-// the decision, the chain link of DESIGN 9.22, a sentence and the state come back together), appends the
-// event and its decision to events.ndjson and fsyncs it, and only then returns the Answer. Files other than
-// events.ndjson are replaced atomically (a temporary file, fsync, rename).
+// An IO shell over the module: every byte of the bundle is composed by the module (`bundleCreate`,
+// `bundleChange`, `bundleEnd`, and each event's `recordLine`). This file measures what the module cannot
+// (the clock, the git state, the hashes of the files it wrote) and carries out the effects the module
+// returns, in order, under the runs root: create a directory; replace a file atomically (a temporary file,
+// fsync, rename); append one whole record and fsync it. Given the same facts, it writes what the Rust host
+// writes, byte for byte.
+//
+// Each event is one method; each method makes one call into the module (`feed`: the decision, the chain
+// link of DESIGN 9.22, the events.ndjson record, a sentence and the state come back together), appends the
+// record to events.ndjson and fsyncs it, and only then returns the Answer.
 //
 // Fail closed: when the bundle cannot be written or the module traps, the run is broken: that call and
-// every later one throw RunBroken (an adapter blocks the tool), and after a trap the bundle is ended
-// without a report (`ended_without_report: host-trap`), which `verify` refuses.
+// every later one throw RunBroken (an adapter blocks the tool), and the bundle is ended without a report
+// (`ended_without_report`: `bundle-unwritable`, or `host-trap` after a trap), which `verify` refuses.
 
 import { execFile } from 'node:child_process';
 import { createHash, randomBytes } from 'node:crypto';
@@ -16,63 +22,53 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inspect } from 'node:util';
-import { InvalidDocument, InvalidInput, ModuleTrap, Policy, RunBroken, RunOver, documentBytes, jsonText } from './core.js';
+import { InvalidInput, ModuleTrap, Policy, RunBroken, RunOver, documentBytes } from './core.js';
 
 export const HOST_NAME = 'runbook-policy-js';
 export const HOST_VERSION = JSON.parse(fs.readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
 
-const RUN_SCHEMA = 'runbook-run-bundle/v1';
-const RECEIPT_SCHEMA = 'runbook-receipt/v1';
-const LATEST_SCHEMA = 'runbook-latest-run/v1';
-const HISTORY_SCHEMA = 'runbook-run-history-entry/v1';
-
-/** What each adapter sees, as published in run.json (host/src/bundle/git.rs `adapter_sees`). */
-export const ADAPTERS = Object.freeze({
-  library: 'what the embedding client feeds',
-  'claude-agent-sdk': "every tool call the Claude Agent SDK's agent loop sends through its hooks",
-  'pydantic-ai': 'tool calls through the wrapped toolsets of a Pydantic AI agent',
-  'mcp-proxy': 'MCP tool calls only',
-  hook: 'every tool invocation of the agent CLI, shell included',
-  replay: 'a recorded event stream',
-});
+const SIGNATURES = 'signatures.ndjson';
+const SHADOW = 'shadow.ndjson';
+/** Where a document read from a path came from (host/src/registry.rs `Provenance` of a local file). */
+const LOCAL_FILE = Object.freeze({ kind: 'file', registry: null, from_cache: null, signed_by: null, signature_expires: null });
 
 const sha256Hex = (bytes) => createHash('sha256').update(bytes).digest('hex');
 const randomHex = (n) => randomBytes(Math.ceil(n / 2)).toString('hex').slice(0, n);
-/** UTC RFC 3339 with milliseconds (`2026-11-30T12:34:56.789Z`). */
-const nowRfc3339 = () => new Date().toISOString();
+const utf8 = (bytes) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
+
+/** Runs `f` for what it owes after a failure; the first failure is the one reported, not this one. */
+function quietly(f) {
+  try {
+    f();
+  } catch {
+    // the first error is what the caller hears about
+  }
+}
 
 /** A single path component usable as a run id (host/src/bundle/files.rs `is_safe_name`). */
 function isSafeName(name) {
   return typeof name === 'string' && name.length > 0 && name.length <= 128 && !name.startsWith('.') && /^[A-Za-z0-9._-]+$/.test(name);
 }
 
+/** Unix milliseconds from a clock, or InvalidInput. */
+function unixMs(v) {
+  if (typeof v === 'number' && v >= 0 && v <= 8.64e15) return Math.floor(v);
+  throw new InvalidInput(`the run's clock must return Unix milliseconds (a non-negative number), not ${typeof v === 'number' ? v : typeof v}`);
+}
+
 /** A new run id: `r-<UTC time, basic format>-<12 random hex>`, never guessable from the time or the pid. */
-function newRunId() {
-  const t = new Date().toISOString().replace(/[-:]/g, '').replace(/\.\d{3}Z$/, 'Z');
+function newRunId(ms) {
+  const t = new Date(ms).toISOString().replace(/[-:]/g, '').replace(/\.\d{3}Z$/, 'Z');
   return `r-${t}-${randomHex(12)}`;
 }
 
-/** `runbook.json` when the bytes are JSON (first non-blank byte `{`, after a BOM), else `runbook.yaml`. */
+/** The name the module stores document bytes under (`runbook.json` for JSON, else `runbook.yaml`): the
+ * reference of a document given as bytes without one. */
 function fileNameFor(bytes) {
   let i = bytes[0] === 0xef && bytes[1] === 0xbb && bytes[2] === 0xbf ? 3 : 0;
   // Rust's is_ascii_whitespace: space, tab, line feed, form feed, carriage return.
   while (i < bytes.length && [0x20, 0x09, 0x0a, 0x0c, 0x0d].includes(bytes[i])) i++;
   return bytes[i] === 0x7b ? 'runbook.json' : 'runbook.yaml';
-}
-
-/** A reference as it may be written into a bundle: a file by its name only, never a directory. */
-function publicReference(reference) {
-  return /[/\\]/.test(reference) ? reference.split(/[/\\]/).filter(Boolean).pop() ?? '' : reference;
-}
-
-/** JSON with every object's keys sorted (serde_json's maps): `indent` 2 for run.json and latest.json. */
-function sortedJson(value, indent) {
-  const sort = (v) => {
-    if (Array.isArray(v)) return v.map(sort);
-    if (v !== null && typeof v === 'object') return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sort(v[k])]));
-    return v;
-  };
-  return JSON.stringify(sort(value), null, indent);
 }
 
 // ---- files ----------------------------------------------------------------------------------------------
@@ -97,92 +93,100 @@ function syncDir(dir) {
 }
 
 /** Writes `name` in `dir` atomically: a temporary file, fsync, rename (host/src/bundle/files.rs). */
-function writeAtomic(dir, name, data) {
-  const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : data;
+function writeAtomic(dir, name, bytes) {
   const tmp = path.join(dir, `.${name}.${randomHex(8)}.tmp`);
-  const fd = fs.openSync(tmp, 'wx', 0o644);
   try {
-    writeAll(fd, bytes);
-    fs.fsyncSync(fd);
-  } catch (e) {
-    fs.closeSync(fd);
-    fs.rmSync(tmp, { force: true });
-    throw e;
-  }
-  fs.closeSync(fd);
-  try {
+    const fd = fs.openSync(tmp, 'wx', 0o644);
+    try {
+      writeAll(fd, bytes);
+      fs.fsyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
     fs.renameSync(tmp, path.join(dir, name));
   } catch (e) {
+    // Nothing half written stays behind: the old file (if any) is untouched, the temporary one goes.
     fs.rmSync(tmp, { force: true });
     throw e;
   }
   syncDir(dir);
 }
 
-function appendSynced(file, line) {
-  const fd = fs.openSync(file, 'a', 0o644);
+/**
+ * Appends one whole record to the open file `fd` in one write and fsyncs it. A disk that fills up or fails
+ * mid-record has the partial record cut off again, so the file ends at its last whole record.
+ */
+function appendWhole(fd, bytes) {
+  const whole = fs.fstatSync(fd).size;
   try {
-    writeAll(fd, Buffer.from(line, 'utf8'));
+    writeAll(fd, bytes);
     fs.fdatasyncSync(fd);
-  } finally {
-    fs.closeSync(fd);
+  } catch (e) {
+    quietly(() => {
+      fs.ftruncateSync(fd, whole);
+      fs.fdatasyncSync(fd);
+    });
+    throw e;
   }
 }
 
 /**
- * The text stored under a key of an events.ndjson line (host/src/bundle/chain.rs `embed`): the line itself
- * when it is a JSON object without a newline, else the JSON string holding it.
+ * Carries out the module's effects under `root`, in order, stopping at the first that fails: `{done,
+ * error}`. A path is taken only when it is one or two components, each a safe name (never absolute, never
+ * `..`): the module never names another, and a host never follows one.
  */
-function embed(raw) {
-  if (raw.trimStart().startsWith('{') && !raw.includes('\n')) {
+function apply(root, effects) {
+  for (let i = 0; i < effects.length; i++) {
+    const e = effects[i];
     try {
-      JSON.parse(raw);
-      return raw;
-    } catch {
-      // not JSON: stored as a string
+      const parts = e.path.split('/');
+      if (parts.length > 2 || !parts.every(isSafeName)) throw new Error(`the module named the path \`${e.path}\``);
+      const file = path.join(root, ...parts);
+      switch (e.op) {
+        case 'create-dir':
+          fs.mkdirSync(file); // not recursive: an existing run directory is refused
+          break;
+        case 'write':
+          writeAtomic(path.dirname(file), parts.at(-1), e.bytes);
+          break;
+        case 'append': {
+          const fd = fs.openSync(file, 'a', 0o644);
+          try {
+            appendWhole(fd, e.bytes);
+          } finally {
+            fs.closeSync(fd);
+          }
+          break;
+        }
+        case 'sign':
+          // Only a run.json that names a receipt key asks for a signature; this package holds none.
+          throw new Error(`run.json names a receipt key, and this host holds none: cannot write ${e.path}`);
+        default:
+          throw new Error(`the module asked for an effect this host does not know (${e.op})`);
+      }
+    } catch (error) {
+      return { done: i, error };
     }
   }
-  return JSON.stringify(raw);
-}
-
-function eventRecordLine(h, eventLine, decisionLine) {
-  return `{"h":"${h}","decision":${embed(decisionLine)},"event":${embed(eventLine)}}\n`;
+  return { done: effects.length, error: null };
 }
 
 // ---- git state ------------------------------------------------------------------------------------------
 
 /**
- * The working directory's git state as counts only, never a branch, a file name or a path
- * (host/src/bundle/git.rs): `clean`, `dirty` with counts, `not-a-checkout`, or `unavailable`.
+ * Runs `git status --porcelain=v1 -z` in the working directory, bounded in time (host/src/bundle/git.rs):
+ * `[exit code (null when it could not run or finish), output]`, which the module turns into counts only.
  */
-function gitState(cwd = process.cwd()) {
+function gitStatus() {
   return new Promise((resolve) => {
     execFile(
       'git',
       // No fsmonitor hook: reading the state of a checkout must not run a program its config names.
       ['-c', 'core.fsmonitor=false', 'status', '--porcelain=v1', '-z', '--', ':/', ':(exclude).runbook'],
-      { cwd, env: { ...process.env, GIT_OPTIONAL_LOCKS: '0' }, encoding: 'buffer', timeout: 10_000, maxBuffer: 256 << 20, windowsHide: true },
+      { env: { ...process.env, GIT_OPTIONAL_LOCKS: '0' }, encoding: 'buffer', timeout: 10_000, maxBuffer: 256 << 20, windowsHide: true },
       (err, stdout) => {
-        if (err) return resolve({ status: err.code === 128 ? 'not-a-checkout' : 'unavailable' });
-        let staged = 0;
-        let unstaged = 0;
-        let untracked = 0;
-        let total = 0;
-        const fields = stdout.toString('latin1').split('\0').filter((f) => f !== '');
-        for (let i = 0; i < fields.length; i++) {
-          const f = fields[i];
-          if (f.length < 3) continue;
-          const [x, y] = [f[0], f[1]];
-          total += 1;
-          if (x === '?') {
-            untracked += 1;
-            continue;
-          }
-          if (x !== ' ') staged += 1;
-          if (y !== ' ') unstaged += 1;
-          if (x === 'R' || x === 'C') i += 1; // the rename's source
-        }
-        resolve({ status: total === 0 ? 'clean' : 'dirty', staged, unstaged, untracked, total });
+        const code = !err ? 0 : typeof err.code === 'number' && !err.killed ? err.code : null;
+        resolve([code, stdout ?? Buffer.alloc(0)]);
       },
     );
   });
@@ -191,10 +195,11 @@ function gitState(cwd = process.cwd()) {
 // ---- the guard ------------------------------------------------------------------------------------------
 
 /**
- * What names the run's evidence or the supervisor itself (DESIGN 9.20): an invocation whose tool name or
- * arguments (keys and values) contain a needle is recorded with `guard: true`, and the module denies it.
- * Needles: `runbook-host`, this package's directory, the runs directory and the run's, each path in the
- * forms an agent may write it (as given, absolute, relative to the working directory).
+ * What names the run's evidence or the supervisor itself (DESIGN 9.20): the needles, each path in the forms
+ * an agent may write it (as given, absolute, relative to the working directory). The module applies its
+ * matching rule to them (`session.setGuard`): an invocation whose tool name or arguments (keys and values)
+ * contain a needle is recorded with `guard: true`, and denied. Needles: `runbook-host`, this package's
+ * directory, the runs directory and the run's.
  */
 export class Guard {
   #needles = ['runbook-host'];
@@ -235,170 +240,135 @@ export class Guard {
   get needles() {
     return [...this.#needles];
   }
-
-  /** Whether the tool's name or any string of its arguments (a JSON value) names a needle. */
-  names(tool, args) {
-    const hit = (s) => this.#needles.some((n) => s.includes(n));
-    const any = (v) => {
-      if (typeof v === 'string') return hit(v);
-      if (Array.isArray(v)) return v.some(any);
-      if (v !== null && typeof v === 'object') return Object.entries(v).some(([k, x]) => hit(k) || any(x));
-      return false;
-    };
-    return (typeof tool === 'string' && hit(tool)) || any(args);
-  }
 }
 
 const PACKAGE_DIR = path.dirname(fileURLToPath(new URL('../package.json', import.meta.url)));
 
 // ---- the bundle -----------------------------------------------------------------------------------------
 
-/** A run bundle being written (host/src/bundle/mod.rs `Bundle`). */
+/** A run bundle being written (host/src/bundle/mod.rs `Bundle`): it carries out the module's effects. */
 class Bundle {
-  constructor(fields) {
-    Object.assign(this, fields);
+  #policy;
+  #now;
+  #events = null;
+
+  constructor(policy, now, root, runId, manifest) {
+    this.#policy = policy;
+    this.#now = now;
+    this.root = root;
+    this.runId = runId;
+    this.dir = path.join(root, runId);
+    /** run.json as last written: what the module changes next. */
+    this.manifest = manifest;
+    this.head = JSON.parse(manifest).chain_h0;
+    this.lines = 0;
+    /** The first recorded event line (the `start` claim), whose coverage run.json publishes on admission. */
+    this.startLine = null;
+    this.finished = false;
   }
 
   /**
-   * Creates `<runsRoot>/<runId>/` (refusing an existing one) with run.json, the document's exact bytes,
-   * envelope.json (when there is one) and an empty events.ndjson; points latest.json at it and appends a
-   * `created` line to history.ndjson. `runsRoot` is created when missing.
+   * Creates `<root>/<runId>/` (refusing an existing one) and the rest of the module's `bundle-create`
+   * effects. `root` is created when missing. Until run.json is written the directory is no bundle, and one
+   * that cannot be completed goes again; after that, it is ended without a report where the disk takes it.
    */
-  static create({ runsRoot, runId, doc, envelope, moduleSha256, adapter, git }) {
-    fs.mkdirSync(runsRoot, { recursive: true });
-    const dir = path.join(runsRoot, runId);
-    fs.mkdirSync(dir); // not recursive: an existing run directory is refused
-    const created = nowRfc3339();
-    writeAtomic(dir, doc.file, doc.bytes);
-    if (envelope !== null) writeAtomic(dir, 'envelope.json', envelope);
-    const eventsFd = fs.openSync(path.join(dir, 'events.ndjson'), 'ax', 0o644);
-    fs.fsyncSync(eventsFd);
-    let runbookId = null;
-    let version = null;
-    if (envelope !== null) {
-      const e = JSON.parse(envelope);
-      runbookId = e.document.runbook_id;
-      version = e.document.version;
+  static create(policy, now, root, runId, document, facts) {
+    const effects = policy.bundleCreate(document, facts);
+    const manifestAt = effects.findIndex((e) => e.op === 'write' && e.path === `${runId}/run.json`);
+    if (manifestAt < 0) throw new Error('the module wrote no run.json');
+    fs.mkdirSync(root, { recursive: true });
+    const { done, error } = apply(root, effects);
+    const bundle = () => new Bundle(policy, now, root, runId, utf8(effects[manifestAt].bytes));
+    if (error) {
+      if (done > manifestAt) quietly(() => bundle().endWithoutReport('bundle-unwritable'));
+      else if (done > 0) fs.rmSync(path.join(root, runId), { recursive: true, force: true });
+      throw error;
     }
-    const envelopeSha = envelope === null ? null : sha256Hex(Buffer.from(envelope, 'utf8'));
-    const h0 = envelopeSha ?? doc.sha256;
-    const manifest = {
-      schema: RUN_SCHEMA,
-      run_id: runId,
-      artifacts: { run: 'run.json', document: doc.file, envelope: envelope === null ? null : 'envelope.json', events: 'events.ndjson', report: 'report.json', receipt: 'receipt.json' },
-      // The Rust host's approval channel directories (the schema requires them); this host feeds approvals
-      // through `run.approval()` and never reads them.
-      channels: { pending: 'pending', approvals: 'approvals', consumed: 'consumed' },
-      document: { reference: doc.reference, trust: 'T1', sha256: doc.sha256, pinned_sha256: null, file: doc.file, runbook_id: runbookId, version },
-      envelope_sha256: envelopeSha,
-      chain_h0: h0,
-      module_sha256: moduleSha256,
-      host: { name: HOST_NAME, version: HOST_VERSION },
-      adapter: { name: adapter.name, sees: adapter.sees, coverage: null },
-      lifecycle: [{ event: 'created', at: created }],
-      outcome: null,
-      source: { git },
-    };
-    const b = new Bundle({ root: runsRoot, dir, runId, eventsFd, head: h0, lines: 0, manifest, documentFile: doc.file, hasEnvelope: envelope !== null, finished: false });
-    b.writeManifest();
-    b.writeLatest(created);
-    b.appendHistory({ schema: HISTORY_SCHEMA, event: 'created', run_id: runId, at: created, path: runId, reference: doc.reference, trust: 'T1', adapter: adapter.name });
+    const b = bundle();
+    try {
+      b.#events = fs.openSync(path.join(b.dir, 'events.ndjson'), 'a');
+    } catch (e) {
+      quietly(() => b.endWithoutReport('bundle-unwritable'));
+      throw e;
+    }
     return b;
   }
 
-  /** Appends one event and its decision, chained, in one write, fsync'd before returning. */
-  recordLinked(eventLine, decisionLine, h) {
+  /** Appends the module's record of one event (whose link is `h`) in one write, fsync'd before returning. */
+  append(eventLine, recordLine, h) {
     if (this.finished) throw new Error('the bundle is finished');
-    writeAll(this.eventsFd, Buffer.from(eventRecordLine(h, eventLine, decisionLine), 'utf8'));
-    fs.fdatasyncSync(this.eventsFd);
+    appendWhole(this.#events, Buffer.from(recordLine, 'utf8'));
+    if (this.lines === 0) this.startLine = eventLine;
     this.head = h;
     this.lines += 1;
-    if (this.lines === 1) {
-      // The start claim's coverage goes into run.json's adapter (written at the next lifecycle change).
-      try {
-        const ev = JSON.parse(eventLine);
-        if (ev.type === 'start') this.manifest.adapter.coverage = ev.coverage;
-      } catch {
-        // a malformed first line claims nothing
-      }
-    }
   }
 
+  /** Records admission or refusal in run.json's lifecycle, with the `start` claim's coverage. */
   admitted(yes) {
-    this.manifest.lifecycle.push({ event: yes ? 'admitted' : 'refused', at: nowRfc3339() });
-    this.writeManifest();
+    this.#carryOut(this.#policy.bundleChange(this.manifest, { lifecycle: yes ? 'admitted' : 'refused', at: this.#now(), start: this.startLine }));
   }
 
   /**
-   * Ends the bundle: report.json (the report's exact bytes), run.json (ended, outcome), receipt.json,
-   * latest.json (when it still points here) and an `ended` line in history.ndjson.
+   * Ends the bundle with the module's report: report.json, run.json, receipt.json, latest.json (when it
+   * still names this run) and the `ended` history line, from the hashes of the files as written.
    */
-  finish(policy, report) {
+  finish(report) {
     if (this.finished) throw new Error('the bundle is already finished');
-    const outcome = JSON.parse(report).outcome ?? null;
-    const ended = nowRfc3339();
-    writeAtomic(this.dir, 'report.json', report);
-    this.manifest.lifecycle.push({ event: 'ended', at: ended });
-    this.manifest.outcome = outcome;
-    this.writeManifest();
-    writeAtomic(this.dir, 'receipt.json', this.receipt(policy, report));
-    this.finished = true;
-    this.closeEvents();
-    if (this.latestIsMe()) this.writeLatest(ended);
-    this.appendHistory({ schema: HISTORY_SCHEMA, event: 'ended', run_id: this.runId, at: ended, path: this.runId, outcome });
+    const artifacts = JSON.parse(this.manifest).artifacts;
+    const files = [artifacts.document, 'events.ndjson'];
+    if (typeof artifacts.envelope === 'string') files.push('envelope.json');
+    for (const f of [SIGNATURES, SHADOW]) if (fs.existsSync(path.join(this.dir, f))) files.push(f);
+    const hashes = {};
+    for (const f of files) {
+      if (!isSafeName(f)) throw new Error(`run.json names the file \`${f}\``);
+      hashes[f] = sha256Hex(fs.readFileSync(path.join(this.dir, f)));
+    }
+    this.#end(report, { at: this.#now(), chain_head: this.head, hashes, latest: this.#latest() });
   }
 
-  /** Ends a bundle with no report to end with (the module trapped): `verify` refuses it, the events stay. */
+  /** Ends a bundle with no report to end with: `verify` refuses it, the events stay. */
   endWithoutReport(code) {
     if (this.finished) throw new Error('the bundle is already finished');
-    const ended = nowRfc3339();
-    this.manifest.lifecycle.push({ event: 'ended', at: ended });
-    this.manifest.ended_without_report = code;
-    this.writeManifest();
-    this.finished = true;
-    this.closeEvents();
-    if (this.latestIsMe()) this.writeLatest(ended);
-    this.appendHistory({ schema: HISTORY_SCHEMA, event: 'ended', run_id: this.runId, at: ended, path: this.runId, outcome: null, ended_without_report: code });
+    this.#end(null, { at: this.#now(), ended_without_report: code, latest: this.#latest() });
   }
 
-  closeEvents() {
-    if (this.eventsFd === null) return;
-    const fd = this.eventsFd;
-    this.eventsFd = null;
-    fs.closeSync(fd);
+  hasReceipt() {
+    return fs.existsSync(path.join(this.dir, 'receipt.json'));
   }
 
-  /** runbook-receipt/v1: the report, its sha256, the chain's head, and the sha256 of every other file as on disk. */
-  receipt(policy, report) {
-    const files = ['run.json', this.documentFile, 'events.ndjson', 'report.json'];
-    if (this.hasEnvelope) files.push('envelope.json');
-    const artifacts = {};
-    for (const f of files) artifacts[f] = sha256Hex(fs.readFileSync(path.join(this.dir, f)));
-    const text =
-      `{"artifacts":${JSON.stringify(artifacts)},"chain_head":"${this.head}","host":${JSON.stringify({ name: HOST_NAME, version: HOST_VERSION })},` +
-      `"module_sha256":${JSON.stringify(this.manifest.module_sha256)},"report":${report},"report_sha256":"${sha256Hex(Buffer.from(report, 'utf8'))}",` +
-      `"schema":"${RECEIPT_SCHEMA}"}`;
-    return policy.canonicalize(text);
-  }
-
-  writeManifest() {
-    writeAtomic(this.dir, 'run.json', `${sortedJson(this.manifest, 2)}\n`);
-  }
-
-  latestIsMe() {
+  #end(report, facts) {
+    let error = null;
     try {
-      return JSON.parse(fs.readFileSync(path.join(this.root, 'latest.json'), 'utf8')).run_id === this.runId;
-    } catch {
-      return false;
+      this.#carryOut(this.#policy.bundleEnd(this.manifest, report, facts));
+    } catch (e) {
+      error = e;
     }
+    // Once run.json says the run ended, it has: a later failure (latest.json, history) does not reopen it.
+    if (error === null || JSON.parse(this.manifest).lifecycle.some((l) => l.event === 'ended')) {
+      this.finished = true;
+      if (this.#events !== null) {
+        const fd = this.#events;
+        this.#events = null;
+        fs.closeSync(fd);
+      }
+    }
+    if (error !== null) throw error;
   }
 
-  writeLatest(at) {
-    writeAtomic(this.root, 'latest.json', `${sortedJson({ schema: LATEST_SCHEMA, run_id: this.runId, path: this.runId, updated_at: at }, 2)}\n`);
+  /** Carries out effects; run.json is then what the last one carried out wrote. */
+  #carryOut(effects) {
+    const { done, error } = apply(this.root, effects);
+    const written = effects.slice(0, done).findLast((e) => e.path === `${this.runId}/run.json`);
+    if (written) this.manifest = utf8(written.bytes);
+    if (error) throw error;
   }
 
-  appendHistory(entry) {
-    appendSynced(path.join(this.root, 'history.ndjson'), `${sortedJson(entry)}\n`);
+  #latest() {
+    try {
+      return fs.readFileSync(path.join(this.root, 'latest.json'), 'utf8');
+    } catch {
+      return null;
+    }
   }
 }
 
@@ -458,14 +428,20 @@ function options(opts, keys, what) {
   return opts;
 }
 
+const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
+
 /** One supervised run with its bundle. Made by `await Run.create(policy, options)`. */
 export class Run {
   #policy;
   #session;
   #bundle;
   #guard;
+  /** Unix milliseconds from the run's clock. */
+  #now;
   #t0;
   #lastAt = 0;
+  /** How many of the guard's needles the session was given. */
+  #guarded;
   #broken = null;
   // Set first, by plain assignments, when the run breaks: near the stack limit (or out of memory) even
   // building the error can fail, and the run must stay broken whatever happens after these two lines.
@@ -481,7 +457,9 @@ export class Run {
     this.#session = fields.session;
     this.#bundle = fields.bundle;
     this.#guard = fields.guard;
-    this.#t0 = performance.now();
+    this.#guarded = fields.guard.needles.length;
+    this.#now = fields.now;
+    this.#t0 = fields.now();
   }
 
   /**
@@ -492,15 +470,19 @@ export class Run {
    * `riskCeiling`, `coverage` ("complete" or the list of what the adapter cannot see), and optionally
    * `allowlist` (["*"]), `available`, `runsRoot` (".runbook/runs"), `runId` (a new one), `reference` (the
    * document's file name), `adapter` ("library"), `guardPaths` (more paths the agent must not touch).
+   * The facts a bundle records, fixed by tests and the conformance vectors so that every host writes the
+   * same bytes: `clock` (a function returning Unix milliseconds; Date.now), which gives the bundle's times
+   * and every event's `at` (milliseconds since the run began); `host` ({name, version}; this package's);
+   * `git` (the `source.git` object; measured with `git status` in the working directory).
    */
   static async create(policy, opts) {
     if (!(policy instanceof Policy)) throw new InvalidInput('Run.create needs the Policy from load()');
     const o = options(
       opts,
-      ['document', 'agent', 'profile', 'riskCeiling', 'coverage', 'allowlist', 'available', 'runsRoot', 'runId', 'reference', 'adapter', 'guardPaths'],
+      ['document', 'agent', 'profile', 'riskCeiling', 'coverage', 'allowlist', 'available', 'runsRoot', 'runId', 'reference', 'adapter', 'guardPaths', 'clock', 'host', 'git'],
       'Run.create',
     );
-    // The document: bytes, or a path.
+    // The document: bytes, or a path (its reference, which the module cuts to the file's name).
     let bytes;
     let fileReference = null;
     if (typeof o.document === 'string' || o.document instanceof URL) {
@@ -513,15 +495,21 @@ export class Run {
       } catch (e) {
         throw new InvalidInput(`Run.create: cannot read the document ${file}: ${e.code ?? e.message}`);
       }
-      fileReference = path.basename(file);
+      fileReference = file;
     } else {
       bytes = documentBytes(o.document, 'Run.create: `document`');
     }
-    const docFile = fileNameFor(bytes);
     if (o.reference !== undefined && (typeof o.reference !== 'string' || o.reference === '')) throw new InvalidInput('Run.create: `reference` must be a non-empty string');
-    const reference = publicReference(o.reference ?? fileReference ?? docFile);
-    if (!reference) throw new InvalidInput('Run.create: `reference` names no file');
-    const runId = o.runId ?? newRunId();
+    const reference = o.reference ?? fileReference ?? fileNameFor(bytes);
+    const clock = o.clock ?? Date.now;
+    if (typeof clock !== 'function') throw new InvalidInput('Run.create: `clock` must be a function returning Unix milliseconds');
+    const now = () => unixMs(clock());
+    const host = o.host ?? { name: HOST_NAME, version: HOST_VERSION };
+    if (!(isObject(host) && typeof host.name === 'string' && host.name !== '' && typeof host.version === 'string' && host.version !== '')) {
+      throw new InvalidInput('Run.create: `host` must be {name, version}, two non-empty strings');
+    }
+    if (o.git !== undefined && !isObject(o.git)) throw new InvalidInput('Run.create: `git` must be an object (the `source.git` of run.json)');
+    const runId = o.runId ?? newRunId(now());
     if (!isSafeName(runId)) throw new InvalidInput(`Run.create: \`${runId}\` is not a usable run id (letters, digits, . _ -, not starting with .)`);
     const adapterName = o.adapter ?? 'library';
     if (typeof adapterName !== 'string' || adapterName === '') throw new InvalidInput('Run.create: `adapter` must be a non-empty string');
@@ -538,26 +526,23 @@ export class Run {
       throw e;
     }
 
-    let envelope = null;
-    try {
-      envelope = policy.envelope(bytes);
-    } catch (e) {
-      // No envelope: the module refuses the start (`invalid-document`), and the refused run is recorded.
-      if (!(e instanceof InvalidDocument)) throw e;
-    }
     // Measured before the bundle exists, so the run's own files do not count.
-    const git = await gitState();
+    const git = o.git ?? JSON.parse(policy.gitState(...(await gitStatus())));
+    const facts = {
+      run_id: runId,
+      at: now(),
+      reference,
+      trust: 'T1',
+      pinned_sha256: null,
+      provenance: LOCAL_FILE,
+      module_sha256: policy.sha256,
+      host: { name: host.name, version: host.version },
+      adapter: adapterName,
+      git,
+    };
     let bundle;
     try {
-      bundle = Bundle.create({
-        runsRoot,
-        runId,
-        doc: { bytes, sha256: sha256Hex(bytes), reference, file: docFile },
-        envelope,
-        moduleSha256: policy.sha256,
-        adapter: { name: adapterName, sees: ADAPTERS[adapterName] ?? 'unknown' },
-        git,
-      });
+      bundle = Bundle.create(policy, now, runsRoot, runId, bytes, facts);
     } catch (e) {
       throw new RunBroken(`cannot create the run bundle under ${runsRoot}: ${e.message}`, { cause: e });
     }
@@ -566,19 +551,17 @@ export class Run {
     let session;
     try {
       session = policy.session(bytes);
+      session.setGuard(guard.needles);
     } catch (e) {
-      try {
-        bundle.endWithoutReport('host-trap');
-      } catch {
-        // the trap is what the caller hears about
-      }
+      quietly(() => bundle.endWithoutReport('host-trap'));
       throw new RunBroken(`run ${runId}: the policy module cannot start a session: ${e.message}`, { cause: e });
     }
-    const run = new Run(TOKEN, { policy, session, bundle, guard });
+    const run = new Run(TOKEN, { policy, session, bundle, guard, now });
     const answer = run.#feed(start);
     try {
       bundle.admitted(answer.allowed);
     } catch (e) {
+      run.#endUnwritable();
       throw run.#fail(e, 'cannot record the admission in run.json');
     }
     run.#start = answer;
@@ -626,7 +609,7 @@ export class Run {
 
   /** Milliseconds since the start, never lower than the last event's. */
   #nowAt() {
-    const at = Math.max(Math.floor(performance.now() - this.#t0), this.#lastAt);
+    const at = Math.max(this.#now() - this.#t0, this.#lastAt);
     this.#lastAt = at;
     return at;
   }
@@ -640,23 +623,26 @@ export class Run {
   }
 
   /**
-   * What a broken run owes, done at most once, and again at the next call if it failed part way: after a
-   * trap (the session's instance is marked), the bundle ends without a report; the RunBroken names why.
+   * What a broken run owes, tried again at every later call until it is done: after a trap (the session's
+   * instance is marked), the bundle ends without a report; the RunBroken names why.
    */
   #settle() {
-    if (this.#broken) return this.#broken;
     const e = this.#cause;
     const trapped = e instanceof ModuleTrap || this.#session.trapped;
-    if (trapped && !this.#bundle.finished) {
-      try {
-        this.#bundle.endWithoutReport('host-trap');
-      } catch {
-        // the trap is what the caller hears about; verify refuses a bundle without a report either way
-      }
-    }
+    // verify refuses a bundle without a report either way; the trap is what the caller hears about.
+    if (trapped && !this.#bundle.finished) quietly(() => this.#bundle.endWithoutReport('host-trap'));
+    if (this.#broken) return this.#broken;
     const why = trapped ? 'the policy module trapped' : this.#what || 'a call failed part way';
     this.#broken = new RunBroken(`run ${this.runId}: ${why}: ${e instanceof Error ? e.message : String(e)}`, { cause: e });
     return this.#broken;
+  }
+
+  /**
+   * After a write of the evidence failed: the bundle is ended without a report where the disk still takes
+   * it (`bundle-unwritable`), unless its receipt was written already (the receipt pins run.json).
+   */
+  #endUnwritable() {
+    if (!this.#bundle.finished && !this.#bundle.hasReceipt()) quietly(() => this.#bundle.endWithoutReport('bundle-unwritable'));
   }
 
   #check() {
@@ -680,14 +666,17 @@ export class Run {
     try {
       rec = call(this.#bundle.head);
     } catch (e) {
+      // The calling code's mistake (text the module cannot take, a clock that is no clock): nothing was fed.
+      if (e instanceof InvalidInput) throw e;
       // No module to vouch for a report or a link: after a trap the bundle ends without one (verify
       // refuses it). Any other failure inside the call may have left the session a step ahead of the
       // bundle: broken too.
       throw this.#fail(e, `the policy module failed on the ${what} event`);
     }
     try {
-      this.#bundle.recordLinked(rec.eventLine, rec.decisionLine, rec.link);
+      this.#bundle.append(rec.eventLine, rec.recordLine, rec.link);
     } catch (e) {
+      this.#endUnwritable();
       throw this.#fail(e, `cannot record the event in ${path.join(this.dir, 'events.ndjson')}`);
     }
     this.#state = rec.state;
@@ -695,19 +684,26 @@ export class Run {
   }
 
   /**
-   * A tool call, before it runs. The guard flag is set here (DESIGN 9.20). Run the tool only when
-   * `answer.allowed`; a `needs-approval` answer carries the `callSha256` an approval bound to it names.
+   * A tool call, before it runs. The guard (DESIGN 9.20) is applied by the module, to the needles of
+   * `run.guard`. Run the tool only when `answer.allowed`; a `needs-approval` answer carries the
+   * `callSha256` an approval bound to it names.
    */
   invoke(tool, args, opts) {
     const { callId, step } = options(opts, ['callId', 'step'], 'invoke');
-    let guard = false;
-    try {
-      // What is recorded is the JSON form of the arguments: the guard looks at that same form.
-      if (typeof tool === 'string') guard = this.#guard.names(tool, JSON.parse(jsonText(args, 'arguments')));
-    } catch {
-      // Arguments with no JSON form: the module halts on the malformed event.
-    }
-    return this.#feed({ type: 'invoke', tool, arguments: args, callId, step, guard }, () => this.callSha256(tool, args));
+    const event = { type: 'invoke', tool, arguments: args, callId, step };
+    return this.#record(
+      'invoke',
+      (prev) => {
+        // Needles added to `run.guard` since the last call go to the module first.
+        const needles = this.#guard.needles;
+        if (needles.length !== this.#guarded) {
+          this.#session.setGuard(needles);
+          this.#guarded = needles.length;
+        }
+        return this.#session.feed(event, this.#nowAt(), prev);
+      },
+      () => this.callSha256(tool, args),
+    );
   }
 
   /** The tool's result (what the adapter observes, DESIGN 9.23). */
@@ -735,7 +731,22 @@ export class Run {
     return this.#feedLine('malformed', malformedLine(text));
   }
 
-  /** A human's approval (never the agent's: the module refuses those), of a step or of one call. */
+  /**
+   * The wire path: one event line (DESIGN 4), fed and recorded exactly as given, whatever it holds (a
+   * line that is not an event halts the run with `malformed-event`). For a host that replays lines or
+   * speaks the wire format; the guard's needles apply to typed calls only (`invoke`). Text that has no
+   * UTF-8 form (a lone surrogate) is refused with InvalidInput, and nothing is recorded.
+   */
+  feedLine(line) {
+    if (typeof line !== 'string') throw new InvalidInput(`feedLine: the line must be a string, not ${typeof line}`);
+    return this.#feedLine('line', line);
+  }
+
+  /**
+   * A human's approval (never the agent's: the module refuses those), of a step or of one call. `request`:
+   * the `seq` of the module's `needs-approval` decision the answer answers (for a call-bound answer without
+   * one, the module names its pending request for the call, DESIGN 9.19).
+   */
   approval(approver, granted, opts) {
     const { step, callSha256, request } = options(opts, ['step', 'callSha256', 'request'], 'approval');
     return this.#feed({ type: 'approval', approver, granted, step, callSha256, request });
@@ -773,7 +784,7 @@ export class Run {
     if (this.#bundle.finished) return null;
     const due = this.state().nextDeadline;
     if (due === null) return null;
-    return due - Math.max(Math.floor(performance.now() - this.#t0), this.#lastAt);
+    return due - Math.max(this.#now() - this.#t0, this.#lastAt);
   }
 
   /**
@@ -790,9 +801,16 @@ export class Run {
   }
 
   #finish() {
+    let report;
     try {
-      this.#bundle.finish(this.#policy, this.#session.report());
+      report = this.#session.report();
     } catch (e) {
+      throw this.#fail(e, 'cannot finish the bundle');
+    }
+    try {
+      this.#bundle.finish(report);
+    } catch (e) {
+      this.#endUnwritable();
       throw this.#fail(e, 'cannot finish the bundle');
     }
   }
@@ -814,6 +832,16 @@ export class Run {
   visibleTools(offered, wholeAllowlist = false) {
     this.#check();
     return this.#session.visibleTools(offered, wholeAllowlist);
+  }
+
+  /**
+   * How the run ends when its client leaves (the module's rule, DESIGN 9.24): `{reason, finalOutput}`.
+   * Feed `finalOutput()` first when it says so and the run is not over, then `end(reason)`.
+   */
+  leaving(callsInFlight = 0, lastCallTimedOut = false) {
+    this.#check();
+    if (!(Number.isSafeInteger(callsInFlight) && callsInFlight >= 0)) throw new InvalidInput('leaving: `callsInFlight` must be a non-negative integer');
+    return this.#session.leaving(Math.min(callsInFlight, 2 ** 32 - 1), lastCallTimedOut);
   }
 
   /** The exit code of a process that ran this run (the module's rule: 0 only when it completed). */

@@ -187,10 +187,29 @@ export interface Recorded {
   decisionLine: string;
   /** The hash-chain link of DESIGN 9.22: `sha256(prev || E || D)`, 64 lowercase hex digits. */
   link: string;
+  /** The whole `events.ndjson` record of this event, newline included: what a host appends. */
+  recordLine: string;
   /** One sentence explaining the decision to the agent or the person reading it. */
   explanation: string;
   /** The state after the event. */
   state: RunState;
+}
+
+/** One file operation of a run bundle, composed by the module; a host carries them out in order. */
+export interface Effect {
+  /** `create-dir` (an existing one is an error), `write` (atomically), `append` (one whole record,
+   * fsync'd), `sign` (a DSSE envelope of the bytes with the host's receipt key, written at `path`). */
+  op: Wit.EffectOp;
+  /** Relative to the runs root: `latest.json`, `history.ndjson`, `<run-id>/run.json`. */
+  path: string;
+  bytes: Uint8Array;
+}
+
+/** How a run ends when its client leaves (the module's rule, DESIGN 9.24). */
+export interface Leaving {
+  /** Feed `final_output` before `end`. */
+  finalOutput: boolean;
+  reason: EndReason;
 }
 
 // ---- errors -------------------------------------------------------------------------------------------
@@ -285,6 +304,22 @@ export class Policy {
   prose(document: DocumentInput): string | null;
   /** A new supervised run of the document: feed the `start` claim first. */
   session(document: DocumentInput, options?: SessionOptions): Session;
+  /** A new run's bundle as effects; `facts` (JSON text or a value) as wit/policy.wit says. Throws InvalidInput. */
+  bundleCreate(document: DocumentInput, facts: string | Json): Effect[];
+  /** One change to run.json (`manifest`: its text as last written). Throws InvalidInput. */
+  bundleChange(manifest: string, change: string | Json): Effect[];
+  /** The end of a run (`report` null: it ends without one). Throws InvalidInput. */
+  bundleEnd(manifest: string, report: string | null, facts: string | Json): Effect[];
+  /** The `events.ndjson` record of an event line and its decision line, newline included. */
+  recordLine(link: string, eventLine: string, decisionLine: string): string;
+  /** A line of `signatures.ndjson`. */
+  signatureLine(seq: number | bigint, request: number | bigint, channelId: string, message: string, signature: string, principal: string, fingerprint: string): string;
+  /** A line of `shadow.ndjson`. */
+  shadowLine(seq: number | bigint, tool: string, callSha256: string, decision: string): string;
+  /** The guard's matching rule (DESIGN 9.20) over a tool name and its arguments' JSON text. */
+  guardNames(tool: string, argumentsJson: string, needles: string[]): boolean;
+  /** The git state as counts only (JSON text), from `git status --porcelain=v1 -z`'s exit code (null: none) and output. */
+  gitState(exitCode: number | null, porcelain: Uint8Array): string;
 }
 
 /** One supervised run in the module. */
@@ -303,6 +338,14 @@ export class Session {
   /** The replay path: `[decisionLine, link]`. */
   replayLine(line: string, prev: string): [decisionLine: string, link: string];
   state(): RunState;
+  /** The guard's needles (DESIGN 9.20): a typed `invoke` naming one is fed as `guard: true`. Set again after `restore`. */
+  setGuard(needles: string[]): void;
+  /** Which of `offered` a client may see now (the module's rule). */
+  visibleTools(offered: string[], wholeAllowlist?: boolean): string[];
+  /** How the run ends when its client leaves (DESIGN 9.24). */
+  leaving(callsInFlight: number, lastCallTimedOut: boolean): Leaving;
+  /** The exit code of a process that ran this run: 0 only when it completed, 3 for a shadow run, else 1. */
+  exitCode(shadow?: boolean): number;
   /** The `runbook-run-report/v1` (canonical JSON). */
   report(): string;
   /** Current step, scope, what awaits a human (canonical JSON). */

@@ -146,6 +146,7 @@ test('the bundle\'s files: run.json, events.ndjson, report and receipt, latest.j
     file: 'runbook.yaml',
     runbook_id: 'rotate-credentials',
     version: '1.3.0',
+    provenance: { kind: 'file', registry: null, from_cache: null, signed_by: null, signature_expires: null },
   });
   assert.deepEqual(m.lifecycle.map((l) => l.event), ['created', 'admitted', 'ended']);
   for (const l of m.lifecycle) assert.match(l.at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/);
@@ -194,7 +195,9 @@ test('a gated call: needs-approval with the call\'s hash, a human\'s approval bo
   assert.equal(asked.callSha256, run.callSha256(rotate.tool, rotate.arguments));
   // The agent approving itself is refused; a human's approval of that very call is accepted.
   assert.equal(run.approval('claude-code', true, { step: 'rotate', callSha256: asked.callSha256 }).kind, 'deny');
-  assert.equal(run.approval('alice', true, { step: 'rotate', callSha256: asked.callSha256 }).kind, 'allow');
+  const granted = run.approval('alice', true, { step: 'rotate', callSha256: asked.callSha256 });
+  assert.equal(granted.kind, 'allow');
+  assert.equal(JSON.parse(granted.eventLine).request, asked.decision.seq, 'the module names the request the answer answers (its ledger)');
   const again = run.invoke(rotate.tool, rotate.arguments, { callId: rotate.call_id });
   assert.equal(again.kind, 'allow');
   assert.equal(again.callSha256, null);
@@ -488,6 +491,10 @@ test('run-broken after a write failure: that call and every later one throw, and
   const v = verify(steps.dir.ok);
   assert.equal(v.status, 1, 'a bundle whose event could not be written does not verify');
   assert.equal(existsSync(join(steps.dir.ok, 'report.json')), false);
+  // The record written in part was cut off again, and run.json says why the bundle ended (as the Rust host's).
+  assert.ok(readFileSync(join(steps.dir.ok, 'events.ndjson'), 'utf8').endsWith('\n'));
+  assert.equal(records(steps.dir.ok).length, 2, 'the start and the allowed call, whole');
+  assert.equal(json(steps.dir.ok, 'run.json').ended_without_report, 'bundle-unwritable');
 });
 
 test('run-broken after a trap: the bundle ends without a report (host-trap), which verify refuses', (t) => {
@@ -523,4 +530,112 @@ test('run-broken when the bundle cannot be finished (its directory is gone)', as
   assert.equal(run.over, true);
   assert.ok(run.broken instanceof RunBroken);
   assert.ok(!(run.broken.cause instanceof ModuleTrap));
+});
+
+test('the facts a bundle records are the options\': a fixed clock, host and git give every time, `at` and name', async (t) => {
+  const runs = tempDir(t);
+  let now = 1796169600000;
+  const run = await Run.create(policy, {
+    document: join(ROOT, 'examples/rotate-credentials/runbook.yaml'),
+    runsRoot: runs,
+    runId: 'r-fixed',
+    clock: () => now,
+    host: { name: HOST_NAME, version: '9.9.9' },
+    git: { status: 'clean', staged: 0, unstaged: 0, untracked: 0, total: 0 },
+    agent: 'a',
+    profile: 'R2',
+    riskCeiling: 'destructive',
+    coverage: 'complete',
+  });
+  now += 1250;
+  run.invoke('Bash', { command: 'kubectl -n payments get secret payments-db-credentials' });
+  now += 10;
+  assert.equal(run.end('client-closed'), 'incomplete');
+  const m = json(run.dir, 'run.json');
+  assert.deepEqual(m.lifecycle, [
+    { event: 'created', at: '2026-12-02T00:00:00.000Z' },
+    { event: 'admitted', at: '2026-12-02T00:00:00.000Z' },
+    { event: 'ended', at: '2026-12-02T00:00:01.260Z' },
+  ]);
+  assert.deepEqual(m.host, { name: HOST_NAME, version: '9.9.9' });
+  assert.deepEqual(m.source.git, { status: 'clean', staged: 0, unstaged: 0, untracked: 0, total: 0 });
+  assert.deepEqual(records(run.dir).map((r) => JSON.parse(r.event).at), [0, 1250, 1260]);
+  assert.deepEqual(JSON.parse(readFileSync(join(run.dir, 'receipt.json'), 'utf8')).host, m.host);
+  // What the Run appended is the module's record of each event, byte for byte.
+  const recs = records(run.dir);
+  assert.equal(`${recs[1].raw}\n`, policy.recordLine(recs[1].h, recs[1].event, recs[1].decision));
+  verified(run.dir);
+  // A clock that is no clock is refused before anything is written.
+  await assert.rejects(Run.create(policy, { document: join(ROOT, 'examples/rotate-credentials/runbook.yaml'), runsRoot: join(runs, 'x'), agent: 'a', profile: 'R2', riskCeiling: 'destructive', coverage: 'complete', clock: () => 'now' }), (e) => e instanceof InvalidInput && /Unix milliseconds/.test(e.message));
+  await assert.rejects(Run.create(policy, { document: join(ROOT, 'examples/rotate-credentials/runbook.yaml'), runsRoot: join(runs, 'x'), agent: 'a', profile: 'R2', riskCeiling: 'destructive', coverage: 'complete', host: { name: 'h' } }), /`host` must be/);
+  assert.equal(existsSync(join(runs, 'x')), false);
+});
+
+test('feedLine feeds an event line as it is; leaving is the module\'s rule for a client that leaves', async (t) => {
+  const runs = tempDir(t);
+  const run = await Run.create(policy, { document: join(ROOT, 'examples/rotate-credentials/runbook.yaml'), runsRoot: runs, agent: 'a', profile: 'R2', riskCeiling: 'destructive', coverage: 'complete' });
+  // Not the canonical form (keys out of order): recorded exactly as given, and decided as the event it is.
+  const line = '{"type":"invoke","at":1,"tool":"Bash","arguments":{"command":"kubectl -n payments get secret payments-db-credentials"},"call_id":"t1"}';
+  const a = run.feedLine(line);
+  assert.equal(a.kind, 'allow');
+  assert.equal(a.eventLine, line);
+  assert.equal(records(run.dir).at(-1).raw, `{"h":"${a.link}","decision":${a.decisionLine},"event":${line}}`);
+  assert.throws(() => run.feedLine('lone \ud800'), InvalidInput);
+  assert.throws(() => run.feedLine(7), InvalidInput);
+  assert.equal(records(run.dir).length, 2, 'nothing recorded for input refused before the module');
+  assert.deepEqual(run.leaving(1, false), { reason: 'client-closed', finalOutput: false });
+  assert.deepEqual(run.leaving(0, true), { reason: 'approval-timeout', finalOutput: true });
+  assert.deepEqual(run.leaving(0, false), { reason: 'normal', finalOutput: true });
+  assert.throws(() => run.leaving(-1, false), InvalidInput);
+  // A needle added to the guard after the start reaches the module before the next call.
+  run.guard.addName('secret-vault-path');
+  const guarded = run.invoke('Bash', { command: 'cat secret-vault-path' });
+  assert.deepEqual([guarded.kind, guarded.decision.reason, JSON.parse(guarded.eventLine).guard], ['deny', 'guarded', true]);
+  run.end();
+  verified(run.dir);
+});
+
+test('the whole-run vector runner: the same script writes the same bundle, byte for byte, and it verifies', (t) => {
+  const vector = tempDir(t);
+  writeFileSync(join(vector, 'runbook.yaml'), read('examples/rotate-credentials/runbook.yaml'));
+  const stream = lines(read('examples/rotate-credentials/events.ndjson').toString('utf8')).map((l) => JSON.parse(l));
+  const steps = stream.slice(1, 9).map((e) => {
+    const { type, at, ...rest } = e;
+    if (type === 'invoke') return { at, invoke: { step: null, ...rest } };
+    if (type === 'result') return { at, result: rest };
+    if (type === 'approval') return { at, approval: rest };
+    throw new Error(type);
+  });
+  steps.push({ at: 43000, tick: true });
+  steps.push({ at: 43100, line: 'not an event' });
+  steps.push({ at: 43200, leave: { calls_in_flight: 0, last_call_timed_out: false } });
+  const script = {
+    document: 'runbook.yaml',
+    adapter: 'library',
+    facts: { run_id: 'r-20261202T000000Z-000000000001', t0: 1796169600000, host: { name: HOST_NAME, version: '0' }, git: { status: 'not-a-checkout' }, reference: 'runbook.yaml' },
+    claim: { agent: 'claude-code', profile: 'R2', allowlist: ['*'], risk_ceiling: 'destructive', coverage: 'complete', available: null },
+    steps,
+  };
+  writeFileSync(join(vector, 'script.json'), JSON.stringify(script));
+  const runner = join(ROOT, 'conformance', 'vectors', 'run', 'runners', 'js.mjs');
+  const outs = [join(tempDir(t), 'out'), join(tempDir(t), 'out')];
+  for (const out of outs) {
+    const r = node([], runner, [vector, out]);
+    assert.equal(r.status, 0, r.stderr);
+  }
+  const files = (dir, sub = '') => readdirSync(join(dir, sub), { withFileTypes: true }).flatMap((d) => (d.isDirectory() ? files(dir, join(sub, d.name)) : [join(sub, d.name)])).sort();
+  assert.deepEqual(files(outs[0]), ['history.ndjson', 'latest.json', ...['envelope.json', 'events.ndjson', 'receipt.json', 'report.json', 'run.json', 'runbook.yaml'].map((f) => join(script.facts.run_id, f))]);
+  assert.deepEqual(files(outs[1]), files(outs[0]));
+  for (const f of files(outs[0])) assert.ok(readFileSync(join(outs[0], f)).equals(readFileSync(join(outs[1], f))), `${f} differs`);
+  const dir = join(outs[0], script.facts.run_id);
+  const recs = records(dir);
+  assert.deepEqual(recs.map((r) => JSON.parse(r.decision).decision), ['allow', 'allow', 'allow', 'allow', 'allow', 'needs-approval', 'allow', 'allow', 'allow', 'allow', 'halt', 'halt']);
+  assert.equal(JSON.parse(recs[10].raw).event, 'not an event');
+  // `leave` after the halt: the final output the leaving rule asks for is recorded (halted), and no `end`.
+  assert.deepEqual([JSON.parse(recs[11].event).type, JSON.parse(recs[11].decision).reason], ['final_output', 'halted']);
+  assert.equal(json(dir, 'run.json').lifecycle.at(-1).at, '2026-12-02T00:00:43.200Z');
+  assert.equal(verified(dir).outcome, 'failed');
+  // A script it cannot read: exit 2, and nothing written.
+  const bad = node([], runner, [join(vector, 'missing'), join(tempDir(t), 'out')]);
+  assert.equal(bad.status, 2);
 });

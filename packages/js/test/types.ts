@@ -1,7 +1,7 @@
 // Type tests (`tsc -p test/tsconfig.json`, part of `npm test`): the public API as a TypeScript user sees it.
 // Each `@ts-expect-error` must be an error, so a type that became too loose fails the build.
 
-import { load, Run, Session, PolicyError, ComponentMismatch, type Decision, type Event, type RunState, type Wit, type Answer } from 'runbook-policy';
+import { load, Run, Session, PolicyError, ComponentMismatch, type Decision, type Effect, type Event, type Leaving, type RunState, type Wit, type Answer } from 'runbook-policy';
 import * as browser from 'runbook-policy/browser';
 import { Run as RunOnly, HOST_NAME } from 'runbook-policy/run';
 
@@ -32,6 +32,22 @@ export async function example(): Promise<string | null> {
   if (a.kind === 'needs-approval' && a.callSha256 !== null) run.approval('alice', true, { callSha256: a.callSha256 });
   const malformed: Answer = run.feedMalformed('malformed hook input (no `tool_name` string): {"tool_input":{}}');
   void malformed;
+  const raw: Answer = run.feedLine('{"type":"tick","at":5}');
+  const leaving: Leaving = run.leaving(0, false);
+  if (leaving.finalOutput) run.finalOutput();
+  session.setGuard(['.runbook/runs']);
+  const record: string = rec.recordLine;
+  const effects: Effect[] = policy.bundleChange('{}', { shadow: true });
+  const op: 'create-dir' | 'write' | 'append' | 'sign' = effects[0].op;
+  const bytes: Uint8Array = effects[0].bytes;
+  void [raw, record, op, bytes];
+  const fixed = await Run.create(policy, {
+    document: 'runbook.yaml', agent: 'a', profile: 'R1', riskCeiling: 'read-only', coverage: 'complete',
+    clock: () => 1796169600000, host: { name: 'runbook-policy-js', version: '0' }, git: { status: 'clean', total: 0 },
+  });
+  void fixed;
+  // @ts-expect-error: the clock gives Unix milliseconds
+  await RunOnly.create(policy, { document: 'runbook.yaml', agent: 'a', profile: 'R1', riskCeiling: 'read-only', coverage: 'complete', clock: () => 'now' });
   // @ts-expect-error: the claim needs a risk ceiling
   await RunOnly.create(policy, { document: 'runbook.yaml', agent: 'a', profile: 'R1', coverage: 'complete' });
   const outcome: 'completed' | 'incomplete' | 'refused' | 'failed' | 'aborted' | null = run.end('client-closed');

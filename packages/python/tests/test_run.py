@@ -103,6 +103,7 @@ def test_a_bundle_has_the_rust_hosts_layout_and_a_tampered_byte_fails_verify(pol
     assert m["document"] == {
         "reference": "runbook.yaml", "trust": "T1", "sha256": policy.lint(ROTATE.read_bytes()).sha256, "pinned_sha256": None,
         "file": "runbook.yaml", "runbook_id": "rotate-credentials", "version": "1.3.0",
+        "provenance": {"kind": "file", "registry": None, "from_cache": None, "signed_by": None, "signature_expires": None},
     }
     assert [e["event"] for e in m["lifecycle"]] == ["created", "admitted", "ended"] and m["outcome"] == "completed"
     assert m["source"] == {"git": {"status": "not-a-checkout"}}
@@ -406,3 +407,139 @@ def test_a_pinned_document_is_recorded_as_trust_t2_and_a_pin_of_other_bytes_is_r
     manifest = json.loads((run.dir / "run.json").read_text())
     assert (manifest["document"]["trust"], manifest["document"]["pinned_sha256"]) == ("T2", sha)
     assert verify(cli, run.dir)["ok"] is True
+
+
+class ManualClock:
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+def fixed_run(policy: rp.Policy, runs: Path, **kw: Any) -> rp.Run:
+    """The rotate-credentials stream through a Run whose every fact is fixed: every byte of its bundle."""
+    lines = (EXAMPLES / "rotate-credentials" / "events.ndjson").read_text().splitlines()
+    clock = ManualClock(1_796_169_600_000)
+    run = rp.Run.create(policy, ROTATE, runs_root=runs, run_id="r-fixed", clock=clock, git={"status": "not-a-checkout"}, **ROTATE_CLAIM, **kw)
+    for line in lines[1:]:
+        e = json.loads(line)
+        clock.ms = 1_796_169_600_000 + e["at"]
+        if e["type"] == "end":
+            run.end(e["reason"])
+        else:
+            feed_stream(run, [lines[0], line])
+    return run
+
+
+def tree(root: Path) -> Dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_fixed_facts_write_the_same_bundle_byte_for_byte_and_every_time_is_the_clocks(policy: rp.Policy, cli: Path, workdir: Path) -> None:
+    a, b = fixed_run(policy, workdir / "a"), fixed_run(policy, workdir / "b")
+    assert a.state().outcome is rp.Outcome.COMPLETED
+    files = tree(workdir / "a")
+    assert files == tree(workdir / "b")
+    assert sorted(files) == [
+        "history.ndjson", "latest.json", *(f"r-fixed/{n}" for n in ["envelope.json", "events.ndjson", "receipt.json", "report.json", "run.json", "runbook.yaml"])
+    ]
+    m = json.loads(files["r-fixed/run.json"])
+    assert [(e["event"], e["at"]) for e in m["lifecycle"]] == [
+        ("created", "2026-12-02T00:00:00.000Z"), ("admitted", "2026-12-02T00:00:00.000Z"), ("ended", "2026-12-02T00:01:43.100Z")
+    ]
+    assert json.loads(files["latest.json"])["updated_at"] == "2026-12-02T00:01:43.100Z"
+    want = [json.loads(l)["at"] for l in (EXAMPLES / "rotate-credentials" / "events.ndjson").read_text().splitlines()]
+    assert [json.loads(e)["at"] for _, e, _ in recorded(a.dir)] == want
+    # The approval names the module's request, as the Rust host's does.
+    approval = next(json.loads(e) for _, e, _ in recorded(a.dir) if '"approval"' in e)
+    assert approval["request"] == 5
+    verify(cli, a.dir)
+    # The host's name and version are facts too.
+    c = fixed_run(policy, workdir / "c", host=("runbook-policy-python", "9.9.9"))
+    assert json.loads((c.dir / "receipt.json").read_text())["host"] == {"name": "runbook-policy-python", "version": "9.9.9"}
+    with pytest.raises(rp.PolicyError, match="Unix milliseconds"):
+        rp.Run.create(policy, ROTATE, runs_root=workdir / "d", clock=lambda: 1.5, **ROTATE_CLAIM)  # type: ignore[arg-type,return-value]
+
+
+def test_needles_added_after_creation_guard_the_next_call(policy: rp.Policy, cli: Path, workdir: Path) -> None:
+    run = rp.Run.create(policy, ROTATE, **ROTATE_CLAIM)
+    call = {"command": "kubectl -n payments get secret payments-db-credentials", "env": "VAULT_TOKEN_FILE"}
+    assert run.invoke("Bash", call).allowed
+    run.guard.add_name("VAULT_TOKEN_FILE")
+    a = run.invoke("Bash", call)
+    assert (a.kind, a.decision.reason) == (rp.DecisionKind.DENY, rp.Reason.GUARDED) and json.loads(a.event_line)["guard"] is True
+    run.end()
+    verify(cli, run.dir)
+
+
+def test_feed_line_records_a_raw_line_exactly(policy: rp.Policy, cli: Path, workdir: Path) -> None:
+    run = rp.Run.create(policy, ROTATE, **ROTATE_CLAIM)
+    tick = '{"type":"tick","at":5}'
+    a = run.feed_line(tick)
+    assert a.allowed and a.event_line == tick
+    assert (run.dir / "events.ndjson").read_text().splitlines()[-1].endswith(',"event":' + tick + "}")
+    b = run.feed_line("{not json")
+    assert (b.kind, b.decision.reason) == (rp.DecisionKind.HALT, rp.Reason.MALFORMED_EVENT) and recorded(run.dir)[-1][1] == "{not json"
+    with pytest.raises(TypeError):
+        run.feed_line(b"bytes")  # type: ignore[arg-type]
+    run.end()
+    verify(cli, run.dir)
+
+
+def test_effects_stay_under_the_runs_root_and_a_signature_fails_closed(workdir: Path) -> None:
+    from runbook_policy import _bundle
+
+    root = _bundle._Dir(workdir)
+    dirs: Dict[str, Any] = {}
+    for path in ["../escape", "/abs", "a/b/c", "", ".hidden", "a/..", "a//b"]:
+        with pytest.raises(_bundle.EffectFailed, match="the module named"):
+            _bundle.apply(root, [rp.Effect(rp.EffectOp.WRITE, path, b"x")], dirs)
+    _bundle.apply(root, [rp.Effect(rp.EffectOp.CREATE_DIR, "r-1", b""), rp.Effect(rp.EffectOp.APPEND, "r-1/log", b"one\n")], dirs)
+    with pytest.raises(_bundle.EffectFailed) as e:
+        _bundle.apply(root, [rp.Effect(rp.EffectOp.WRITE, "r-1/a", b"a"), rp.Effect(rp.EffectOp.SIGN, "r-1/receipt.dsse.json", b"{}")], dirs)
+    assert e.value.index == 1 and "receipt key" in str(e.value)
+    assert (workdir / "r-1" / "a").read_bytes() == b"a" and not (workdir / "r-1" / "receipt.dsse.json").exists()
+    with pytest.raises(_bundle.EffectFailed, match="exists"):
+        _bundle.apply(root, [rp.Effect(rp.EffectOp.CREATE_DIR, "r-1", b"")], dirs)
+    assert (workdir / "r-1" / "log").read_bytes() == b"one\n" and not list(workdir.rglob("*.tmp"))
+    assert sorted(p.name for p in workdir.iterdir()) == ["r-1"]
+
+
+RUNNER = EXAMPLES.parent / "conformance" / "vectors" / "run" / "runners" / "python.py"
+
+
+def test_the_whole_run_runner_writes_the_same_bundle_twice(cli: Path, workdir: Path) -> None:
+    import sys
+
+    vector = workdir / "vector"
+    vector.mkdir()
+    shutil.copy(ROTATE, vector / "runbook.yaml")
+    steps: List[Dict[str, Any]] = [
+        {"at": 10, "invoke": {"tool": "Bash", "arguments": KUBECTL_GET, "call_id": "c1", "step": None}},
+        {"at": 20, "result": {"tool": "Bash", "result": {"stdout": "payments-db-credentials\n"}, "is_error": False, "call_id": "c1"}},
+        {"at": 30, "invoke": {"tool": "Bash", "arguments": {"command": "rm -rf /"}, "call_id": "c2", "step": None}},
+        {"at": 40, "tick": True},
+        {"at": 50, "line": "not an event"},
+        {"at": 60, "leave": {"calls_in_flight": 1, "last_call_timed_out": False}},
+    ]
+    script = {
+        "document": "runbook.yaml", "adapter": "library",
+        "facts": {"run_id": "r-20261202T000000Z-000000000001", "t0": 1796169600000, "host": {"name": "runbook-policy-python", "version": "1"},
+                  "git": {"status": "not-a-checkout"}, "reference": "runbook.yaml"},
+        "claim": {**{k: v for k, v in ROTATE_CLAIM.items() if k != "coverage"}, "coverage": "complete", "available": None},
+        "steps": steps,
+    }
+    (vector / "script.json").write_text(json.dumps(script))
+    outs = []
+    for name in ("one", "two"):
+        p = subprocess.run([sys.executable, str(RUNNER), str(vector), str(workdir / name)], capture_output=True, timeout=120)
+        assert p.returncode == 0, p.stderr.decode()
+        outs.append(tree(workdir / name))
+    assert outs[0] == outs[1] and "r-20261202T000000Z-000000000001/receipt.json" in outs[0]
+    run_dir = workdir / "one" / "r-20261202T000000Z-000000000001"
+    events = [json.loads(e) if e.startswith("{") else e for _, e, _ in recorded(run_dir)]
+    assert [e if isinstance(e, str) else e["type"] for e in events] == ["start", "invoke", "result", "invoke", "tick", "not an event"]
+    assert verify(cli, run_dir)["outcome"] == "failed"
+    p = subprocess.run([sys.executable, str(RUNNER), str(vector), str(workdir / "one")], capture_output=True, timeout=120)
+    assert p.returncode == 1 and b"exists" in p.stderr

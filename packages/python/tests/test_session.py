@@ -339,3 +339,60 @@ def test_the_adapters_rules_come_from_the_module(policy: rp.Policy) -> None:
     # DESIGN 9.28: 2^53 + 1 has no exact canonical form: the call is denied before it runs.
     line = '{"type":"invoke","at":6,"tool":"Bash","arguments":{"command":"kubectl -n payments get secret payments-db-credentials","n":9007199254740993}}'
     assert json.loads(s.handle_line(line))["reason"] == "inexact-number"
+
+
+def test_the_module_composes_every_byte_of_a_bundle(policy: rp.Policy) -> None:
+    """The 1.2.0 exports a host needs to write a bundle: effects, records, lines, the guard's rule, git counts."""
+    doc = (EXAMPLES / "rotate-credentials" / "runbook.yaml").read_bytes()
+    git = json.loads(policy.git_state(0, b" M changed.txt\0R  new.txt\0old.txt\0?? untracked.txt\0"))
+    assert git == {"status": "dirty", "staged": 1, "unstaged": 1, "untracked": 1, "total": 3}
+    assert policy.git_state(128, b"") == '{"status":"not-a-checkout"}' and policy.git_state(None, b"") == '{"status":"unavailable"}'
+    facts = {
+        "run_id": "r-1", "at": 1_796_169_600_123, "reference": "/somewhere/runbook.yaml", "trust": "T1", "module_sha256": policy.module_sha256,
+        "host": {"name": "runbook-policy-python", "version": "0.1.0"}, "adapter": "library", "git": git,
+    }
+    effects = policy.bundle_create(doc, facts)
+    assert [(e.op, e.path) for e in effects] == [
+        (rp.EffectOp.CREATE_DIR, "r-1"), (rp.EffectOp.WRITE, "r-1/runbook.yaml"), (rp.EffectOp.WRITE, "r-1/envelope.json"),
+        (rp.EffectOp.WRITE, "r-1/events.ndjson"), (rp.EffectOp.WRITE, "r-1/run.json"), (rp.EffectOp.WRITE, "latest.json"),
+        (rp.EffectOp.APPEND, "history.ndjson"),
+    ]
+    assert effects[1].bytes == doc and effects[2].bytes.decode() == policy.envelope(doc) and policy.bundle_create(doc, json.dumps(facts)) == effects
+    manifest = effects[4].bytes.decode()
+    m = json.loads(manifest)
+    assert m["document"]["reference"] == "runbook.yaml" and m["lifecycle"] == [{"at": "2026-12-02T00:00:00.123Z", "event": "created"}]
+    with pytest.raises(ValueError, match="run id"):
+        policy.bundle_create(doc, {**facts, "run_id": "../x"})
+    with pytest.raises(ValueError, match="`at`"):
+        policy.bundle_create(doc, {**facts, "at": "2026-12-02T00:00:00.000Z"})
+
+    s = policy.session(doc)
+    rec = s.feed(Start("r-1", "R2", ["*"], "destructive", rp.COMPLETE, "a"), 0, m["chain_h0"])
+    assert rec.record_line == policy.record_line(rec.link, rec.event_line, rec.decision_line) and rec.record_line.endswith("}\n")
+    admitted = policy.bundle_change(manifest, {"lifecycle": "admitted", "at": 1_796_169_600_200, "start": rec.event_line})
+    assert [(e.op, e.path) for e in admitted] == [(rp.EffectOp.WRITE, "r-1/run.json")]
+    manifest = admitted[0].bytes.decode()
+    assert json.loads(manifest)["adapter"]["coverage"] == "complete"
+    hashes = {"runbook.yaml": "0" * 64, "envelope.json": "1" * 64, "events.ndjson": "2" * 64}
+    end = policy.bundle_end(manifest, s.report(), {"at": 1_796_169_601_000, "chain_head": rec.link, "hashes": hashes, "latest": effects[5].bytes.decode()})
+    assert [e.path for e in end] == ["r-1/report.json", "r-1/run.json", "r-1/receipt.json", "latest.json", "history.ndjson"]
+    receipt = end[2].bytes.decode()
+    assert policy.canonicalize(receipt) == receipt and json.loads(receipt)["chain_head"] == rec.link
+    trapped = policy.bundle_end(manifest, None, {"at": 1_796_169_601_000, "ended_without_report": "host-trap", "latest": None})
+    assert [e.path for e in trapped] == ["r-1/run.json", "history.ndjson"] and json.loads(trapped[0].bytes)["ended_without_report"] == "host-trap"
+    with pytest.raises(ValueError, match="already ended"):
+        policy.bundle_end(trapped[0].bytes.decode(), s.report(), {"at": 0, "chain_head": rec.link, "hashes": hashes})
+
+    assert json.loads(policy.signature_line(3, 2, "a-1", "msg", "sig", "alice", "SHA256:x")) == {
+        "seq": 3, "request": 2, "channel_id": "a-1", "message": "msg", "signature": "sig", "principal": "alice", "fingerprint": "SHA256:x"
+    }
+    assert json.loads(policy.shadow_line(4, "Bash", "f" * 64, "deny"))["forwarded"] is True
+
+    # The guard's rule, and a session that applies it to every typed invoke.
+    assert policy.guard_names("Bash", {"command": "cat .runbook/runs/x"}, [".runbook/runs"])
+    assert policy.guard_names("Bash", {".runbook/runs": 1}, [".runbook/runs"]) and not policy.guard_names("Bash", {"command": "ls"}, [".runbook/runs"])
+    s.set_guard([".runbook/runs"])
+    d = s.handle(Invoke("Bash", {"command": "ls .runbook/runs"}), 1)
+    assert (d.kind, d.reason) == (rp.DecisionKind.DENY, rp.Reason.GUARDED)
+    s.set_guard([])
+    assert s.handle(Invoke("Bash", {"command": "kubectl -n payments get secret payments-db-credentials"}), 2).allowed

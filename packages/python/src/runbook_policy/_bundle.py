@@ -1,21 +1,27 @@
-"""Run bundles, written byte-compatibly with the Rust host (host/src/bundle/mod.rs), so that
-``runbook-host verify`` checks a bundle made here exactly as one made by the CLI.
+"""Run bundles: an effect executor, as the Rust host's (host/src/bundle/mod.rs).
 
-```text
-<runs_root>/                 latest.json, history.ndjson
-  <run-id>/                  run.json, runbook.yaml | runbook.json, envelope.json, events.ndjson,
-                             report.json, receipt.json
-```
+The policy module composes every byte of a bundle (WIT ``bundle-create``, ``bundle-change``,
+``bundle-end``, ``recorded.record-line``) from facts the host passes in: the run id, Unix-millisecond
+times, the working directory's git state, the host's name and version, the hashes of the files written.
+This module only carries the returned effects out, in order, under the runs root, and stops at the first
+that fails:
 
-Every file but the two appended ones (``events.ndjson``, ``history.ndjson``) is replaced atomically: a
-temporary file in the same directory, written and fsync'd, then renamed over the name (and the directory
-fsync'd). Appends are fsync'd before the call returns. No absolute path is written into ``run.json``,
-``latest.json``, ``history.ndjson``, the report or the receipt.
+- ``create-dir``: the run's directory; an existing one is an error;
+- ``write``: a temporary file in the same directory, written and fsync'd, renamed over the name, then the
+  directory fsync'd;
+- ``append``: one whole record in one write, fdatasync'd; a write that fails has the file truncated back
+  to its last whole record;
+- ``sign``: the receipt's DSSE signature, which needs a receipt key: this package holds none, so a bundle
+  whose run.json names one is refused (fail closed).
+
+A path is taken only when it has one or two components, each a safe name (no absolute path, no ``..``):
+the module never writes another, and a host never follows one.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import secrets
@@ -23,38 +29,18 @@ import stat
 import subprocess
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-RUN_SCHEMA = "runbook-run-bundle/v1"
-RECEIPT_SCHEMA = "runbook-receipt/v1"
-LATEST_SCHEMA = "runbook-latest-run/v1"
-HISTORY_SCHEMA = "runbook-run-history-entry/v1"
+from ._types import Effect, EffectOp, PolicyError
 
-#: What each adapter sees, as published in run.json (its exact blind spots come from the start claim).
-ADAPTER_SEES = {
-    "library": "what the embedding client feeds",
-    "claude-agent-sdk": "every tool call the Claude Agent SDK's agent loop sends through its hooks",
-    "pydantic-ai": "tool calls through the wrapped toolsets of a Pydantic AI agent",
-    "mcp-proxy": "MCP tool calls only",
-    "hook": "every tool invocation of the agent CLI, shell included",
-    "replay": "a recorded event stream",
-}
-
-_HAS_DIR_FD = all(f in os.supports_dir_fd for f in (os.open, os.rename, os.mkdir, os.unlink))
+_HAS_DIR_FD = all(f in os.supports_dir_fd for f in (os.open, os.rename, os.mkdir, os.unlink, os.rmdir))
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def sha256_hex(data: bytes) -> str:
-    import hashlib
-
     return hashlib.sha256(data).hexdigest()
-
-
-def now_rfc3339() -> str:
-    """Now, as UTC RFC 3339 with milliseconds (``2026-11-30T12:34:56.789Z``)."""
-    t = datetime.now(timezone.utc)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t.microsecond // 1000:03d}Z"
 
 
 def new_run_id() -> str:
@@ -80,84 +66,16 @@ def file_name_for(data: bytes) -> str:
     return "runbook.json" if first == b"{" else "runbook.yaml"
 
 
-def public_reference(reference: str) -> str:
-    """A reference as a bundle may hold it: ``id@version`` as is, a file by its name only."""
-    if "/" in reference or "\\" in reference:
-        return reference.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
-    return reference
-
-
-def pretty(value: Any) -> bytes:
-    """serde_json's ``to_string_pretty`` of a map with sorted keys, and a newline."""
-    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
-
-
-def compact_sorted(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-# ---- events.ndjson lines -------------------------------------------------------------------------------------
-
-
-def _json_object_line(raw: str) -> bool:
-    """Whether serde_json (which the Rust host's ``embed`` uses) reads ``raw`` as one JSON value.
-
-    Python's ``json`` accepts more than serde_json does: NaN and Infinity, and nesting past serde's 128
-    levels; both are refused here. Numbers are not converted (serde's ``IgnoredAny`` only scans them)."""
-
-    def refuse(_: str) -> Any:
-        raise ValueError("not JSON")
-
-    try:
-        json.loads(raw, parse_constant=refuse, parse_int=lambda s: 0, parse_float=lambda s: 0)
-    except (ValueError, RecursionError):
-        return False
-    depth = deepest = 0
-    in_string = escaped = False
-    for ch in raw:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        elif ch == '"':
-            in_string = True
-        elif ch in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif ch in "]}":
-            depth -= 1
-    return deepest < 128
-
-
-def embed(raw: str) -> str:
-    """The text stored under a key of an ``events.ndjson`` line: the line itself when it is a JSON object
-    without a newline, else the JSON string holding it (the Rust host's ``embed``)."""
-    if raw.lstrip().startswith("{") and "\n" not in raw and _json_object_line(raw):
-        return raw
-    return json.dumps(raw, ensure_ascii=False)
-
-
-def event_record_line(h: str, event_line: str, decision_line: str) -> str:
-    """One line of ``events.ndjson``, as written: ``{"h":..,"decision":..,"event":..}`` and a newline."""
-    return f'{{"h":"{h}","decision":{embed(decision_line)},"event":{embed(event_line)}}}\n'
-
-
-# ---- git state ------------------------------------------------------------------------------------------------
-
-
-def git_state(cwd: Optional[str] = None) -> Dict[str, Any]:
-    """The working directory's git state as counts only (never a branch, a file name or a path), as
-    host/src/bundle/git.rs measures it; ``unavailable`` when git is missing or slow."""
-    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
+def git_status(cwd: Optional[str] = None) -> Tuple[Optional[int], bytes]:
+    """Runs ``git status --porcelain=v1 -z`` in the working directory, bounded in time: its exit code (None
+    when it could not run or did not finish) and its output, which the module turns into counts only
+    (``git-state``), as host/src/bundle/git.rs does."""
     try:
         p = subprocess.run(
             # No fsmonitor hook: reading the state of a checkout must not run a program its config names.
             ["git", "-c", "core.fsmonitor=false", "status", "--porcelain=v1", "-z", "--", ":/", ":(exclude).runbook"],
             cwd=cwd,
-            env=env,
+            env=dict(os.environ, GIT_OPTIONAL_LOCKS="0"),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -165,37 +83,9 @@ def git_state(cwd: Optional[str] = None) -> Dict[str, Any]:
             check=False,
         )
     except (OSError, subprocess.SubprocessError):
-        return {"status": "unavailable"}
-    if p.returncode == 128:
-        return {"status": "not-a-checkout"}
-    if p.returncode != 0:
-        return {"status": "unavailable"}
-    staged = unstaged = untracked = total = 0
-    fields = [f for f in p.stdout.split(b"\0") if f]
-    i = 0
-    while i < len(fields):
-        f = fields[i]
-        i += 1
-        if len(f) < 3:
-            continue
-        x, y = f[0:1], f[1:2]
-        total += 1
-        if x == b"?":
-            untracked += 1
-            continue
-        if x != b" ":
-            staged += 1
-        if y != b" ":
-            unstaged += 1
-        if x in (b"R", b"C"):
-            i += 1  # the rename's source
-    return {
-        "status": "clean" if total == 0 else "dirty",
-        "staged": staged,
-        "unstaged": unstaged,
-        "untracked": untracked,
-        "total": total,
-    }
+        return None, b""
+    # A process killed by a signal has no exit code (the Rust host's `ExitStatus::code()` is None).
+    return (p.returncode if p.returncode >= 0 else None), p.stdout
 
 
 # ---- a directory held open -----------------------------------------------------------------------------------
@@ -206,20 +96,32 @@ class _Dir:
     has ``dir_fd``), so a directory renamed or removed under the run fails the next write instead of
     writing somewhere else, and no file name is followed through a symlink."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, parent: Optional["_Dir"] = None) -> None:
         self.path = path
         self.fd: Optional[int] = None
         if _HAS_DIR_FD:
-            self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC)
+            flags = os.O_RDONLY | _DIRECTORY | _CLOEXEC
+            if parent is not None and parent.fd is not None:
+                self.fd = os.open(path.name, flags | _NOFOLLOW, dir_fd=parent.fd)
+            else:
+                self.fd = os.open(path, flags)
 
     def _p(self, name: str) -> Any:
         return name if self.fd is not None else os.fspath(self.path / name)
 
+    def _at(self) -> Dict[str, int]:
+        return {"dir_fd": self.fd} if self.fd is not None else {}
+
     def open(self, name: str, flags: int, mode: int = 0o666) -> int:
-        flags |= _NOFOLLOW | _CLOEXEC
-        if self.fd is not None:
-            return os.open(name, flags, mode, dir_fd=self.fd)
-        return os.open(self._p(name), flags, mode)
+        return os.open(self._p(name), flags | _NOFOLLOW | _CLOEXEC, mode, **self._at())
+
+    def subdir(self, name: str) -> "_Dir":
+        return _Dir(self.path / name, self)
+
+    def mkdir(self, name: str) -> None:
+        """Creates ``name``; an existing one is an error (``FileExistsError``)."""
+        os.mkdir(self._p(name), **self._at())
+        self.sync()
 
     def read(self, name: str) -> bytes:
         fd = self.open(name, os.O_RDONLY)
@@ -232,6 +134,12 @@ class _Dir:
                 chunks.append(b)
         finally:
             os.close(fd)
+
+    def is_file(self, name: str) -> bool:
+        try:
+            return stat.S_ISREG(os.stat(self._p(name), follow_symlinks=False, **self._at()).st_mode)
+        except OSError:
+            return False
 
     def write_atomic(self, name: str, data: bytes) -> None:
         """A temporary file, written and fsync'd, renamed over ``name``; then the directory fsync'd."""
@@ -249,23 +157,51 @@ class _Dir:
                 os.replace(self._p(tmp), self._p(name))
         except BaseException:
             try:
-                if self.fd is not None:
-                    os.unlink(tmp, dir_fd=self.fd)
-                else:
-                    os.unlink(self._p(tmp))
+                os.unlink(self._p(tmp), **self._at())
             except OSError:
                 pass
             raise
         self.sync()
 
-    def append(self, name: str, data: bytes, create: bool = True) -> None:
-        flags = os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0)
-        fd = self.open(name, flags)
+    def append(self, name: str, data: bytes, create: bool = True, identity: Optional[Tuple[int, int]] = None) -> None:
+        """Appends one whole record in one write and fdatasyncs it. A write that fails has the file cut back
+        to its last whole record, so nothing half written is ever read as evidence. With ``identity``, the
+        file must still be that (device, inode) and a regular file."""
+        fd = self.open(name, os.O_WRONLY | os.O_APPEND | (os.O_CREAT if create else 0))
         try:
-            _write_all(fd, data)
-            _fdatasync(fd)
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or (identity is not None and (st.st_dev, st.st_ino) != identity):
+                raise OSError(f"{self.path / name} was replaced since the run began")
+            whole = st.st_size
+            try:
+                _write_all(fd, data)
+                _fdatasync(fd)
+            except BaseException:
+                try:
+                    os.ftruncate(fd, whole)
+                    _fdatasync(fd)
+                except OSError:
+                    pass
+                raise
         finally:
             os.close(fd)
+
+    def identity(self, name: str) -> Tuple[int, int]:
+        st = os.stat(self._p(name), follow_symlinks=False, **self._at())
+        return st.st_dev, st.st_ino
+
+    def remove_flat(self, name: str) -> None:
+        """Removes the directory ``name`` and the files in it (a run directory that never became a bundle)."""
+        sub = self.subdir(name)
+        try:
+            for entry in os.listdir(sub.fd if sub.fd is not None else sub.path):
+                try:
+                    os.unlink(sub._p(entry), **sub._at())
+                except OSError:
+                    pass
+        finally:
+            sub.close()
+        os.rmdir(self._p(name), **self._at())
 
     def sync(self) -> None:
         if self.fd is not None:
@@ -300,204 +236,218 @@ def _fdatasync(fd: int) -> None:
     (getattr(os, "fdatasync", None) or os.fsync)(fd)
 
 
+class EffectFailed(OSError):
+    """An effect could not be carried out: ``index`` is its position in the list."""
+
+    def __init__(self, index: int, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.index = index
+        self.__cause__ = error
+
+
+def apply(root: _Dir, effects: Sequence[Effect], dirs: Dict[str, _Dir], sign: Optional[Callable[[bytes], bytes]] = None) -> None:
+    """Carries out ``effects`` under ``root``, in order, stopping at the first that fails
+    (:class:`EffectFailed`). ``dirs`` holds the subdirectories already open (by name); a directory
+    created here is added to it. ``sign`` makes a DSSE envelope of a statement's bytes; without it a
+    ``sign`` effect fails (this package holds no receipt key)."""
+    for i, e in enumerate(effects):
+        try:
+            parts = e.path.split("/")
+            if not 1 <= len(parts) <= 2 or not all(is_safe_name(p) for p in parts):
+                raise OSError(errno.EINVAL, f"the module named the path `{e.path}`")
+            if e.op is EffectOp.CREATE_DIR:
+                if len(parts) != 1:
+                    raise OSError(errno.EINVAL, f"the module named the directory `{e.path}`")
+                root.mkdir(parts[0])
+                dirs[parts[0]] = root.subdir(parts[0])
+                continue
+            d = root
+            if len(parts) == 2:
+                d = dirs.get(parts[0]) or dirs.setdefault(parts[0], root.subdir(parts[0]))
+            name = parts[-1]
+            if e.op is EffectOp.WRITE:
+                d.write_atomic(name, e.bytes)
+            elif e.op is EffectOp.APPEND:
+                d.append(name, e.bytes)
+            elif e.op is EffectOp.SIGN:
+                if sign is None:
+                    raise OSError(errno.EPERM, "run.json names a receipt key, and this host holds none: it cannot sign the receipt")
+                d.write_atomic(name, sign(e.bytes))
+            else:  # pragma: no cover - the enum has no other member
+                raise OSError(errno.EINVAL, f"an effect this host does not know: {e.op}")
+        except OSError as err:
+            raise EffectFailed(i, err) from err
+
+
 # ---- the bundle -----------------------------------------------------------------------------------------------
 
 
 class Bundle:
-    """A run bundle being written: create it before the first event, record every event and its decision
-    as they happen, say whether the run was admitted, finish with the module's report."""
+    """A run bundle being written: :meth:`create` it before the first event, :meth:`append_record` every
+    event's record as it happens, say whether the run was :meth:`admitted`, :meth:`finish` with the module's
+    report (or :meth:`end_without_report`). Every byte comes from the module; this only writes it."""
 
-    def __init__(
-        self,
-        runs_root: Path,
-        run_id: str,
-        document: bytes,
-        reference: str,
-        envelope: Optional[str],
-        module_sha256: str,
-        adapter: str,
-        host: Dict[str, str],
-        pinned_sha256: Optional[str] = None,
-    ) -> None:
+    root: _Dir
+    dir: _Dir
+    path: Path
+    run_id: str
+    head: str
+    lines: int
+    finished: bool
+
+    def __init__(self) -> None:
+        raise TypeError("use Bundle.create(...)")
+
+    @classmethod
+    def create(cls, policy: Any, runs_root: Path, run_id: str, document: bytes, facts: Dict[str, Any], clock: Callable[[], int]) -> "Bundle":
+        """Creates ``<runs_root>/<run_id>/`` (refusing an existing one) from the module's ``bundle-create``
+        effects; ``runs_root`` is created when missing. A failure before run.json is written leaves no
+        directory behind; one after it ends the bundle without a report (``bundle-unwritable``)."""
         if not is_safe_name(run_id):
             raise ValueError(f"`{run_id}` is not a usable run id (letters, digits, `.`, `_`, `-`; not starting with `.`)")
-        self.run_id = run_id
-        self.path = runs_root / run_id
-        self.document_file = file_name_for(document)
-        self.has_envelope = envelope is not None
-        self.finished = False
-        self.head = sha256_hex(envelope.encode("utf-8")) if envelope is not None else sha256_hex(document)
-        self.lines = 0
-        # Measured before the bundle exists, so the run's own files do not count.
-        git = git_state()
+        effects = policy.bundle_create(document, facts)
+        run_json = f"{run_id}/run.json"
+        manifest_at = next((i for i, e in enumerate(effects) if e.path == run_json), None)
+        if manifest_at is None:
+            raise PolicyError("the module wrote no run.json")
         os.makedirs(runs_root, exist_ok=True)
-        self.root = _Dir(runs_root)
+        b: Bundle = cls.__new__(cls)
+        b._policy, b._clock = policy, clock
+        b.root = _Dir(runs_root)
+        b.path = runs_root / run_id
+        b.run_id = run_id
+        b._dirs = {}
+        b.finished = False
+        b.lines = 0
+        b._start_line = None
+        b._adopt(effects[manifest_at].bytes.decode("utf-8"))
+        b.head = b._manifest["chain_h0"]
         try:
-            if self.root.fd is not None:
-                os.mkdir(run_id, dir_fd=self.root.fd)
+            apply(b.root, effects, b._dirs)
+        except EffectFailed as f:
+            if f.index <= manifest_at:
+                # Until run.json is written the directory is no bundle: one that cannot be completed goes again.
+                if f.index > 0:
+                    b._close_dirs()
+                    try:
+                        b.root.remove_flat(run_id)
+                    except OSError:
+                        pass
             else:
-                os.mkdir(self.path)
-            self.dir = _Dir(self.path)
-        except BaseException:
-            self.root.close()
-            raise
-        created = now_rfc3339()
-        self.dir.write_atomic(self.document_file, document)
-        if envelope is not None:
-            self.dir.write_atomic("envelope.json", envelope.encode("utf-8"))
-        fd = self.dir.open("events.ndjson", os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-        try:
-            os.fsync(fd)
-            st = os.fstat(fd)
-        finally:
-            os.close(fd)
-        # events.ndjson is reopened for each line (so a removed directory or a replaced file fails the
+                # The bundle exists: it says it ended without a report where the disk still takes it.
+                try:
+                    b.dir = b._dirs[run_id]
+                    b.end_without_report("bundle-unwritable")
+                except (OSError, PolicyError, ValueError, KeyError):
+                    pass
+            b.close()
+            raise f.__cause__ or f from None
+        b.dir = b._dirs[run_id]
+        # events.ndjson is reopened for each record (so a removed directory or a replaced file fails the
         # write, where a descriptor kept open would append to an unlinked inode): this is its identity.
-        self.events_id = (st.st_dev, st.st_ino)
-        runbook_id = version = None
-        if envelope is not None:
-            doc = json.loads(envelope)["document"]
-            runbook_id, version = doc.get("runbook_id"), doc.get("version")
-        pub = public_reference(reference)
-        self.manifest: Dict[str, Any] = {
-            "schema": RUN_SCHEMA,
-            "run_id": run_id,
-            "artifacts": {
-                "run": "run.json",
-                "document": self.document_file,
-                "envelope": "envelope.json" if envelope is not None else None,
-                "events": "events.ndjson",
-                "report": "report.json",
-                "receipt": "receipt.json",
-            },
-            "channels": {"pending": "pending", "approvals": "approvals", "consumed": "consumed"},
-            "document": {
-                "reference": pub,
-                # T2: resolved from a registry whose index pins these bytes (checked by the caller); T1: a file.
-                "trust": "T2" if pinned_sha256 else "T1",
-                "sha256": sha256_hex(document),
-                "pinned_sha256": pinned_sha256 or None,
-                "file": self.document_file,
-                "runbook_id": runbook_id,
-                "version": version,
-            },
-            "envelope_sha256": sha256_hex(envelope.encode("utf-8")) if envelope is not None else None,
-            "chain_h0": self.head,
-            "module_sha256": module_sha256,
-            "host": dict(host),
-            "adapter": {"name": adapter, "sees": ADAPTER_SEES.get(adapter, "unknown"), "coverage": None},
-            "lifecycle": [{"event": "created", "at": created}],
-            "outcome": None,
-            "source": {"git": git},
-        }
-        self.write_manifest()
-        self.write_latest(created)
-        self.append_history(
-            {"schema": HISTORY_SCHEMA, "event": "created", "run_id": run_id, "at": created, "path": run_id, "reference": pub, "trust": "T2" if pinned_sha256 else "T1", "adapter": adapter}
-        )
+        b._events_id = b.dir.identity("events.ndjson")
+        return b
 
-    def record(self, event_line: str, decision_line: str, h: str) -> None:
-        """Appends one event, its decision and its chain link in one write, fsync'd before returning. The
-        ``start`` claim's coverage is copied into run.json's adapter (written at the next lifecycle change)."""
+    _policy: Any
+    _clock: Callable[[], int]
+    _dirs: Dict[str, _Dir]
+    _manifest_text: str
+    _manifest: Dict[str, Any]
+    _start_line: Optional[str]
+    _events_id: Tuple[int, int]
+
+    def _adopt(self, manifest_text: str) -> None:
+        """run.json as last written (the module changes these bytes), and what is read from it."""
+        self._manifest_text = manifest_text
+        self._manifest = json.loads(manifest_text)
+
+    @property
+    def manifest(self) -> Dict[str, Any]:
+        """run.json as last written, parsed."""
+        return self._manifest
+
+    def append_record(self, event_line: str, record_line: str, link: str) -> None:
+        """Appends the module's record of one event (``recorded.record_line``, whose link is ``link``) to
+        ``events.ndjson`` in one write, fdatasync'd before returning: a crash loses at most the event in
+        flight. The first event's line (the ``start`` claim) is kept: run.json publishes its coverage."""
         if self.finished:
             raise OSError("the bundle is finished")
-        line = event_record_line(h, event_line, decision_line).encode("utf-8")
-        fd = self.dir.open("events.ndjson", os.O_WRONLY | os.O_APPEND)
-        try:
-            st = os.fstat(fd)
-            if (st.st_dev, st.st_ino) != self.events_id or not stat.S_ISREG(st.st_mode):
-                raise OSError(f"{self.path / 'events.ndjson'} was replaced since the run began")
-            _write_all(fd, line)
-            _fdatasync(fd)
-        finally:
-            os.close(fd)
-        self.head = h
+        self.dir.append("events.ndjson", record_line.encode("utf-8"), create=False, identity=self._events_id)
+        if self.lines == 0:
+            self._start_line = event_line
+        self.head = link
         self.lines += 1
-        if self.lines == 1:
-            try:
-                ev = json.loads(event_line)
-            except ValueError:
-                ev = None
-            if isinstance(ev, dict) and ev.get("type") == "start":
-                self.manifest["adapter"]["coverage"] = ev.get("coverage")
 
     def admitted(self, admitted: bool) -> None:
-        self.manifest["lifecycle"].append({"event": "admitted" if admitted else "refused", "at": now_rfc3339()})
-        self.write_manifest()
+        """Records admission (``admitted``) or refusal (``refused``) in run.json's lifecycle, with the
+        ``start`` claim's coverage."""
+        self._change({"lifecycle": "admitted" if admitted else "refused", "at": self._clock(), "start": self._start_line})
 
-    def finish(self, report: str, canonicalize: Callable[[str], str]) -> None:
-        """report.json (the module's bytes), run.json (ended, outcome), receipt.json, latest.json (when it
-        still names this run) and an ``ended`` line in history.ndjson."""
+    def finish(self, report: str) -> None:
+        """Ends the bundle: report.json, run.json (ended, outcome), receipt.json, latest.json (when it still
+        names this run) and an ``ended`` history line, composed by the module from the files' hashes."""
         if self.finished:
             raise OSError("the bundle is already finished")
-        outcome = json.loads(report).get("outcome")
-        ended = now_rfc3339()
-        self.dir.write_atomic("report.json", report.encode("utf-8"))
-        self.manifest["lifecycle"].append({"event": "ended", "at": ended})
-        self.manifest["outcome"] = outcome
-        self.write_manifest()
-        self.dir.write_atomic("receipt.json", self.receipt(report, canonicalize).encode("utf-8"))
-        self.finished = True
-        if self.latest_is_me():
-            self.write_latest(ended)
-        self.append_history({"schema": HISTORY_SCHEMA, "event": "ended", "run_id": self.run_id, "at": ended, "path": self.run_id, "outcome": outcome})
-        self.close()
+        files = [self._manifest["artifacts"]["document"], "events.ndjson"]
+        if isinstance(self._manifest["artifacts"].get("envelope"), str):
+            files.append("envelope.json")
+        files += [f for f in ("signatures.ndjson", "shadow.ndjson") if self.dir.is_file(f)]
+        hashes = {f: sha256_hex(self.dir.read(f)) for f in files}
+        self._end_with(report, {"at": self._clock(), "chain_head": self.head, "hashes": hashes, "latest": self._latest_text()})
 
     def end_without_report(self, code: str) -> None:
         """Ends a bundle that has no report to end with (the module trapped: a report it cannot vouch for is
-        never made up). ``verify`` refuses such a bundle, while its events stay."""
+        never made up). run.json says ``ended_without_report: <code>``; ``verify`` refuses such a bundle,
+        while its events stay."""
         if self.finished:
             raise OSError("the bundle is already finished")
-        ended = now_rfc3339()
-        self.manifest["lifecycle"].append({"event": "ended", "at": ended})
-        self.manifest["ended_without_report"] = code
+        self._end_with(None, {"at": self._clock(), "ended_without_report": code, "latest": self._latest_text()})
+
+    def has_receipt(self) -> bool:
+        """Whether receipt.json is written (by :meth:`finish`, which may still have failed after it)."""
+        return self.dir.is_file("receipt.json")
+
+    def _end_with(self, report: Optional[str], facts: Dict[str, Any]) -> None:
+        effects = self._policy.bundle_end(self._manifest_text, report, facts)
+        try:
+            self._carry_out(effects)
+        except BaseException:
+            # Once run.json says the run ended, it has: a later failure (latest.json, history) does not reopen it.
+            if any(e.get("event") == "ended" for e in self._manifest.get("lifecycle") or []):
+                self.finished = True
+                self.close()
+            raise
         self.finished = True
+        self.close()
+
+    def _latest_text(self) -> Optional[str]:
         try:
-            self.write_manifest()
-            if self.latest_is_me():
-                self.write_latest(ended)
-            self.append_history(
-                {"schema": HISTORY_SCHEMA, "event": "ended", "run_id": self.run_id, "at": ended, "path": self.run_id, "outcome": None, "ended_without_report": code}
-            )
-        finally:
-            self.close()
+            return self.root.read("latest.json").decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
 
-    def receipt(self, report: str, canonicalize: Callable[[str], str]) -> str:
-        """``runbook-receipt/v1``, canonical JSON (through the module), pinning every other file as it is on
-        disk now."""
-        files: List[str] = ["run.json", self.document_file, "events.ndjson", "report.json"]
-        if self.has_envelope:
-            files.append("envelope.json")
-        artifacts = {f: sha256_hex(self.dir.read(f)) for f in files}
-        host = self.manifest["host"]
-        text = (
-            f'{{"artifacts":{compact_sorted(artifacts)},"chain_head":"{self.head}",'
-            f'"host":{{"name":{json.dumps(host["name"])},"version":{json.dumps(host["version"])}}},'
-            f'"module_sha256":{json.dumps(self.manifest["module_sha256"])},"report":{report},'
-            f'"report_sha256":"{sha256_hex(report.encode("utf-8"))}","schema":"{RECEIPT_SCHEMA}"}}'
-        )
-        return canonicalize(text)
+    def _change(self, change: Dict[str, Any]) -> None:
+        self._carry_out(self._policy.bundle_change(self._manifest_text, change))
 
-    def write_manifest(self) -> None:
-        self.dir.write_atomic("run.json", pretty(self.manifest))
-
-    def latest_is_me(self) -> bool:
+    def _carry_out(self, effects: List[Effect]) -> None:
         try:
-            v = json.loads(self.root.read("latest.json"))
-        except (OSError, ValueError):
-            return False
-        return isinstance(v, dict) and v.get("run_id") == self.run_id
+            apply(self.root, effects, self._dirs)
+        except EffectFailed as f:
+            raise f.__cause__ or f from None
+        # What was written is what this bundle now holds (the last run.json of the effects).
+        run_json = f"{self.run_id}/run.json"
+        for e in reversed(effects):
+            if e.path == run_json:
+                self._adopt(e.bytes.decode("utf-8"))
+                break
 
-    def write_latest(self, at: str) -> None:
-        self.root.write_atomic("latest.json", pretty({"schema": LATEST_SCHEMA, "run_id": self.run_id, "path": self.run_id, "updated_at": at}))
-
-    def append_history(self, entry: Dict[str, Any]) -> None:
-        self.root.append("history.ndjson", (compact_sorted(entry) + "\n").encode("utf-8"))
+    def _close_dirs(self) -> None:
+        for d in self._dirs.values():
+            d.close()
 
     def close(self) -> None:
-        for d in (getattr(self, "dir", None), getattr(self, "root", None)):
-            if d is not None:
-                d.close()
+        self._close_dirs()
+        self.root.close()
 
 
 def read_events(data: bytes) -> List[Tuple[str, str, str]]:

@@ -21,6 +21,8 @@ from ._types import (
     Decision,
     DecisionKind,
     Deviation,
+    Effect,
+    EffectOp,
     End,
     EndReason,
     Event,
@@ -51,7 +53,7 @@ from ._types import (
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "ad4082901df2f7582e107b730d650d40c8a26fe5e4b4f2aa57c75fb82c35ebf0"
+COMPONENT_SHA256 = "c04a69c90f8427b760b0f69b16da1fa51f61aaa7e5b349595a21c615f6577b14"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
@@ -277,7 +279,31 @@ def _recorded(r: Any) -> Recorded:
         link=g["link"],
         explanation=g["explanation"],
         state=_state(g["state"]),
+        record_line=g["record-line"],
     )
+
+
+def _effects(r: Any) -> List[Effect]:
+    """A lifted ``result<list<effect>, string>`` (bare: a list is the effects, a str the module's reason;
+    tagged by other wasmtime-py versions)."""
+    if isinstance(r, wc.Variant):
+        if r.tag != "ok":
+            raise ValueError(str(r.payload))
+        r = r.payload
+    if isinstance(r, str):
+        raise ValueError(r)  # the module's text names the fact and what is wrong with it
+    return [Effect(op=EffectOp(e.op), path=e.path, bytes=bytes(e.bytes)) for e in r]
+
+
+def _facts(facts: Any, what: str) -> str:
+    """Facts as JSON text: text as given, anything else encoded (:func:`json_text`)."""
+    return facts if isinstance(facts, str) else json_text(facts, what)
+
+
+def _u64(v: Any, what: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1 << 64:
+        raise ValueError(f"{what} must be an integer from 0 to 2^64-1, not {v!r}")
+    return v
 
 
 def _document(doc: Any) -> bytes:
@@ -471,6 +497,61 @@ class Policy:
         """A new supervised run of ``document``: feed the ``Start`` claim first."""
         return Session._new(self, _document(document))
 
+    # ---- run bundles (DESIGN 5, 11): the module composes every byte, a host carries out the effects ----
+
+    def bundle_create(self, document: Document, facts: Any) -> List[Effect]:
+        """The effects that create a new run's bundle: ``<run_id>/`` with the document's bytes, its
+        envelope, an empty ``events.ndjson`` and ``run.json``, ``latest.json`` and the ``created`` line of
+        ``history.ndjson``. ``facts`` (JSON text or a JSON-able dict): ``{run_id, at, reference, trust,
+        pinned_sha256?, provenance?, module_sha256, host: {name, version}, adapter, git (from
+        :meth:`git_state`), shadow?, receipt_key?}``; every ``at`` is Unix milliseconds. ``ValueError``
+        names the fact that is missing or wrong."""
+        return _effects(self._call("bundle-create", _document(document), _facts(facts, "facts")))
+
+    def bundle_change(self, manifest: str, change: Any) -> List[Effect]:
+        """The effects of one change to ``run.json`` (``manifest``: its text as last written):
+        ``{"lifecycle": "admitted"|"refused", "at", "start"?}``, ``{"approvals_signed": sha256}``,
+        ``{"receipt_key": {key_id, public_key}}`` or ``{"shadow": true}``."""
+        return _effects(self._call("bundle-change", _str(manifest, "manifest"), _facts(change, "change")))
+
+    def bundle_end(self, manifest: str, report: Optional[str], facts: Any) -> List[Effect]:
+        """The effects that end a run: ``report.json``, ``run.json``, ``receipt.json`` (and a ``sign``
+        effect when run.json names a receipt key), ``latest.json`` when it still names this run, and the
+        ``ended`` history line. Without a report, ``facts["ended_without_report"]`` names why. ``facts``:
+        ``{at, chain_head, hashes: {file: sha256}, latest?: <latest.json's text>, ended_without_report?}``."""
+        return _effects(
+            self._call("bundle-end", _str(manifest, "manifest"), _opt_str(report, "report"), _facts(facts, "facts"))
+        )
+
+    def record_line(self, link: str, event_line: str, decision_line: str) -> str:
+        """The ``events.ndjson`` record of an event line and its decision line (newline included)."""
+        return self._call("record-line", _str(link, "link"), _str(event_line, "event_line"), _str(decision_line, "decision_line"))
+
+    def signature_line(self, seq: int, request: int, channel_id: str, message: str, signature: str, principal: str, fingerprint: str) -> str:
+        """A line of ``signatures.ndjson``: one signed answer to one approval request."""
+        return self._call(
+            "signature-line", _u64(seq, "seq"), _u64(request, "request"), _str(channel_id, "channel_id"), _str(message, "message"),
+            _str(signature, "signature"), _str(principal, "principal"), _str(fingerprint, "fingerprint"),
+        )
+
+    def shadow_line(self, seq: int, tool: str, call_sha256: str, decision: str) -> str:
+        """A line of ``shadow.ndjson``: a call of a shadow run forwarded although the module did not allow it."""
+        return self._call("shadow-line", _u64(seq, "seq"), _str(tool, "tool"), _str(call_sha256, "call_sha256"), _str(decision, "decision"))
+
+    def guard_names(self, tool: str, arguments: Any, needles: Sequence[str]) -> bool:
+        """The guard's matching rule (DESIGN 9.20): whether the tool name or any string of the arguments
+        (a JSON-able value; object keys included) contains one of ``needles``."""
+        return self._call("guard-names", _str(tool, "tool"), json_text(arguments, "arguments"), _str_list(list(needles), "needles"))
+
+    def git_state(self, exit_code: Optional[int], porcelain: bytes) -> str:
+        """The working directory's git state as counts only (compact JSON, ``bundle_create``'s ``git``), from
+        the exit code of ``git status --porcelain=v1 -z`` (None: it did not run or finish) and its output."""
+        if exit_code is not None and (not isinstance(exit_code, int) or isinstance(exit_code, bool) or not -(1 << 31) <= exit_code < 1 << 31):
+            raise ValueError(f"exit_code must be a 32-bit integer or None, not {exit_code!r}")
+        if not isinstance(porcelain, (bytes, bytearray, memoryview)):
+            raise TypeError(f"porcelain must be git's output as bytes, not {type(porcelain).__name__}")
+        return self._call("git-state", exit_code, bytes(porcelain))
+
 
 class Session:
     """One supervised run of one document, in an instance of its own.
@@ -569,6 +650,13 @@ class Session:
 
     def state(self) -> RunState:
         return _state(self._call("[method]session.state"))
+
+    def set_guard(self, needles: Sequence[str]) -> None:
+        """The guard's needles (DESIGN 9.20): what names the run's evidence, its approval channel, the
+        registry or the host, in every form the host knows them. A typed ``Invoke`` (:meth:`feed`,
+        :meth:`handle`) whose tool name or any string of whose arguments, keys included, contains one is fed
+        as ``guard: true``. Host configuration, not run state: set it again after :meth:`restore`."""
+        self._call("[method]session.set-guard", _str_list(list(needles), "needles"))
 
     def report(self) -> str:
         """The ``runbook-run-report/v1`` as canonical JSON; final once the run has ended."""

@@ -22,7 +22,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _bundle
 from ._policy import Document, Policy, Session, _document, lower_event
@@ -36,7 +36,6 @@ from ._types import (
     EndReason,
     Event,
     FinalOutput,
-    InvalidDocument,
     Invoke,
     ModuleTrap,
     Outcome,
@@ -56,6 +55,18 @@ from ._types import (
 log = logging.getLogger("runbook_policy")
 
 HOST_NAME = "runbook-policy-python"
+
+
+def _wall_clock() -> int:
+    """Unix time in milliseconds."""
+    return time.time_ns() // 1_000_000
+
+
+def _ms(v: Any) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 1 << 64:
+        # Not a ValueError: that is an event's own fault (a malformed event), this is the host's.
+        raise PolicyError(f"the run's clock must give Unix milliseconds (an integer from 0 to 2^64-1), not {v!r}")
+    return v
 
 
 def _host_version() -> str:
@@ -95,10 +106,10 @@ class Answer:
 
 
 class Guard:
-    """What names the run's evidence or the host (DESIGN 9.20): one list of needles, one matching rule.
-
-    A call whose tool name, or any string of whose arguments (object keys included), contains a needle is
-    fed with ``guard: true``, and the module denies it (``undeclared-tool``, reason ``guarded``)."""
+    """What names the run's evidence or the host (DESIGN 9.20): the needles, in every form the host knows
+    them. The module applies its one matching rule to them (the session's ``set_guard``): a call whose tool
+    name, or any string of whose arguments (object keys included), contains a needle is fed with
+    ``guard: true``, and the module denies it (``undeclared-tool``, reason ``guarded``)."""
 
     def __init__(self) -> None:
         self.needles: List[str] = ["runbook-host"]
@@ -138,28 +149,6 @@ class Guard:
         """Adds a literal needle (a name that is not a path)."""
         if len(name) > 3 and name not in self.needles:
             self.needles.append(name)
-
-    def names(self, tool: str, arguments: Any) -> bool:
-        """Whether the tool name or any string of the arguments (keys included) names a needle."""
-        return any(n in tool for n in self.needles) or _names_any(arguments, self.needles)
-
-
-def _names_any(v: Any, needles: List[str]) -> bool:
-    stack = [v]
-    while stack:
-        x = stack.pop()
-        if isinstance(x, str):
-            if any(n in x for n in needles):
-                return True
-        elif isinstance(x, dict):
-            for k, y in x.items():
-                if isinstance(k, str) and any(n in k for n in needles):
-                    return True
-                stack.append(y)
-        elif isinstance(x, (list, tuple)):
-            stack.extend(x)
-    return False
-
 
 # ---- malformed events -------------------------------------------------------------------------------------------
 
@@ -276,6 +265,8 @@ class Run:
     _broken: Optional[RunBroken]
     _state: Optional[RunState]
     _guard: Guard
+    _needles: List[str]
+    _clock: Callable[[], int]
     _t0: int
     _last_at: int
 
@@ -299,16 +290,28 @@ class Run:
         available: Optional[Sequence[str]] = None,
         run_id: Optional[str] = None,
         pinned_sha256: Optional[str] = None,
+        clock: Optional[Callable[[], int]] = None,
+        host: Optional[Tuple[str, str]] = None,
+        git: Optional[Dict[str, Any]] = None,
     ) -> "Run":
         """Creates the bundle ``<runs_root>/<run_id>/`` and feeds the ``start`` claim (its answer is
         :attr:`start`). A refused run is a run too: its bundle is finished (outcome ``refused``) and
         :attr:`over` is true; nothing else may be fed to it.
 
         ``document`` is the document's bytes, or a path to read them from (a ``str`` is a path).
-        ``reference`` is how the bundle names the document (a file's name by default); ``adapter`` names
-        what observes the run (``library``, ``pydantic-ai``, ``claude-agent-sdk``). ``pinned_sha256``: the
-        digest a registry's index pins for ``id@version`` (trust T2 in the bundle, as the Rust host records a
-        registry document); refused unless it is the document's own sha256.
+        ``reference`` is how the bundle names the document (a file's name by default; the module keeps a
+        path's last component only); ``adapter`` names what observes the run (``library``, ``pydantic-ai``,
+        ``claude-agent-sdk``). ``pinned_sha256``: the digest a registry's index pins for ``id@version``
+        (trust T2 in the bundle, as the Rust host records a registry document); refused unless it is the
+        document's own sha256.
+
+        The facts every byte of the bundle is made from are measured, or fixed by the caller (tests and the
+        whole-run conformance vectors, where every host must write the same bundle): ``clock``, a callable
+        returning Unix milliseconds (default: the wall clock), read for the bundle's times, the run's start
+        and every event's ``at`` (milliseconds since the start, never decreasing); ``run_id`` (default: a
+        new random one); ``host``, the ``(name, version)`` the bundle names (default: this package's);
+        ``git``, run.json's ``source.git`` (default: measured with ``git status`` in the working directory,
+        counts only).
         """
         if isinstance(document, (str, os.PathLike)):
             path = Path(os.fspath(document))
@@ -317,13 +320,21 @@ class Run:
         else:
             data = _document(document)
             ref = reference if reference is not None else _bundle.file_name_for(data)
-        if not isinstance(ref, str) or not _bundle.public_reference(ref):
+        if not isinstance(ref, str) or not ref.replace("\\", "/").strip("/"):
             raise ValueError(f"`reference` must name the document (a file name or id@version), not {ref!r}")
         run_id = run_id if run_id is not None else _bundle.new_run_id()
         if not _bundle.is_safe_name(run_id):
             raise ValueError(f"`{run_id}` is not a usable run id (letters, digits, `.`, `_`, `-`; not starting with `.`)")
         if not isinstance(adapter, str) or not adapter:
             raise ValueError("`adapter` must name the adapter")
+        now = _wall_clock if clock is None else clock
+        if not callable(now):
+            raise TypeError("`clock` must be a callable returning Unix milliseconds")
+        host_name, host_version = (HOST_NAME, _host_version()) if host is None else host
+        if not isinstance(host_name, str) or not isinstance(host_version, str):
+            raise TypeError("`host` must be (name, version), two strings")
+        if git is not None and not isinstance(git, dict):
+            raise TypeError("`git` must be the run.json `source.git` object (a dict)")
         start = Start(
             run_id=run_id,
             profile=profile,
@@ -334,17 +345,28 @@ class Run:
             available=None if available is None else (list(available) if not isinstance(available, str) else available),
         )
         lower_event(start, 0)  # a claim that cannot be fed is the caller's error, raised before any file exists
-        try:
-            envelope: Optional[str] = policy.envelope(data)
-        except InvalidDocument:
-            envelope = None  # admission refuses it (`invalid-document`), on the record
         if pinned_sha256 is not None and pinned_sha256 != _bundle.sha256_hex(data):
             raise ValueError(f"the document's sha256 is {_bundle.sha256_hex(data)}, not the pinned {pinned_sha256}: a pinned run of other bytes is refused")
         runs = Path(os.fspath(runs_root))
+        if git is None:
+            # Measured before the bundle exists, so the run's own files do not count.
+            git = json.loads(policy.git_state(*_bundle.git_status()))
+        facts = {
+            "run_id": run_id,
+            "at": _ms(now()),
+            "reference": ref,
+            # T2: resolved from a registry whose index pins these bytes (checked above); T1: a local document.
+            "trust": "T2" if pinned_sha256 else "T1",
+            "pinned_sha256": pinned_sha256 or None,
+            # The Rust host's provenance of a local file; a registry the embedder resolved is not known here.
+            "provenance": None if pinned_sha256 else {"kind": "file", "registry": None, "from_cache": None, "signed_by": None, "signature_expires": None},
+            "module_sha256": policy.module_sha256,
+            "host": {"name": host_name, "version": host_version},
+            "adapter": adapter,
+            "git": git,
+        }
         try:
-            bundle = _bundle.Bundle(
-                runs, run_id, data, ref, envelope, policy.module_sha256, adapter, {"name": HOST_NAME, "version": _host_version()}, pinned_sha256
-            )
+            bundle = _bundle.Bundle.create(policy, runs, run_id, data, facts, lambda: _ms(now()))
         except OSError as e:
             raise RunBroken(f"cannot create the run bundle under {runs}: {e}") from None
         run: Run = cls.__new__(cls)
@@ -353,18 +375,22 @@ class Run:
         run._broken = None
         run._state = None
         run._last_at = 0
+        run._clock = now
         run._guard = Guard()
         run._guard.add_path(runs)
         run._guard.add_path(bundle.path)
+        run._needles = []
         try:
             run._session = policy.session(data)
         except ModuleTrap as e:
             raise run._break_trapped(str(e)) from None
-        run._t0 = time.monotonic_ns()
+        run._set_guard()
+        run._t0 = run._now()
         run.start = run._feed(start)
         try:
             bundle.admitted(run.start.allowed)
-        except OSError as e:
+        except (OSError, PolicyError, ValueError) as e:
+            run._end_unwritable()
             raise run._break(f"cannot record the admission: {e}") from None
         if not run.start.allowed:
             run._finish()
@@ -412,13 +438,15 @@ class Run:
     # ---- events ----
 
     def invoke(self, tool: str, arguments: Any, call_id: Optional[str] = None, step: Optional[str] = None) -> Answer:
-        """A tool call, decided before it runs: run it only when ``answer.allowed``. The guard flag is set
-        here (DESIGN 9.20). Arguments that are not JSON (or a tool name that is not a string) are a malformed
-        event: recorded (:meth:`feed_malformed`), and the run halts (``malformed-event``), never an allow."""
-        guard = isinstance(tool, str) and self._guard.names(tool, arguments)
+        """A tool call, decided before it runs: run it only when ``answer.allowed``. The guard (DESIGN 9.20)
+        is applied by the module, to the needles of :attr:`guard` (set on the session). Arguments that are
+        not JSON (or a tool name that is not a string) are a malformed event: recorded
+        (:meth:`feed_malformed`), and the run halts (``malformed-event``), never an allow."""
+        if self._guard.needles != self._needles and self._broken is None and not self._bundle.finished:
+            self._set_guard()
         try:
             # Encoding happens before the module is called: a TypeError/ValueError is the event's.
-            a = self._feed(Invoke(tool=tool, arguments=arguments, call_id=call_id, step=step, guard=guard))
+            a = self._feed(Invoke(tool=tool, arguments=arguments, call_id=call_id, step=step))
         except (TypeError, ValueError) as e:
             return self.feed_malformed(_unencodable("invoke", tool, e))
         if a.kind is DecisionKind.NEEDS_APPROVAL:
@@ -447,8 +475,16 @@ class Run:
         :data:`MALFORMED_MAX_CHARS` characters (longer text is cut, and says so); an empty text, or one that
         begins with ``{``, is prefixed with ``malformed event:``, so that no payload can be read as an event
         object and decided as one. Raises :class:`RunBroken` as every event does when the run cannot record."""
+        return self.feed_line(malformed_line(text))
+
+    def feed_line(self, line: str) -> Answer:
+        """Feeds one raw event line exactly as given (the wire path: a recorded or scripted line, which may
+        be malformed; the module then halts, ``malformed-event``), recorded as any event is. The line
+        carries its own ``at``. Unlike :meth:`feed_malformed`, nothing is changed: a line that is an event
+        object is decided as that event (and no guard applies to it, as to the Rust host's ``feed_line``)."""
+        if not isinstance(line, str):
+            raise TypeError(f"an event line is text, not {type(line).__name__}")
         self._check_open()
-        line = malformed_line(text)
         prev = self._bundle.head
         rec = self._session_call(lambda s: s.feed_line(line, prev))
         return self._record(rec)
@@ -459,7 +495,8 @@ class Run:
         """A human's answer, obtained by the embedding program itself (never by the agent). With
         ``call_sha256`` (from :meth:`call_sha256` or ``answer.call_sha256``) it admits that one call once.
         The module accepts it only for a request it asked (its approval ledger, DESIGN 9.19): ``request`` is
-        the ``seq`` of that ``needs-approval`` decision, else any pending request for the call."""
+        the ``seq`` of that ``needs-approval`` decision; without it, the module names the oldest pending request
+        for the call in the current step (and records it), as for every host."""
         return self._feed(Approval(approver=approver, granted=granted, step=step, call_sha256=call_sha256, request=request))
 
     def advance(self, step: str) -> Answer:
@@ -590,12 +627,20 @@ class Run:
 
     # ---- internals ----
 
+    def _now(self) -> int:
+        return _ms(self._clock())
+
     def _now_at(self, peek: bool = False) -> int:
-        """Milliseconds since the start event, on a monotonic clock, never lower than the last one."""
-        at = max(self._last_at, (time.monotonic_ns() - self._t0) // 1_000_000)
+        """Milliseconds since the run began, on the run's clock, never lower than the last one."""
+        at = max(self._last_at, self._now() - self._t0)
         if not peek:
             self._last_at = at
         return at
+
+    def _set_guard(self) -> None:
+        needles = list(self._guard.needles)
+        self._session_call(lambda s: s.set_guard(needles))
+        self._needles = needles
 
     def _break(self, message: str) -> RunBroken:
         if self._broken is None:
@@ -604,11 +649,22 @@ class Run:
 
     def _break_trapped(self, message: str) -> RunBroken:
         # No module to vouch for a report or a link: the bundle ends without one (verify refuses it).
-        try:
-            self._bundle.end_without_report("host-trap")
-        except OSError:
-            pass
+        if not self._bundle.finished:
+            try:
+                self._bundle.end_without_report("host-trap")
+            except (OSError, PolicyError, ValueError):
+                pass
         return self._break(message)
+
+    def _end_unwritable(self) -> None:
+        """After a write of the evidence failed: the bundle is ended without a report where the disk still
+        takes it (run.json says ``ended_without_report: bundle-unwritable``), unless its receipt was written
+        already (the receipt pins run.json: rewriting it would turn a finished bundle into an altered one)."""
+        if not self._bundle.finished and not self._bundle.has_receipt():
+            try:
+                self._bundle.end_without_report("bundle-unwritable")
+            except (OSError, PolicyError, ValueError):
+                pass
 
     def _session_call(self, f: Callable[[Session], Any]) -> Any:
         try:
@@ -624,14 +680,17 @@ class Run:
 
     def _feed(self, event: Event) -> Answer:
         self._check_open()
+        at = self._now_at()
         prev = self._bundle.head
-        rec: Recorded = self._session_call(lambda s: s.feed(event, self._now_at(), prev))
+        rec: Recorded = self._session_call(lambda s: s.feed(event, at, prev))
         return self._record(rec)
 
     def _record(self, rec: Recorded) -> Answer:
         try:
-            self._bundle.record(rec.event_line, rec.decision_line, rec.link)
+            self._bundle.append_record(rec.event_line, rec.record_line, rec.link)
         except OSError as e:
+            # Decided but not recorded: nothing more is decided, and the bundle says why where it can.
+            self._end_unwritable()
             raise self._break(f"cannot record the event: {e}") from None
         self._state = rec.state
         return Answer(rec.decision, rec.explanation, rec.state, rec.event_line, rec.decision_line, rec.link)
@@ -639,7 +698,8 @@ class Run:
     def _finish(self) -> None:
         report = self._session_call(lambda s: s.report())
         try:
-            self._bundle.finish(report, self._policy.canonicalize)
-        except (OSError, ValueError) as e:
+            self._bundle.finish(report)
+        except (OSError, PolicyError, ValueError) as e:
+            self._end_unwritable()
             raise self._break(f"cannot finish the bundle: {e}") from None
 

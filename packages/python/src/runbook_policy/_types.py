@@ -122,6 +122,19 @@ class Phase(_Code):
     OVER = "over"
 
 
+class EffectOp(_Code):
+    """What a host does with one :class:`Effect` of a bundle change (DESIGN 11)."""
+
+    CREATE_DIR = "create-dir"
+    """Create the directory (a new run's); an existing one is an error."""
+    WRITE = "write"
+    """Replace the file atomically (a temporary file, fsync, rename)."""
+    APPEND = "append"
+    """Append the bytes as one whole record and fsync (creating the file when missing)."""
+    SIGN = "sign"
+    """Sign the bytes (an in-toto Statement) with the host's receipt key; write the DSSE envelope."""
+
+
 # ---- coverage --------------------------------------------------------------------------------------------
 
 
@@ -338,6 +351,19 @@ class Recorded:
     link: str
     explanation: str
     state: RunState
+    record_line: str
+    """The whole ``events.ndjson`` record of this event, newline included: what a host appends."""
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One file operation of a run bundle, composed by the module (``bundle-create``, ``bundle-change``,
+    ``bundle-end``): a host carries the effects out in order and stops at the first that fails. ``path`` is
+    relative to the runs root (``latest.json``, ``history.ndjson``, ``<run-id>/run.json``)."""
+
+    op: EffectOp
+    path: str
+    bytes: bytes
 
 
 # ---- errors ----------------------------------------------------------------------------------------------

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Writes the whole-run vectors' inputs (conformance/vectors/run/<name>/script.json and the document) from the
+definitions below; `runbook-conformance --bless` then writes each `expected/` from the first implementation
+with a whole-run driver, and the full run checks every implementation against it, byte for byte.
+
+Each vector carries, written by hand from the clauses it cites, what the run must show (`expect`): the
+outcome, and for the hand-written sessions the decision of every recorded event (and its reason where it
+is the point). The runner checks `expected/` against these before comparing any implementation's bytes, so
+a blessed file can never hold a decision the clauses do not give.
+
+    python3 conformance/vectors/run/make_scripts.py            (re-writes the inputs; keeps expected/)
+    python3 conformance/vectors/run/make_scripts.py --check    (fails when an input differs from this file)
+"""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+T0 = 1796169600000  # 2026-12-02T00:00:00Z
+HOST = {"name": "runbook-host", "version": "0.0.0-vectors"}
+GIT = {"status": "not-a-checkout"}
+
+ROT_CLAIM = {"agent": "claude-code", "profile": "R2", "allowlist": ["Bash", "mcp__vault__read_metadata", "mcp__slack__post_message"],
+             "risk_ceiling": "destructive", "coverage": "complete", "available": None}
+INSPECT = "kubectl -n payments get secret payments-db-credentials"
+ROTATE = "vault write -f database/rotate-role/payments-app"
+# sha256 of the canonical {"arguments":{"command":ROTATE},"tool":"Bash"} (DESIGN 9.19), as the example's stream has it.
+ROTATE_SHA = "37404f36c47c7a5a69240928a9b8813e51fc4fb24009aedf28ee69223cde5781"
+OTHER_SHA = "0" * 64
+
+
+def inv(at, command, call_id=None, tool="Bash", **args):
+    return {"at": at, "invoke": {"tool": tool, "arguments": {"command": command, **args} if command is not None else args, "call_id": call_id, "step": None}}
+
+
+def res(at, tool, result, call_id=None, is_error=False):
+    return {"at": at, "result": {"tool": tool, "result": result, "is_error": is_error, "call_id": call_id}}
+
+
+def bash_out(stdout):
+    return {"stdout": stdout, "stderr": "", "interrupted": False}
+
+
+def appr(at, sha, granted=True, step="rotate", approver="alice"):
+    return {"at": at, "approval": {"step": step, "call_sha256": sha, "approver": approver, "granted": granted}}
+
+
+def line(at, text):
+    return {"at": at, "line": text}
+
+
+def num_invoke(at, number_text):
+    """A raw invoke line whose arguments hold a number exactly as written (9.28): only a line keeps the text
+    of a number past a double, whatever JSON library an implementation's runner reads the script with."""
+    return line(at, '{"type":"invoke","at":%d,"tool":"Bash","arguments":{"command":"%s","n":%s}}' % (at, INSPECT, number_text))
+
+
+# Up to the gated step: inspect (allowed, passes), check-age (allowed, 97 days: passes), rotate asked.
+TO_GATE = [
+    inv(1200, INSPECT, "c1"),
+    res(1650, "Bash", bash_out("payments-db-credentials   Opaque   2   97d\n"), "c1"),
+    {"at": 2300, "invoke": {"tool": "mcp__vault__read_metadata", "arguments": {"path": "database/creds/payments-app"}, "call_id": "c2", "step": None}},
+    res(2480, "mcp__vault__read_metadata", {"age_days": 97}, "c2"),
+    inv(3100, ROTATE, "c3"),
+]
+TO_GATE_DECISIONS = ["allow", "allow", "allow", "allow", "allow", "needs-approval"]
+ROTATED = [
+    res(42900, "Bash", bash_out("Success! Data written to: database/rotate-role/payments-app\n"), "c4"),
+    inv(43500, "kubectl -n payments rollout restart deployment/payments-api", "c5"),
+    res(44100, "Bash", bash_out("deployment.apps/payments-api restarted\n"), "c5"),
+    inv(44700, "kubectl -n payments rollout status deployment/payments-api --timeout=300s", "c6"),
+    res(101300, "Bash", bash_out('deployment "payments-api" successfully rolled out\n'), "c6"),
+    {"at": 102000, "invoke": {"tool": "mcp__slack__post_message", "arguments": {"channel": "#payments-oncall", "text": "rotated"}, "call_id": "c7", "step": None}},
+    res(102400, "mcp__slack__post_message", {"ok": True}, "c7"),
+]
+
+
+def vec(name, clauses, why, steps, expect, document="rotate-credentials", adapter="library", claim=None):
+    return {"name": name, "clauses": clauses, "why": why, "document": document, "adapter": adapter, "claim": claim or ROT_CLAIM, "steps": steps, "expect": expect}
+
+
+HAND = [
+    # Each adapter kind's end rules (DESIGN 6, 9.24; outcomes: DESIGN 7.8).
+    vec("end-library-completed", ["6", "7.8", "9.24"], "a library run that reaches its terminal and ends normal completes; the end event itself is answered halt (run-ended)",
+        TO_GATE + [appr(41000, ROTATE_SHA), inv(41800, ROTATE, "c4")] + ROTATED + [{"at": 103000, "final_output": True}, {"at": 103100, "end": "normal"}],
+        {"outcome": "completed", "decisions": TO_GATE_DECISIONS + ["allow", "allow"] + ["allow"] * 7 + ["allow", "halt"], "reasons": {"16": "run-ended"}}),
+    vec("end-proxy-clean-shutdown", ["9.24"], "a proxy's clean shutdown feeds final_output, then ends normal",
+        TO_GATE + [appr(41000, ROTATE_SHA), inv(41800, ROTATE, "c4")] + ROTATED + [{"at": 103100, "leave": {"calls_in_flight": 0, "last_call_timed_out": False}}],
+        {"outcome": "completed", "decisions": TO_GATE_DECISIONS + ["allow", "allow"] + ["allow"] * 7 + ["allow", "halt"]}, adapter="mcp-proxy"),
+    vec("end-proxy-client-vanished", ["9.24", "7.8"], "a client that leaves with a call unanswered ends client-closed, without final_output: incomplete",
+        TO_GATE[:1] + [{"at": 1300, "leave": {"calls_in_flight": 1, "last_call_timed_out": False}}],
+        {"outcome": "incomplete", "decisions": ["allow", "allow", "halt"]}, adapter="mcp-proxy"),
+    vec("end-proxy-approval-timeout", ["9.24", "9.19"], "a last call that waited in vain for a human: final_output, then approval-timeout",
+        TO_GATE + [{"at": 93100, "leave": {"calls_in_flight": 0, "last_call_timed_out": True}}],
+        {"outcome": "incomplete", "decisions": TO_GATE_DECISIONS + ["allow", "halt"]}, adapter="mcp-proxy"),
+    vec("end-hook-interrupted", ["9.24", "7.8"], "a hook run interrupted (the agent CLI killed) before its terminal is incomplete",
+        TO_GATE[:2] + [{"at": 1700, "end": "interrupted"}], {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "halt"]}, adapter="hook"),
+    vec("end-server-exited", ["9.24", "7.8"], "the tool server exits mid-run: incomplete", TO_GATE[:2] + [{"at": 1700, "end": "server-exited"}],
+        {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "halt"]}, adapter="mcp-proxy"),
+    vec("end-normal-short-of-terminal", ["6", "7.8"], "a normal end short of a terminal is incomplete", TO_GATE[:2] + [{"at": 1700, "final_output": True}, {"at": 1800, "end": "normal"}],
+        {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "allow", "halt"]}, adapter="claude-agent-sdk"),
+    vec("admission-profile-too-low", ["3", "7"], "an R2 runbook under an R1 claim is refused before any tool runs (the start answered halt, refused); nothing after is fed", [{"at": 10, "end": "normal"}],
+        {"outcome": "refused", "decisions": ["halt"], "reasons": {"0": "refused"}, "refusals": ["profile-too-low"]}, claim={**ROT_CLAIM, "profile": "R1"}),
+    vec("admission-coverage-blind", ["3", "7"], "a destructive runbook under an adapter blind to the shell is refused (coverage-incomplete)", [{"at": 10, "end": "normal"}],
+        {"outcome": "refused", "decisions": ["halt"], "reasons": {"0": "refused"}, "refusals": ["coverage-incomplete"]}, claim={**ROT_CLAIM, "coverage": {"blind": ["shell"]}}, adapter="pydantic-ai"),
+    # The approval ledger (DESIGN 9.19).
+    vec("ledger-approval-consumed", ["9.19"], "a call-bound approval admits its call once: the same call again needs a new approval",
+        TO_GATE + [appr(41000, ROTATE_SHA), inv(41800, ROTATE, "c4"), inv(41900, ROTATE, "c5"), {"at": 42000, "end": "interrupted"}],
+        {"outcome": "incomplete", "decisions": TO_GATE_DECISIONS + ["allow", "allow", "needs-approval", "halt"]}),
+    vec("ledger-replayed-approval", ["9.19"], "the same answer fed again after it was used up is refused (no pending request)",
+        TO_GATE + [appr(41000, ROTATE_SHA), inv(41800, ROTATE, "c4"), appr(41850, ROTATE_SHA), inv(41900, ROTATE, "c5"), {"at": 42000, "end": "interrupted"}],
+        {"outcome": "incomplete", "decisions": TO_GATE_DECISIONS + ["allow", "allow", "deny", "needs-approval", "halt"], "reasons": {"8": "no-pending"}}),
+    vec("ledger-approval-for-another-call", ["9.19"], "an approval naming another call's hash is refused; the asked call stays gated",
+        TO_GATE + [appr(41000, OTHER_SHA), inv(41800, ROTATE, "c4"), {"at": 42000, "end": "interrupted"}],
+        {"outcome": "incomplete", "decisions": TO_GATE_DECISIONS + ["deny", "needs-approval", "halt"], "reasons": {"6": "no-pending"}}),
+    vec("ledger-approval-before-request", ["9.19"], "an answer for the current gated step before the module asked anything is refused",
+        TO_GATE[:4] + [appr(2500, ROTATE_SHA), {"at": 2600, "end": "interrupted"}],
+        {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "allow", "allow", "deny", "halt"], "reasons": {"5": "no-pending"}}),
+    vec("ledger-step-wide", ["9.19"], "a step-wide approval answers every request of the visit",
+        TO_GATE + [appr(41000, None), inv(41800, ROTATE, "c4")] + ROTATED + [{"at": 103000, "final_output": True}, {"at": 103100, "end": "normal"}],
+        {"outcome": "completed", "decisions": TO_GATE_DECISIONS + ["allow", "allow"] + ["allow"] * 7 + ["allow", "halt"]}),
+    vec("ledger-refused-answer", ["9.19"], "a human's refusal is an answer (allow) that uses the request up: the call needs a new request",
+        TO_GATE + [appr(41000, ROTATE_SHA, granted=False), inv(41800, ROTATE, "c4"), {"at": 42000, "end": "interrupted"}],
+        {"outcome": "incomplete", "decisions": TO_GATE_DECISIONS + ["allow", "needs-approval", "halt"]}),
+    # Exact numbers (DESIGN 9.28).
+    vec("numbers-three-around-a-double", ["9.28"], "1234567890123456800 is exact; ...768 and ...789 share its double and are denied, recorded as written",
+        [num_invoke(100, "1234567890123456800"), num_invoke(200, "1234567890123456768"), num_invoke(300, "1234567890123456789"), {"at": 400, "end": "interrupted"}],
+        {"outcome": "incomplete", "decisions": ["allow", "allow", "deny", "deny", "halt"], "reasons": {"2": "inexact-number", "3": "inexact-number"}}),
+    vec("numbers-exponent-and-fraction", ["9.28"], "1e2 and 0.1 are exact (their canonical text reads back as the same decimal)",
+        [num_invoke(100, "1e2"), num_invoke(200, "0.1"), {"at": 300, "end": "interrupted"}],
+        {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "halt"]}),
+    vec("numbers-two-to-the-53", ["9.28"], "2^53 is exact, 2^53+1 is not", [num_invoke(100, "9007199254740992"), num_invoke(200, "9007199254740993"), {"at": 300, "end": "interrupted"}],
+        {"outcome": "incomplete", "decisions": ["allow", "allow", "deny", "halt"], "reasons": {"2": "inexact-number"}}),
+    vec("numbers-in-a-result", ["9.28", "9.22"], "a result holding a number that is not exact is recorded as written (the step's asserts do not read it)",
+        [inv(100, INSPECT, "c1"), line(200, '{"type":"result","at":200,"tool":"Bash","result":{"stdout":"payments-db-credentials","n":12345678901234567890123},"is_error":false,"call_id":"c1"}'),
+         {"at": 300, "end": "interrupted"}],
+        {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "halt"]}),
+    # Lines that are not events (DESIGN 9.22, 7.6, 7.8).
+    vec("malformed-bare-word", ["9.22"], "the line x halts the run (malformed-event); it is recorded as the JSON string holding it", [line(100, "x"), {"at": 200, "end": "normal"}],
+        {"outcome": "failed", "decisions": ["allow", "halt"], "reasons": {"1": "malformed-event"}}),
+    vec("malformed-json-string", ["9.22"], "the JSON string \"x\" halts the run too, and links apart from the line x", [line(100, '"x"'), {"at": 200, "end": "normal"}],
+        {"outcome": "failed", "decisions": ["allow", "halt"], "reasons": {"1": "malformed-event"}}),
+    vec("malformed-both", ["9.22"], "x then \"x\": one halts, the other is answered halted and recorded; two different links", [line(100, "x"), line(150, '"x"'), {"at": 200, "end": "normal"}],
+        {"outcome": "failed", "decisions": ["allow", "halt", "halt"], "reasons": {"1": "malformed-event", "2": "halted"}}),
+    vec("malformed-object-not-an-event", ["9.22"], "a JSON object that is no event is recorded as the object and halts",
+        [line(100, '{"type":"bogus","at":100}'), {"at": 200, "end": "normal"}], {"outcome": "failed", "decisions": ["allow", "halt"]}),
+    vec("malformed-duplicate-keys", ["9.22"], "an object with a duplicate key is not an event object: recorded as a string, it halts",
+        [line(100, '{"type":"tick","at":100,"at":101}'), {"at": 200, "end": "normal"}], {"outcome": "failed", "decisions": ["allow", "halt"]}),
+    # Deviations and scope (DESIGN 4, 7).
+    vec("deny-undeclared-tool", ["4", "7"], "a tool no capability names is denied and the run goes on",
+        [inv(100, None, "c1", tool="Write", file_path="/etc/passwd"), {"at": 200, "end": "interrupted"}], {"outcome": "incomplete", "decisions": ["allow", "deny", "halt"]}),
+    vec("deny-out-of-scope", ["4", "7"], "the gated rotation before its step is out of scope", [inv(100, ROTATE, "c1"), {"at": 200, "end": "interrupted"}],
+        {"outcome": "incomplete", "decisions": ["allow", "deny", "halt"]}),
+]
+
+# The examples' streams, as sessions (each example's `events*.ndjson`): realistic runs end to end.
+EXAMPLES = [
+    ("example-rotate-credentials", "rotate-credentials", "events.ndjson", "completed"),
+    ("example-rotate-credentials-deviations", "rotate-credentials", "events-deviations.ndjson", None),
+    ("example-certificate-renewal", "certificate-renewal", "events.ndjson", None),
+    ("example-executive-snapshot", "executive-snapshot", "events.ndjson", None),
+    ("example-executive-snapshot-incomplete", "executive-snapshot", "events-incomplete.ndjson", None),
+    ("example-incident-rollback", "incident-rollback", "events.ndjson", None),
+    ("example-incident-rollback-exhausted", "incident-rollback", "events-exhausted.ndjson", None),
+    ("example-read-only-investigation", "read-only-investigation", "events.ndjson", None),
+    ("example-broken", "broken", "events.ndjson", "refused"),
+]
+
+
+def call_id(e):
+    """A call id as a driver takes it: text (a stream's numeric id, as its decimal text)."""
+    c = e.get("call_id")
+    return c if c is None or isinstance(c, str) else json.dumps(c)
+
+
+def example_session(events_path):
+    claim, steps = None, []
+    for text in events_path.read_text().splitlines():
+        if not text.strip():
+            continue
+        e = json.loads(text)
+        t, at = e["type"], e.get("at", 0)
+        if t == "start":
+            cov = e["coverage"]
+            claim = {"agent": e["agent"], "profile": e["profile"], "allowlist": e["allowlist"], "risk_ceiling": e["risk_ceiling"],
+                     "coverage": "complete" if cov == "complete" else {"blind": cov}, "available": e.get("available")}
+        elif t == "invoke":
+            steps.append({"at": at, "invoke": {"tool": e["tool"], "arguments": e["arguments"], "call_id": call_id(e), "step": e.get("step")}})
+        elif t == "result":
+            steps.append({"at": at, "result": {"tool": e["tool"], "result": e["result"], "is_error": e.get("is_error", False), "call_id": call_id(e)}})
+        elif t == "approval":
+            steps.append({"at": at, "approval": {"step": e.get("step"), "call_sha256": e.get("call_sha256"), "approver": e["approver"], "granted": e["granted"]}})
+        elif t == "advance":
+            steps.append({"at": at, "advance": e["to"]})
+        elif t == "verdict":
+            steps.append({"at": at, "verdict": {"step": e["step"], "pass": e["outcome"] == "pass", "by": e["by"]}})
+        elif t in ("final_output", "tick"):
+            steps.append({"at": at, t: True})
+        elif t == "end":
+            steps.append({"at": at, "end": e.get("reason", "normal")})
+        else:
+            steps.append(line(at, text))
+    return claim, steps
+
+
+def all_vectors():
+    out = list(HAND)
+    for name, example, stream, outcome in EXAMPLES:
+        claim, steps = example_session(ROOT / "examples" / example / stream)
+        out.append(vec(name, ["9.27"], f"examples/{example}/{stream} as a whole run", steps, {"outcome": outcome} if outcome else {}, document=example, claim=claim))
+    return out
+
+
+def write(check):
+    differ = []
+    for i, v in enumerate(all_vectors()):
+        d = HERE / v["name"]
+        src = next((ROOT / "examples" / v["document"]).glob("runbook.*"))
+        script = {
+            "clauses": v["clauses"], "why": v["why"], "document": src.name, "adapter": v["adapter"],
+            "facts": {"run_id": "r-20261202T000000Z-%012x" % (i + 1), "t0": T0, "host": HOST, "git": GIT, "reference": src.name},
+            "claim": v["claim"], "steps": v["steps"], "expect": v["expect"],
+        }
+        text = json.dumps(script, indent=2) + "\n"
+        if check:
+            if not (d / "script.json").is_file() or (d / "script.json").read_text() != text or (d / src.name).read_bytes() != src.read_bytes():
+                differ.append(v["name"])
+            continue
+        d.mkdir(exist_ok=True)
+        (d / "script.json").write_text(text)
+        shutil.copyfile(src, d / src.name)
+    if differ:
+        sys.exit("make_scripts.py --check: these vectors' inputs differ from the definitions: " + ", ".join(differ))
+
+
+if __name__ == "__main__":
+    write("--check" in sys.argv)
