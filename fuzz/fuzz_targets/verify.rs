@@ -82,7 +82,7 @@ fn bundles() -> &'static Vec<Files> {
         let create = |d: &registry::Resolved, c: Claim, opts: RunOptions| {
             Run::create_opts(Arc::clone(&policy), d, c, &runs, "fuzz", Guard::new(&runs, None), opts).expect("a run")
         };
-        let plain = || RunOptions { receipt_key: None, shadow: false };
+        let plain = || RunOptions { receipt_key: None, shadow: false, ..Default::default() };
         let echo_calls = |run: &mut Run| {
             for i in 0..3 {
                 let id = format!("c{i}");
@@ -93,7 +93,7 @@ fn bundles() -> &'static Vec<Files> {
         let mut dirs = Vec::new();
         // 1. allowed calls, ended normally; 2. the same with a signed receipt.
         for key in [None, Some(ed25519_dalek_key())] {
-            let (mut run, _) = create(&echo, claim(&["echo"], Profile::R1), RunOptions { receipt_key: key, shadow: false });
+            let (mut run, _) = create(&echo, claim(&["echo"], Profile::R1), RunOptions { receipt_key: key, shadow: false, ..Default::default() });
             echo_calls(&mut run);
             run.end(EndReason::Normal).unwrap();
             dirs.push(run.dir().to_path_buf());
@@ -120,7 +120,7 @@ fn bundles() -> &'static Vec<Files> {
         }
         // 5. shadow: an undeclared call forwarded anyway.
         {
-            let (mut run, _) = create(&echo, claim(&["echo"], Profile::R1), RunOptions { receipt_key: None, shadow: true });
+            let (mut run, _) = create(&echo, claim(&["echo"], Profile::R1), RunOptions { receipt_key: None, shadow: true, ..Default::default() });
             let a = run.invoke("get-env", &json!({}), Some("x"), None).unwrap();
             run.record_shadow_forward("get-env", &json!({}), a.decision.seq, &runbook_host::wire::code(a.decision.kind)).unwrap();
             run.result("get-env", &json!([{"type": "text", "text": "ENV"}]), false, Some("x")).unwrap();
