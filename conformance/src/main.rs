@@ -14,6 +14,8 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 mod compare;
 #[allow(dead_code)]
+mod verify_vectors;
+#[allow(dead_code)]
 mod whole_run;
 use compare::{check_expected, continues_identically, differences};
 
@@ -221,7 +223,7 @@ fn vector_files(dir: &Path) -> Result<Vec<PathBuf>> {
             let p = e?.path();
             if p.is_dir() {
                 // Whole-run vectors have their own format and check (whole_run.rs).
-                if p != dir.join("run") {
+                if p != dir.join("run") && p != dir.join("verify") {
                     stack.push(p);
                 }
             } else if p.extension().is_some_and(|x| x == "json") {
@@ -312,6 +314,7 @@ fn main() -> Result<()> {
     }
     run_vectors(&o, &root, &mut imps, &mut tally)?;
     run_whole_runs(&o, &root, &specs, &mut tally)?;
+    run_verify_vectors(&o, &root, &specs, &mut tally)?;
     if o.generated > 0 {
         run_generated(&o, &mut imps, &mut tally)?;
     }
@@ -340,14 +343,13 @@ fn whole_run_dirs(o: &Options) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Runs an implementation's whole-run driver (its `run` command, with SCRIPT_DIR OUT_DIR appended) on one
-/// vector; returns the runs root it left.
-fn drive(spec: &Value, root: &Path, vector: &Path) -> Result<tempdir::Dir> {
+/// Runs an implementation's command `key` (`run`, `verify`) with `args` appended, in the repository with
+/// the implementation's environment; its standard output.
+fn run_command(spec: &Value, key: &str, root: &Path, args: &[&Path]) -> Result<Vec<u8>> {
     let cmd: Vec<String> =
-        spec["run"].as_array().ok_or_else(|| anyhow!("no `run` command"))?.iter().filter_map(|c| c.as_str().map(|s| resolve(root, s))).collect();
-    let out = tempdir::Dir::new()?;
+        spec[key].as_array().ok_or_else(|| anyhow!("no `{key}` command"))?.iter().filter_map(|c| c.as_str().map(|s| resolve(root, s))).collect();
     let mut c = Command::new(&cmd[0]);
-    c.args(&cmd[1..]).arg(vector).arg(out.path()).current_dir(root).stdin(Stdio::null());
+    c.args(&cmd[1..]).args(args).current_dir(root).stdin(Stdio::null());
     for v in [&spec["env"], &spec["run_env"]] {
         if let Some(env) = v.as_object() {
             for (k, v) in env {
@@ -359,6 +361,14 @@ fn drive(spec: &Value, root: &Path, vector: &Path) -> Result<tempdir::Dir> {
     if !o.status.success() {
         bail!("{} exited with {}: {}", cmd.join(" "), o.status, String::from_utf8_lossy(&o.stderr).trim());
     }
+    Ok(o.stdout)
+}
+
+/// Runs an implementation's whole-run driver (its `run` command, with SCRIPT_DIR OUT_DIR appended) on one
+/// vector; returns the runs root it left.
+fn drive(spec: &Value, root: &Path, vector: &Path) -> Result<tempdir::Dir> {
+    let out = tempdir::Dir::new()?;
+    run_command(spec, "run", root, &[vector, out.path()])?;
     Ok(out)
 }
 
@@ -388,6 +398,56 @@ fn run_whole_runs(o: &Options, root: &Path, specs: &[&Value], tally: &mut Tally)
         }
     }
     Ok(())
+}
+
+/// Every verify vector through every implementation with a `verify` command (its command with the
+/// bundle's directory appended prints the module's verification as JSON): each must show what the case
+/// says, and all must print the same verification.
+fn run_verify_vectors(o: &Options, root: &Path, specs: &[&Value], tally: &mut Tally) -> Result<()> {
+    for dir in verify_vectors::case_dirs(&o.vectors)? {
+        let name = dir.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+        let work = tempdir::Dir::new()?;
+        let bundle = match verify_vectors::prepare(&dir, work.path()) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("FAILED verify/{name}: {e:#}");
+                for spec in specs.iter().filter(|s| s.get("verify").is_some()) {
+                    tally.add(spec["name"].as_str().unwrap_or_default(), "verify (bundles)", false);
+                }
+                continue;
+            }
+        };
+        let mut first: Option<(String, String)> = None;
+        for spec in specs.iter().filter(|s| s.get("verify").is_some()) {
+            let imp = spec["name"].as_str().unwrap_or_default();
+            let verdict = verify_with(spec, root, &bundle).and_then(|got| {
+                if let Some(why) = verify_vectors::check_expect(&dir, &got)? {
+                    return Ok(Some(why));
+                }
+                let text = verify_vectors::canonical(&got);
+                match &first {
+                    None => first = Some((imp.to_string(), text)),
+                    Some((other, t)) if *t != text => return Ok(Some(format!("prints another verification than {other}: {text}"))),
+                    Some(_) => {}
+                }
+                Ok(None)
+            });
+            let ok = matches!(verdict, Ok(None));
+            match verdict {
+                Ok(None) => {}
+                Ok(Some(why)) => eprintln!("FAILED verify/{name} [{imp}]: {why}"),
+                Err(e) => eprintln!("FAILED verify/{name} [{imp}]: {e:#}"),
+            }
+            tally.add(imp, "verify (bundles)", ok);
+        }
+    }
+    Ok(())
+}
+
+/// Runs an implementation's `verify` command on one bundle; its standard output, as JSON.
+fn verify_with(spec: &Value, root: &Path, bundle: &Path) -> Result<Value> {
+    let out = run_command(spec, "verify", root, &[bundle])?;
+    serde_json::from_slice(&out).with_context(|| format!("{} printed no JSON: {}", spec["name"], String::from_utf8_lossy(&out)))
 }
 
 /// `--bless`: each whole-run vector's `expected/` from the first implementation with a `run` driver.

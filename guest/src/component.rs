@@ -164,6 +164,21 @@ fn recorded(r: supervisor::Recorded) -> t::Recorded {
     }
 }
 
+fn items(entries: Vec<(String, t::BundleItem)>) -> Vec<(String, crate::verify::Item)> {
+    use crate::verify::Item;
+    entries
+        .into_iter()
+        .map(|(n, i)| {
+            let i = match i {
+                t::BundleItem::File(b) => Item::File(b),
+                t::BundleItem::Directory(c) => Item::Dir(c),
+                t::BundleItem::Other => Item::Other,
+            };
+            (n, i)
+        })
+        .collect()
+}
+
 fn effects(e: Vec<crate::bundle::Effect>) -> Vec<t::Effect> {
     use crate::bundle::Op;
     e.into_iter()
@@ -269,6 +284,52 @@ impl Guest for Component {
         crate::bundle::check_receipt(&run_json, &report, &chain_head, &hashes, &receipt)
     }
 
+    fn admission_preflight(document: Vec<u8>, claim: t::StartClaim) -> Vec<t::Refusal> {
+        let mut s = supervisor::Session::new(&document);
+        let d = match to_event(t::Event { at: 0, kind: t::EventKind::Start(claim) }) {
+            Ok(e) => s.handle(e),
+            Err(_) => s.malformed(false),
+        };
+        // Only these two depend on the tools the servers offer: every other refusal stands now.
+        let mut d = from_decision(d);
+        d.refusals.retain(|r| !matches!(r, t::Refusal::CapabilityNotAllowed | t::Refusal::PrerequisiteUnmet));
+        d.refusals
+    }
+
+    fn signed_history(run_id: String, events: Vec<u8>, signatures: Vec<u8>) -> Result<Vec<t::SignedAnswer>, (String, String)> {
+        let answers = crate::verify::signed_history(&run_id, &events, &signatures)?;
+        Ok(answers
+            .into_iter()
+            .map(|a| t::SignedAnswer { place: a.place, principal: a.principal, message: a.message, signature: a.signature, fingerprint: a.fingerprint })
+            .collect())
+    }
+
+    fn bundle_redact(entries: Vec<(String, t::BundleItem)>, at: u64) -> Result<Vec<t::Effect>, String> {
+        crate::verify::redact(&items(entries), at).map(effects)
+    }
+
+    fn verify_bundle(entries: Vec<(String, t::BundleItem)>, module_sha256: String, signers_sha256: Option<String>) -> t::Verification {
+        use crate::verify;
+        let v = verify::verify(&items(entries), &verify::Options { module_sha256, signers_sha256 });
+        t::Verification {
+            checks: v.checks.iter().map(|c| c.to_string()).collect(),
+            failure: v.failure,
+            run_id: v.run_id,
+            outcome: v.outcome,
+            events: v.events,
+            reasons: v.reasons.into_iter().map(|(c, m)| (c.to_string(), m)).collect(),
+            warnings: v.warnings,
+            redacted: v.redacted,
+            shadow: v.shadow,
+            signed_answers: v
+                .signed_answers
+                .into_iter()
+                .map(|a| t::SignedAnswer { place: a.place, principal: a.principal, message: a.message, signature: a.signature, fingerprint: a.fingerprint })
+                .collect(),
+            receipt_signed: v.receipt_signed,
+        }
+    }
+
     fn record_line(link: String, event_line: String, decision_line: String) -> String {
         crate::bundle::record_line(&link, &event_line, &decision_line, None)
     }
@@ -335,6 +396,11 @@ impl GuestSession for Session {
 
     fn replay_line(&self, line: String, prev: String) -> (String, String) {
         self.0.borrow_mut().replay_line(&line, &prev)
+    }
+
+    fn replay_events(&self, events: Vec<u8>, prev: String) -> Result<t::Replayed, (String, String)> {
+        let r = crate::verify::replay_events(&mut self.0.borrow_mut(), &events, &prev)?;
+        Ok(t::Replayed { head: r.head, events: r.events, last_at: r.last_at })
     }
 
     fn state(&self) -> t::RunState {

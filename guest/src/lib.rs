@@ -25,6 +25,7 @@ pub mod supervisor;
 #[cfg(feature = "testgen")]
 pub mod testgen;
 pub mod value;
+pub mod verify;
 pub mod when;
 pub mod yaml;
 

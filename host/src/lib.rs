@@ -31,8 +31,9 @@ mod bindings {
 }
 
 pub use bindings::exports::runbook::policy::policy::{
-    Approval, ApprovalRequest, Coverage, Decision, DecisionKind, Deviation, Effect, EffectOp, EndReason, Event, EventKind, Finding, Invoke, Leaving,
-    LintReport, Outcome, Phase, Profile, Reason, Recorded, Refusal, Risk, RunState, Severity, StartClaim, Structure, ToolResult, Verdict,
+    Approval, ApprovalRequest, BundleItem, Coverage, Decision, DecisionKind, Deviation, Effect, EffectOp, EndReason, Event, EventKind, Finding, Invoke,
+    Leaving, LintReport, Outcome, Phase, Profile, Reason, Recorded, Refusal, Replayed, Risk, RunState, Severity, SignedAnswer, StartClaim, Structure,
+    ToolResult, Verdict, Verification,
 };
 use bindings::RunbookPolicyPre;
 
@@ -300,6 +301,33 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_check_receipt(store, run_json, report, chain_head, hashes, receipt))
     }
 
+    /// The signed answers a run requiring signed approvals must hold so far (WIT `signed-history`).
+    pub fn signed_history(&self, run_id: &str, events: &[u8], signatures: &[u8]) -> Result<Result<Vec<SignedAnswer>, (String, String)>, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_signed_history(store, run_id, events, signatures))
+    }
+
+    /// The effects that write a redacted derivative of a finished bundle (WIT `bundle-redact`).
+    pub fn bundle_redact(&self, entries: &[(String, BundleItem)], at: u64) -> Result<Result<Vec<Effect>, String>, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_bundle_redact(store, entries, at))
+    }
+
+    /// The refusals a `start` claim gets whatever tools turn out to be offered (WIT `admission-preflight`).
+    pub fn admission_preflight(&self, document: &[u8], claim: &StartClaim) -> Result<Vec<Refusal>, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_admission_preflight(store, document, claim))
+    }
+
+    /// Every consistency check of a run bundle (WIT `verify-bundle`): `entries` are its top-level
+    /// entries, `module_sha256` this module's, `signers_sha256` the verifier's allowed signers'.
+    pub fn verify_bundle(&self, entries: &[(String, BundleItem)], module_sha256: &str, signers_sha256: Option<&str>) -> Result<Verification, HostError> {
+        // An instance of its own, dropped after: it holds the whole bundle, which the shared one should not
+        // keep, and replays every event in one call, so its fuel grows with the bundle.
+        let bytes: usize = entries.iter().map(|(n, i)| n.len() + if let BundleItem::File(b) = i { b.len() } else { 0 }).sum();
+        let (mut store, inst) = self.instance()?;
+        store.set_fuel(self.limits.fuel_per_call.saturating_mul(1 + (bytes as u64 >> 20))).map_err(trap)?;
+        count_call();
+        inst.runbook_policy_policy().call_verify_bundle(&mut store, entries, module_sha256, signers_sha256).map_err(trap)
+    }
+
     /// The `events.ndjson` record of an event line and its decision line (WIT `record-line`).
     pub fn record_line(&self, link: &str, event_line: &str, decision_line: &str) -> Result<String, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_record_line(store, link, event_line, decision_line))
@@ -493,6 +521,23 @@ impl Session {
     /// call, without the sentence and the state.
     pub fn replay_line(&mut self, line: &str, prev: &str) -> Result<(String, String), Trapped> {
         self.call_feed(prev, |s, prev| s.inst.runbook_policy_policy().session().call_replay_line(&mut s.store, s.handle, line, prev))
+    }
+
+    /// The resume path (WIT `session.replay-events`): every record of `events.ndjson` replayed into this
+    /// new session from `h0`, each checked (form, link, decision) by the module. `Err(Ok((place, why)))`
+    /// when a record does not check out; `Err(Err(_))` when the module trapped.
+    pub fn replay_events(&mut self, events: &[u8], h0: &str) -> Result<Result<Replayed, (String, String)>, HostError> {
+        if let Some(t) = &self.trapped {
+            return Err(HostError::Trap(t.clone()));
+        }
+        // One call replays the whole run: its fuel grows with the records.
+        count_call();
+        self.store.set_fuel(self.fuel.saturating_mul(1 + (events.len() as u64 >> 16))).map_err(trap)?;
+        let r = self.inst.runbook_policy_policy().session().call_replay_events(&mut self.store, self.handle, events, h0).map_err(trap)?;
+        if let Ok(replayed) = &r {
+            self.events = replayed.events;
+        }
+        Ok(r)
     }
 
     /// One event into the module, numbered by the host; after a trap, the decision the host records.

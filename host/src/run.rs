@@ -319,26 +319,15 @@ impl Run {
             }
         }
         let bytes = b.events_bytes().map_err(ev)?;
-        let records = bundle::read_events(&bytes).map_err(|(n, m)| tampered(format!("events.ndjson:{n}: {m}")))?;
         let mut session = policy.session(&doc)?;
-        let mut head = h0;
-        for (i, r) in records.iter().enumerate() {
-            let (decision_line, link) = session.replay_line(&r.event_line, &head).map_err(|t| RunError::Module(t.message))?;
-            if link != r.h {
-                return Err(tampered(format!("events.ndjson:{}: the hash chain is broken", i + 1)));
-            }
-            if decision_line != r.decision_line {
-                return Err(tampered(format!("events.ndjson:{}: the module decides this event differently than recorded", i + 1)));
-            }
-            head = link;
-        }
-        // `at` never decreases in a run the module accepted (a lower one halts it), so the last is the latest.
-        let last_at = records.last().and_then(|r| serde_json::from_str::<Value>(&r.event_line).ok()).and_then(|v| v["at"].as_u64()).unwrap_or(0);
-        b.resume_chain(head, records.len() as u64);
+        // The module checks every record (its form, its link, its decision) in one call.
+        let replayed = session.replay_events(&bytes, &h0)?.map_err(|(place, why)| tampered(format!("{place}: {why}")))?;
+        let (head, last_at, n) = (replayed.head, replayed.last_at, replayed.events);
+        b.resume_chain(head, n);
         let mut guard = guard;
         guard.add_path(b.dir());
         session.set_guard(guard.needles())?;
-        let resumed = Resumed { events: records.len() as u64, links_checked: records.len() as u64 };
+        let resumed = Resumed { events: n, links_checked: n };
         let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, signers: None, clock: Clock::system() };
         Ok((run, resumed))
     }
@@ -374,33 +363,13 @@ impl Run {
         if !bytes.windows(10).any(|w| w == b"\"approval\"") {
             return Ok(());
         }
-        let signatures: Vec<Value> =
-            String::from_utf8_lossy(&self.bundle.signatures_bytes().map_err(ev)?).lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
-        let records = bundle::read_events(&bytes).map_err(|(n, m)| tampered(format!("events.ndjson:{n}: {m}")))?;
-        for (i, r) in records.iter().enumerate() {
-            if !r.event_line.contains("\"approval\"") || r.decision_line.starts_with("{\"decision\":\"halt\"") {
-                continue;
-            }
-            let e: Value = serde_json::from_str(&r.event_line).unwrap_or_default();
-            if e["type"] != "approval" {
-                continue;
-            }
-            let unsigned = || tampered(format!("events.ndjson:{}: an approval no key of the allowed signers signed", i + 1));
-            let sig = signatures.iter().find(|s| s["seq"] == i as u64).ok_or_else(unsigned)?;
-            // The payload is made from the event as the module judged it: the request it names (which
-            // the module's ledger lets be answered once), never from what the signature line says.
-            let (Some(request), Some(sha)) = (e["request"].as_u64(), e["call_sha256"].as_str()) else { return Err(unsigned()) };
-            let message = approvals::signed_message(self.run_id(), request, e["step"].as_str(), sha, e["granted"] == true).map_err(ev)?;
-            let approver = e["approver"].as_str().unwrap_or_default();
-            crate::sshsig::verify(
-                &signers.set,
-                Some(approver),
-                approvals::SIGNATURE_NAMESPACE,
-                message.as_bytes(),
-                sig["signature"].as_str().unwrap_or_default(),
-                now_ms() / 1000,
-            )
-            .map_err(|_| unsigned())?;
+        let signatures = self.bundle.signatures_bytes().map_err(ev)?;
+        // Which answers the run must hold, and the payload each signs, are the module's (from the events as
+        // it judged them); the signature bytes are checked here, against the allowed signers.
+        let answers = self.policy.signed_history(self.run_id(), &bytes, &signatures)?.map_err(|(place, why)| tampered(format!("{place}: {why}")))?;
+        for a in answers {
+            crate::sshsig::verify(&signers.set, Some(&a.principal), approvals::SIGNATURE_NAMESPACE, a.message.as_bytes(), &a.signature, now_ms() / 1000)
+                .map_err(|_| tampered(format!("{}: an approval no key of the allowed signers signed", a.place)))?;
         }
         Ok(())
     }

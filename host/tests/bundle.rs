@@ -96,7 +96,7 @@ fn every_example_stream_verifies() {
         let report = std::fs::read(dir.join("report.json")).unwrap();
         assert_eq!(receipt["report"], serde_json::from_slice::<Value>(&report).unwrap());
         assert_eq!(receipt["report_sha256"], bundle::sha256_hex(&report));
-        let records = bundle::read_events(&std::fs::read(dir.join("events.ndjson")).unwrap()).unwrap();
+        let records = runbook_policy::verify::read_events(&std::fs::read(dir.join("events.ndjson")).unwrap()).unwrap();
         assert_eq!(receipt["chain_head"], records.last().unwrap().h.as_str());
     }
     for f in ["latest.json", "history.ndjson"] {
@@ -131,7 +131,7 @@ fn events_ndjson_line_shape_and_chain() {
             assert!(stored.ends_with(&format!(r#","event":{fed}}}"#)), "the event line is stored verbatim: {stored}");
         }
         assert_eq!(v["decision"]["seq"], i);
-        let rec = bundle::parse_event_record(stored).unwrap();
+        let rec = runbook_policy::verify::parse_event_record(stored).unwrap();
         assert_eq!(&rec.event_line, fed);
         h = bundle::chain_next(&h, &rec.event_line, &rec.decision_line).unwrap();
         assert_eq!(rec.h, h, "line {}", i + 1);
@@ -497,7 +497,7 @@ fn a_redacted_derivatives_derivation_says_what_its_schema_allows_and_nothing_els
         ("an entry for a file not there", serde_json::to_string_pretty(&ghost).unwrap(), "missing"),
         ("entries out of order", serde_json::to_string_pretty(&unsorted).unwrap(), "sorted by path"),
         ("a time that is no time", serde_json::to_string_pretty(&late).unwrap(), "created_at"),
-        ("a key twice", twice, "appears twice"),
+        ("a key twice", twice, "duplicate key `source_run_id`"),
     ] {
         std::fs::write(&p, &text).unwrap();
         let (code, v, _) = verify(&out);

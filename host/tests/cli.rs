@@ -875,7 +875,7 @@ fn messages_name_the_binary_the_way_the_user_can_run_it() {
         run.expect_exit(1);
         run.out()
     };
-    let line = |shown: &str| format!("rb.yaml: refused\n  invalid-document: the document has lint errors (run `{shown} lint`)\n");
+    let line = |shown: &str| format!("rb.yaml: refused\n  invalid-document: the runbook has lint errors (run `{shown} lint`)\n");
     // `runbook-host` on PATH (through a symlink) is this binary: its name.
     let on_path = std::env::join_paths([sb.dir.join("on-path"), "/usr/bin".into(), "/bin".into()]).unwrap();
     assert_eq!(check(&on_path), line("runbook-host"));

@@ -7,6 +7,10 @@ use base64::Engine as _;
 use serde_json::{json, Value};
 use std::io::{BufRead, Write};
 
+#[path = "../verify_vectors.rs"]
+#[allow(dead_code)]
+mod verify_vectors;
+
 #[path = "../whole_run.rs"]
 #[allow(dead_code)]
 mod whole_run;
@@ -273,6 +277,18 @@ fn main() -> Result<()> {
             Some("native") => whole_run::drive_native(dir, out),
             _ => bail!("usage: runbook-conformance-adapter --impl wasmtime|native --run SCRIPT_DIR OUT_DIR"),
         };
+    }
+    // A verify vector (conformance/vectors/verify/README.md): `--impl X --verify BUNDLE_DIR` prints the
+    // module's verification of the bundle as JSON.
+    if let Some(i) = args.iter().position(|a| a == "--verify") {
+        let dir = std::path::Path::new(args.get(i + 1).ok_or_else(|| anyhow!("--verify BUNDLE_DIR"))?);
+        let v = match args.iter().position(|a| a == "--impl").and_then(|i| args.get(i + 1)).map(String::as_str) {
+            Some("wasmtime") => verify_vectors::verify_wasmtime(dir)?,
+            Some("native") => verify_vectors::verify_native(dir)?,
+            _ => bail!("usage: runbook-conformance-adapter --impl wasmtime|native --verify BUNDLE_DIR"),
+        };
+        println!("{v}");
+        return Ok(());
     }
     let imp = match args.iter().position(|a| a == "--impl").and_then(|i| args.get(i + 1)).map(String::as_str) {
         Some("wasmtime") => Imp::Wasmtime(runbook_host::Policy::load()?),

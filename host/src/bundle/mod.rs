@@ -31,7 +31,7 @@
 //! `event` is the raw event line exactly as it was fed to the module when that line is a JSON object
 //! without a newline; any other line (malformed input) is stored as a JSON string holding the line. So a
 //! JSON object under `event` is the line's own bytes, and a string is the line itself. Replaying feeds
-//! these exact texts to a fresh session (see [`read_events`]).
+//! these exact texts to a fresh session (the module's `session.replay-events`).
 //!
 //! # The hash chain (DESIGN 9.22)
 //!
@@ -86,9 +86,6 @@ pub const SHADOW: &str = "shadow.ndjson";
 /// The host's name and version, as written into receipts.
 pub const HOST_NAME: &str = "runbook-host";
 pub const HOST_VERSION: &str = env!("CARGO_PKG_VERSION");
-/// Every host that writes bundles `verify` accepts: this one, and the packages that embed the same
-/// component in a client's own process (packages/python, packages/js). The receipt names which.
-pub const KNOWN_HOSTS: [&str; 3] = [HOST_NAME, "runbook-policy-python", "runbook-policy-js"];
 
 mod chain;
 mod export;

@@ -1,6 +1,6 @@
 use crate::Format;
 use anyhow::{bail, Result};
-use runbook_host::{Coverage, DecisionKind, Event, EventKind, Profile, Refusal, Risk, StartClaim};
+use runbook_host::{wire, Coverage, DecisionKind, Event, EventKind, Profile, Risk, StartClaim};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -31,31 +31,6 @@ pub struct Args {
 
 fn list(s: &str) -> Vec<String> {
     s.split(',').map(str::trim).filter(|x| !x.is_empty()).map(str::to_string).collect()
-}
-
-pub fn refusal_code(r: Refusal) -> &'static str {
-    match r {
-        Refusal::AutonomousAtR0 => "autonomous-at-r0",
-        Refusal::CapabilityNotAllowed => "capability-not-allowed",
-        Refusal::CoverageIncomplete => "coverage-incomplete",
-        Refusal::InvalidDocument => "invalid-document",
-        Refusal::PrerequisiteUnmet => "prerequisite-unmet",
-        Refusal::ProfileTooLow => "profile-too-low",
-        Refusal::RiskAboveCeiling => "risk-above-ceiling",
-    }
-}
-
-fn explain(r: Refusal) -> String {
-    let s = match r {
-        Refusal::AutonomousAtR0 => "an agent-autonomous runbook needs at least R1",
-        Refusal::CapabilityNotAllowed => "the runbook declares a tool that the client's allowlist does not allow",
-        Refusal::CoverageIncomplete => "destructive work needs an adapter that sees every invocation",
-        Refusal::InvalidDocument => return format!("the document has lint errors (run `{} lint`)", runbook_host::invocation()),
-        Refusal::PrerequisiteUnmet => "a prerequisite is not available",
-        Refusal::ProfileTooLow => "the runbook's minimum profile is above the client's",
-        Refusal::RiskAboveCeiling => "the runbook reaches a risk above the client's ceiling",
-    };
-    s.to_string()
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -89,7 +64,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let admitted = d.kind == DecisionKind::Allow;
     match args.format {
         Format::Json => {
-            let codes: Vec<&str> = d.refusals.iter().map(|r| refusal_code(*r)).collect();
+            let codes: Vec<String> = d.refusals.iter().map(|r| wire::code(*r)).collect();
             outln!("{}", serde_json::json!({"document": args.document, "admitted": admitted, "refusals": codes}));
         }
         Format::Text => {
@@ -97,8 +72,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 outln!("{}: admitted", args.document);
             } else {
                 outln!("{}: refused", args.document);
+                // The module's code and sentence for each refusal: the same every host shows.
                 for r in &d.refusals {
-                    outln!("  {}: {}", refusal_code(*r), explain(*r));
+                    let code = wire::code(*r);
+                    let why = policy.explain("refusal", &code)?.unwrap_or_default();
+                    // The one thing the module cannot say: how this binary is run, to see the errors.
+                    let hint = if code == "invalid-document" { format!(" (run `{} lint`)", runbook_host::invocation()) } else { String::new() };
+                    outln!("  {code}: {why}{hint}");
                 }
             }
         }

@@ -13,6 +13,7 @@ export {
   ModuleTrap,
   RunBroken,
   RunOver,
+  RunTampered,
   InvalidInput,
   SessionClosed,
   Policy,

@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = 'c04a69c90f8427b760b0f69b16da1fa51f61aaa7e5b349595a21c615f6577b14';
+export const COMPONENT_SHA256 = '1d10faf5ab9b18ea08e7c612b21c723e7163ac7beaea2731b8c75bcbed269e1a';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';

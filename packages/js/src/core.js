@@ -73,6 +73,19 @@ export class RunOver extends PolicyError {
   }
 }
 
+/**
+ * Recorded evidence that does not check out (an edited, truncated or forged record; a document or chain
+ * `h0` other than run.json's or the pinned one): `place` (`events.ndjson:N`, a file) and `detail` say
+ * where and why. Nothing is resumed from it.
+ */
+export class RunTampered extends PolicyError {
+  constructor(place, detail) {
+    super('run-tampered', `the run's evidence does not check out: ${place}: ${detail}`);
+    this.place = place;
+    this.detail = detail;
+  }
+}
+
 /** An argument of the wrong shape from the calling code (not an event: malformed events are decided). */
 export class InvalidInput extends PolicyError {
   constructor(message, detail) {
@@ -411,6 +424,80 @@ function fromWitEffects(effects) {
   return effects.map((e) => ({ op: e.op, path: e.path, bytes: e.bytes }));
 }
 
+// ---- verify ---------------------------------------------------------------------------------------------
+
+/** Why `verify` of this package is not `ok` for a bundle with signed answers (it cannot check SSH signatures). */
+const SIGNATURE_UNCHECKED = 'the SSH signature is not checked by this package: verify the bundle with runbook-host verify';
+const RECEIPT_SIGNATURE_UNCHECKED = "the receipt's signature is not checked by this package: verify the bundle with runbook-host verify";
+
+/** Order by UTF-8 bytes (Unicode scalar values), as the Rust host sorts names; not by UTF-16 code units. */
+function byScalars(a, b) {
+  const x = utf8.encode(a);
+  const y = utf8.encode(b);
+  const n = Math.min(x.length, y.length);
+  for (let i = 0; i < n; i++) if (x[i] !== y[i]) return x[i] - y[i];
+  return x.length - y.length;
+}
+
+/** The WIT `list<tuple<string, bundle-item>>` of `[name, Uint8Array | number | null]` entries, sorted by name. */
+function bundleItems(entries) {
+  if (!Array.isArray(entries)) throw new InvalidInput(`entries must be a list of [name, item], not ${kindOf(entries)}`);
+  const seen = new Set();
+  const out = entries.map((e, i) => {
+    if (!(Array.isArray(e) && e.length === 2)) throw new InvalidInput(`entries[${i}] must be [name, item], not ${kindOf(e)}`);
+    const [name, item] = e;
+    text(name, `entries[${i}][0]`);
+    if (seen.has(name)) throw new InvalidInput(`entries name ${JSON.stringify(name)} twice`);
+    seen.add(name);
+    if (item === null) return [name, { tag: 'other' }];
+    if (typeof item === 'number') {
+      if (!(Number.isInteger(item) && item >= 0 && item <= 0xffffffff)) throw new InvalidInput(`entries[${i}][1]: a directory's entry count must be an integer from 0 to 2^32-1, not ${item}`);
+      return [name, { tag: 'directory', val: item }];
+    }
+    if (item instanceof Uint8Array || item instanceof ArrayBuffer || ArrayBuffer.isView(item)) return [name, { tag: 'file', val: documentBytes(item, `entries[${i}][1]`) }];
+    throw new InvalidInput(`entries[${i}][1] must be a file's bytes (Uint8Array), a directory's entry count (a number) or null (anything else), not ${kindOf(item)}`);
+  });
+  // The order a directory lists its entries in is the file system's; the module's answer must not be.
+  return out.sort((a, b) => byScalars(a[0], b[0]));
+}
+
+/** What `verifyBundle` returns, frozen; a bundle with signed answers fails closed (SIGNATURE_UNCHECKED). */
+function fromWitVerification(v) {
+  let checks = [...v.checks];
+  let failure = v.failure === undefined ? null : { place: v.failure[0], message: v.failure[1] };
+  let reasons = v.reasons.map(([code, message]) => Object.freeze({ code, message }));
+  const signedAnswers = v.signedAnswers.map((a) => Object.freeze({ place: a.place, principal: a.principal, message: a.message, signature: a.signature, fingerprint: a.fingerprint }));
+  if (failure === null && signedAnswers.length > 0) {
+    // As runbook-host does when a signature does not verify: the failure comes before any later check.
+    const at = checks.indexOf('signatures');
+    if (at >= 0) checks = checks.slice(0, at);
+    failure = { place: signedAnswers[0].place, message: SIGNATURE_UNCHECKED };
+    reasons = [];
+  } else if (failure === null && v.receiptSigned) {
+    failure = { place: 'receipt.dsse.json', message: RECEIPT_SIGNATURE_UNCHECKED };
+    reasons = [];
+  }
+  return Object.freeze({
+    ok: failure === null,
+    checks: Object.freeze(checks),
+    failure: failure === null ? null : Object.freeze(failure),
+    runId: v.runId ?? null,
+    outcome: v.outcome ?? null,
+    events: Number(v.events),
+    reasons: Object.freeze(reasons),
+    warnings: Object.freeze([...v.warnings]),
+    redacted: v.redacted,
+    shadow: v.shadow === undefined ? null : Number(v.shadow),
+    signedAnswers: Object.freeze(signedAnswers),
+    receiptSigned: v.receiptSigned,
+  });
+}
+
+/** A `verifyBundle` result for a bundle that failed before the module saw it (it could not be read). */
+export function unread(place, message) {
+  return fromWitVerification({ checks: [], failure: [place, message], runId: undefined, outcome: undefined, events: 0n, reasons: [], warnings: [], redacted: false, shadow: undefined, signedAnswers: [], receiptSigned: false });
+}
+
 function finding(f) {
   return { code: f.code, severity: f.severity, line: f.line, column: f.column, pointer: f.pointer, message: f.message };
 }
@@ -726,6 +813,31 @@ export class Policy {
   }
 
   /**
+   * `verify` of a run bundle (DESIGN 5, 11): every consistency check of its bytes, run by the module
+   * (WIT `verify-bundle`), in order, stopping at the first failure. `entries`: every top-level entry of
+   * the bundle directory as `[name, item]`, `item` a regular file's bytes (Uint8Array), a directory's
+   * entry count (a number) or null for anything else (a symbolic link, a device: never read); they are
+   * sorted by name here. `moduleSha256`: the sha256 of the module that replays the bundle (`policy.sha256`;
+   * the receipt must name it); `signersSha256`: the sha256 of the allowed signers the verifier trusts, if
+   * any.
+   *
+   * Returns a frozen `{ok, checks, failure: {place, message} | null, runId, outcome, events, reasons:
+   * [{code, message}], warnings, redacted, shadow, signedAnswers}`. Fail closed: this package cannot
+   * check the bytes of an SSH signature, so a bundle with signed answers (`signedAnswers`, whose payloads
+   * the module checked) is not `ok`: `failure` names the first answer's place and says to verify the
+   * bundle with `runbook-host verify`, and, as there, the checks stop before `signatures`. The receipt's
+   * DSSE signature (`receipt.dsse.json`) is not checked here either. In Node, `verify(runDir, {policy})`
+   * reads the entries.
+   */
+  verifyBundle(entries, moduleSha256, signersSha256) {
+    const items = bundleItems(entries);
+    text(moduleSha256, 'moduleSha256');
+    const signers = signersSha256 === null || signersSha256 === undefined ? undefined : text(signersSha256, 'signersSha256');
+    const v = this.#call('verify-bundle', (api) => api.verifyBundle(items, moduleSha256, signers));
+    return fromWitVerification(v);
+  }
+
+  /**
    * A new supervised run of `document` (feed the `start` claim first). `options.instance`: `"own"` (the
    * default: an instance of its own, about 20-80 ms to make; a trap there touches no other session) or
    * `"shared"` (the instance of the stateless calls: no set-up cost, and a trap there ends every session
@@ -763,9 +875,9 @@ export class Session {
     return restore(documentBytes(document), text(snapshot, 'snapshot'), options);
   }
 
-  #call(what, f) {
+  #call(what, f, result = false) {
     if (!this.#res) throw new SessionClosed();
-    return this.#inst.call(what, () => f(this.#res));
+    return this.#inst.call(what, () => f(this.#res), result);
   }
 
   /** The typed path: one event in (at = ms since the run began), one Decision out. */
@@ -816,6 +928,23 @@ export class Session {
     link(prev, 'prev');
     const [decisionLine, l] = this.#call('replay-line', (s) => s.replayLine(line, prev));
     return [decisionLine, l];
+  }
+
+  /**
+   * The resume path: every record of `events.ndjson` (its bytes) replayed into this new session from
+   * `prev` (the chain's h0), the module checking each one's form, link and decision. Returns a frozen
+   * `{head, events, lastAt}` (the last link, how many records, the last event's `at`). A record that does
+   * not check out throws RunTampered (`place`: `events.ndjson:N`), and the session is closed.
+   */
+  replayEvents(events, prev) {
+    const bytes = documentBytes(events, 'events');
+    link(prev, 'prev');
+    const r = this.#call('replay-events', (s) => s.replayEvents(bytes, prev), true);
+    if (Object.hasOwn(r, 'err')) {
+      this.close();
+      throw new RunTampered(r.err[0], r.err[1]);
+    }
+    return Object.freeze({ head: r.ok.head, events: Number(r.ok.events), lastAt: Number(r.ok.lastAt) });
   }
 
   /** The typed state: phase, step, scope and its tools, what awaits a human, outcome, next deadline. */

@@ -1,5 +1,5 @@
 // The package in Node: everything of the browser entry, `load` reading files with node:fs and hashing with
-// node:crypto, and the Run (the run-bundle writer of src/run.js).
+// node:crypto, the Run (the run-bundle writer of src/run.js) and `verify` (src/verify.js).
 
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
@@ -16,12 +16,14 @@ export {
   ModuleTrap,
   RunBroken,
   RunOver,
+  RunTampered,
   InvalidInput,
   SessionClosed,
   Policy,
   Session,
 } from './core.js';
 export { Run, Guard, HOST_NAME, HOST_VERSION } from './run.js';
+export { verify, MAX_BUNDLE_BYTES } from './verify.js';
 
 /** The component this package ships (policy.wasm beside package.json). */
 export const COMPONENT_PATH = fileURLToPath(new URL('../policy.wasm', import.meta.url));

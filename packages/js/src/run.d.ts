@@ -51,6 +51,25 @@ export interface RunOptions {
   git?: { [key: string]: Json };
 }
 
+/** What an adapter keeps outside the bundle when a run begins (`run.pin`), to resume it. */
+export interface Pin {
+  documentSha256: string;
+  chainH0: string;
+}
+
+export interface ResumeOptions {
+  /** The run's wall-clock start in Unix milliseconds: `run.t0` of the Run that created it (every `at` counts from it). */
+  t0: number;
+  /** Default `.runbook/runs`. */
+  runsRoot?: string;
+  /** When given, the document and the chain's h0 must be these (a swapped document is refused even with run.json edited to match). */
+  pin?: Pin | null;
+  /** The run's clock, Unix milliseconds (default `Date.now`). */
+  clock?: () => number;
+  /** More paths the agent must not touch (as given to `create`). */
+  guardPaths?: string[];
+}
+
 /** What names the run's evidence or the supervisor (DESIGN 9.20): the needles the module matches calls against. */
 export class Guard {
   addPath(path: string): this;
@@ -63,10 +82,22 @@ export class Run {
   private constructor();
   /** Creates the bundle and feeds the start claim (a refused run is finished at once: `over` is true). */
   static create(policy: Policy, options: RunOptions): Promise<Run>;
-  readonly start: Answer;
+  /**
+   * Reopens a run another process created (and left without `end`) by a replay of its events.ndjson, every
+   * record checked by the module; later events append to the same bundle. Throws RunTampered for evidence
+   * that does not check out (or a document other than the pinned one), RunOver for a finished bundle,
+   * RunBroken for a bundle it cannot read or a run that takes signed approvals or a signed receipt.
+   */
+  static resume(policy: Policy, runId: string, options: ResumeOptions): Run;
+  /** The answer to the start claim; null for a resumed run. */
+  readonly start: Answer | null;
   readonly runId: string;
   readonly dir: string;
   readonly head: string;
+  /** The run's wall-clock start (Unix ms): `Run.resume`'s `t0`. */
+  readonly t0: number;
+  /** `Run.resume`'s `pin`. */
+  readonly pin: Pin;
   readonly guard: Guard;
   readonly over: boolean;
   readonly finished: boolean;

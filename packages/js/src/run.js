@@ -22,7 +22,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inspect } from 'node:util';
-import { InvalidInput, ModuleTrap, Policy, RunBroken, RunOver, documentBytes } from './core.js';
+import { InvalidDocument, InvalidInput, ModuleTrap, Policy, RunBroken, RunOver, RunTampered, documentBytes } from './core.js';
 
 export const HOST_NAME = 'runbook-policy-js';
 export const HOST_VERSION = JSON.parse(fs.readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
@@ -294,6 +294,32 @@ class Bundle {
     return b;
   }
 
+  /**
+   * Reopens `<root>/<runId>/` that another process created (host/src/bundle/mod.rs `Bundle::open`): run.json
+   * as written, the document's bytes (`document`, under `documentFile`). The head stays run.json's
+   * `chain_h0` until the caller has the records checked and continues the chain (`resumeChain`). A bundle
+   * that ended (an outcome, `ended_without_report` or a receipt) opens as finished.
+   */
+  static open(policy, now, root, runId) {
+    const dir = path.join(root, runId);
+    const manifest = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(fs.readFileSync(path.join(dir, 'run.json')));
+    const m = JSON.parse(manifest);
+    if (!(isObject(m) && m.schema === 'runbook-run-bundle/v1' && m.run_id === runId)) throw new Error(`run.json is not the runbook-run-bundle/v1 of run ${runId}`);
+    const b = new Bundle(policy, now, root, runId, manifest);
+    b.documentFile = m.artifacts?.document;
+    if (!['runbook.yaml', 'runbook.json'].includes(b.documentFile)) throw new Error('run.json names no document');
+    b.document = new Uint8Array(fs.readFileSync(path.join(dir, b.documentFile)));
+    b.finished = (m.outcome ?? null) !== null || Object.hasOwn(m, 'ended_without_report') || fs.existsSync(path.join(dir, 'receipt.json'));
+    return b;
+  }
+
+  /** Continues the chain after `lines` records ending in `head` (checked by the module) and opens events.ndjson to append. */
+  resumeChain(head, lines) {
+    this.#events = fs.openSync(path.join(this.dir, 'events.ndjson'), fs.constants.O_WRONLY | fs.constants.O_APPEND);
+    this.head = head;
+    this.lines = lines;
+  }
+
   /** Appends the module's record of one event (whose link is `h`) in one write, fsync'd before returning. */
   append(eventLine, recordLine, h) {
     if (this.finished) throw new Error('the bundle is finished');
@@ -430,7 +456,23 @@ function options(opts, keys, what) {
 
 const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
 
-/** One supervised run with its bundle. Made by `await Run.create(policy, options)`. */
+/** The options Run.create and Run.resume share: the clock, the runs root, and the guard they make. */
+function common(o, what) {
+  const clock = o.clock ?? Date.now;
+  if (typeof clock !== 'function') throw new InvalidInput(`${what}: \`clock\` must be a function returning Unix milliseconds`);
+  const runsRoot = o.runsRoot ?? path.join('.runbook', 'runs');
+  if (typeof runsRoot !== 'string' || runsRoot === '') throw new InvalidInput(`${what}: \`runsRoot\` must be a path`);
+  const guardPaths = o.guardPaths ?? [];
+  if (!Array.isArray(guardPaths) || !guardPaths.every((p) => typeof p === 'string')) throw new InvalidInput(`${what}: \`guardPaths\` must be a list of paths`);
+  const guardFor = (dir) => {
+    const guard = new Guard().addPath(PACKAGE_DIR).addPath(runsRoot).addPath(dir);
+    for (const p of guardPaths) guard.addPath(p);
+    return guard;
+  };
+  return { now: () => unixMs(clock()), runsRoot, guardFor };
+}
+
+/** One supervised run with its bundle. Made by `await Run.create(policy, options)` or `Run.resume(policy, runId, options)`. */
 export class Run {
   #policy;
   #session;
@@ -452,14 +494,15 @@ export class Run {
   #start = null;
 
   constructor(token, fields) {
-    if (token !== TOKEN) throw new TypeError('a Run is made by Run.create()');
+    if (token !== TOKEN) throw new TypeError('a Run is made by Run.create() or Run.resume()');
     this.#policy = fields.policy;
     this.#session = fields.session;
     this.#bundle = fields.bundle;
     this.#guard = fields.guard;
     this.#guarded = fields.guard.needles.length;
     this.#now = fields.now;
-    this.#t0 = fields.now();
+    this.#t0 = fields.t0 ?? fields.now();
+    this.#lastAt = fields.lastAt ?? 0;
   }
 
   /**
@@ -501,9 +544,7 @@ export class Run {
     }
     if (o.reference !== undefined && (typeof o.reference !== 'string' || o.reference === '')) throw new InvalidInput('Run.create: `reference` must be a non-empty string');
     const reference = o.reference ?? fileReference ?? fileNameFor(bytes);
-    const clock = o.clock ?? Date.now;
-    if (typeof clock !== 'function') throw new InvalidInput('Run.create: `clock` must be a function returning Unix milliseconds');
-    const now = () => unixMs(clock());
+    const { now, runsRoot, guardFor } = common(o, 'Run.create');
     const host = o.host ?? { name: HOST_NAME, version: HOST_VERSION };
     if (!(isObject(host) && typeof host.name === 'string' && host.name !== '' && typeof host.version === 'string' && host.version !== '')) {
       throw new InvalidInput('Run.create: `host` must be {name, version}, two non-empty strings');
@@ -513,10 +554,6 @@ export class Run {
     if (!isSafeName(runId)) throw new InvalidInput(`Run.create: \`${runId}\` is not a usable run id (letters, digits, . _ -, not starting with .)`);
     const adapterName = o.adapter ?? 'library';
     if (typeof adapterName !== 'string' || adapterName === '') throw new InvalidInput('Run.create: `adapter` must be a non-empty string');
-    const runsRoot = o.runsRoot ?? path.join('.runbook', 'runs');
-    if (typeof runsRoot !== 'string' || runsRoot === '') throw new InvalidInput('Run.create: `runsRoot` must be a path');
-    const guardPaths = o.guardPaths ?? [];
-    if (!Array.isArray(guardPaths) || !guardPaths.every((p) => typeof p === 'string')) throw new InvalidInput('Run.create: `guardPaths` must be a list of paths');
     // The claim is the embedder's configuration: a malformed one is refused before anything is written.
     const start = { type: 'start', runId, profile: o.profile, allowlist: o.allowlist ?? ['*'], riskCeiling: o.riskCeiling, coverage: o.coverage, agent: o.agent, available: o.available };
     try {
@@ -546,8 +583,7 @@ export class Run {
     } catch (e) {
       throw new RunBroken(`cannot create the run bundle under ${runsRoot}: ${e.message}`, { cause: e });
     }
-    const guard = new Guard().addPath(PACKAGE_DIR).addPath(runsRoot).addPath(bundle.dir);
-    for (const p of guardPaths) guard.addPath(p);
+    const guard = guardFor(bundle.dir);
     let session;
     try {
       session = policy.session(bytes);
@@ -569,7 +605,75 @@ export class Run {
     return run;
   }
 
-  /** The answer to the `start` claim (a `halt` with `refusals` when the run was refused). */
+  /**
+   * Reopens the run `runId` under `runsRoot` in another process (this one may have exited without `end`),
+   * as host/src/run.rs `Run::resume` does, so that later events and `end` write what one Run would have:
+   * the chain's h0 is derived again from the document (the module's envelope's sha256, else the
+   * document's; never read from run.json), and run.json's `chain_h0` and the `pin` kept when the run began
+   * (`run.pin`) must be it; then the module replays every record of events.ndjson, checking its form,
+   * link and decision, and the run goes on from its head. Throws RunTampered for evidence that does not
+   * check out, RunOver for a finished bundle, RunBroken when the bundle cannot be read or its run takes
+   * signed approvals or a signed receipt (this package checks no SSH signature and holds no key).
+   *
+   * options: `t0` (required): the run's wall-clock start in Unix milliseconds, `run.t0` of the Run that
+   * created it (every event's `at` counts from it); `runsRoot`, `clock`, `guardPaths` as for `create`;
+   * `pin`: `{documentSha256, chainH0}`. `run.start` is null.
+   */
+  static resume(policy, runId, opts) {
+    if (!(policy instanceof Policy)) throw new InvalidInput('Run.resume needs the Policy from load()');
+    const o = options(opts, ['runsRoot', 't0', 'pin', 'clock', 'guardPaths'], 'Run.resume');
+    const { now, runsRoot, guardFor } = common(o, 'Run.resume');
+    if (!isSafeName(runId)) throw new InvalidInput(`Run.resume: \`${runId}\` is not a usable run id`);
+    if (!(Number.isSafeInteger(o.t0) && o.t0 >= 0)) throw new InvalidInput("Run.resume: `t0` must be the run's start in Unix milliseconds (`run.t0`)");
+    const pin = o.pin ?? null;
+    if (!(pin === null || (isObject(pin) && typeof pin.documentSha256 === 'string' && typeof pin.chainH0 === 'string'))) throw new InvalidInput('Run.resume: `pin` must be {documentSha256, chainH0}');
+    let bundle;
+    let events;
+    try {
+      bundle = Bundle.open(policy, now, runsRoot, runId);
+      events = fs.readFileSync(path.join(bundle.dir, 'events.ndjson'));
+    } catch (e) {
+      throw new RunBroken(`run ${runId}: cannot open the run bundle under ${runsRoot}: ${e.message}`, { cause: e });
+    }
+    if (bundle.finished) throw new RunOver(`run ${runId} is finished and its evidence is sealed: it cannot be resumed; start a new run`);
+    const m = JSON.parse(bundle.manifest);
+    // Fail closed: this package neither checks SSH signatures nor holds a receipt key.
+    if (m.approvals?.signed === true || (m.receipt_signature ?? null) !== null) throw new RunBroken(`run ${runId} takes signed approvals or a signed receipt, which this package cannot check or make: resume it with runbook-host`);
+    const doc = bundle.document;
+    const docSha = sha256Hex(doc);
+    if (m.document?.sha256 !== docSha) throw new RunTampered(bundle.documentFile, "the document's sha256 is not run.json's");
+    let envelope = null;
+    try {
+      envelope = policy.envelope(doc);
+    } catch (e) {
+      if (!(e instanceof InvalidDocument)) throw e;
+    }
+    const h0 = envelope === null ? docSha : sha256Hex(Buffer.from(envelope, 'utf8'));
+    if (bundle.head !== h0) throw new RunTampered('run.json', `chain_h0 is not the digest of its document's envelope (${h0})`);
+    if (pin !== null && (pin.documentSha256 !== docSha || pin.chainH0 !== h0)) {
+      throw new RunTampered(bundle.documentFile, `the document is not the one pinned when the run began (sha256 ${docSha}, pinned ${pin.documentSha256})`);
+    }
+    const session = policy.session(doc);
+    const guard = guardFor(bundle.dir);
+    let replayed;
+    let state;
+    try {
+      // The module checks every record (its form, its link, its decision) in one call.
+      replayed = session.replayEvents(events, h0);
+      session.setGuard(guard.needles);
+      state = session.state();
+      bundle.resumeChain(replayed.head, replayed.events);
+    } catch (e) {
+      session.close();
+      if (e instanceof RunTampered || e instanceof ModuleTrap) throw e;
+      throw new RunBroken(`run ${runId}: cannot resume: ${e.message}`, { cause: e });
+    }
+    const run = new Run(TOKEN, { policy, session, bundle, guard, now, t0: o.t0, lastAt: replayed.lastAt });
+    run.#state = state;
+    return run;
+  }
+
+  /** The answer to the `start` claim (a `halt` with `refusals` when the run was refused); null when resumed. */
   get start() {
     return this.#start;
   }
@@ -581,6 +685,17 @@ export class Run {
   /** The run's directory (`<runsRoot>/<runId>`). */
   get dir() {
     return this.#bundle.dir;
+  }
+
+  /** The run's wall-clock start (Unix ms): every `at` counts from it; `Run.resume` takes it again. */
+  get t0() {
+    return this.#t0;
+  }
+
+  /** What to keep outside the bundle to resume the run (`Run.resume`'s `pin`): the document's sha256, the chain's h0. */
+  get pin() {
+    const m = JSON.parse(this.#bundle.manifest);
+    return Object.freeze({ documentSha256: m.document.sha256, chainH0: m.chain_h0 });
   }
 
   /** The chain's head so far (the last recorded link). */

@@ -212,6 +212,55 @@ export interface Leaving {
   reason: EndReason;
 }
 
+// ---- verify -------------------------------------------------------------------------------------------
+
+/** One top-level entry of a bundle directory: a regular file's bytes, a directory's entry count, or null for anything else. */
+export type BundleItem = Uint8Array | number | null;
+
+/** A signed answer whose payload the module checked; its signature bytes are `runbook-host verify`'s to check. */
+export interface SignedAnswer {
+  /** Where it is recorded (`signatures.ndjson:N`). */
+  place: string;
+  principal: string;
+  /** The signed approval payload. */
+  message: string;
+  signature: string;
+  fingerprint: string;
+}
+
+/** What `verify` / `policy.verifyBundle` found (frozen). */
+export interface Verification {
+  /** No check failed (and no signed answer awaits a signature check this package cannot make). */
+  readonly ok: boolean;
+  /** The checks that passed, in order: `runbook-host verify --format json`'s `checks[].id`. */
+  readonly checks: readonly string[];
+  /** The first check that failed: its place (a file, `events.ndjson:N`) and one sentence. */
+  readonly failure: { readonly place: string; readonly message: string } | null;
+  readonly runId: string | null;
+  /** The outcome the bundle records (a string read from it: any text when a check failed). */
+  readonly outcome: string | null;
+  readonly events: number;
+  /** Why a verified bundle is not share-ready. */
+  readonly reasons: readonly { readonly code: string; readonly message: string }[];
+  readonly warnings: readonly string[];
+  /** A redacted derivative: its chain and receipt verified, its events not replayed. */
+  readonly redacted: boolean;
+  /** A shadow run: how many calls the module did not allow ran anyway; else null. */
+  readonly shadow: number | null;
+  readonly signedAnswers: readonly SignedAnswer[];
+  /** The receipt is signed (`receipt.dsse.json`, or run.json says so): a bundle this package cannot check fails closed. */
+  readonly receiptSigned: boolean;
+}
+
+/** What `session.replayEvents` established (frozen). */
+export interface Replayed {
+  /** The chain's head after the last record. */
+  readonly head: string;
+  readonly events: number;
+  /** The last event's `at`. */
+  readonly lastAt: number;
+}
+
 // ---- errors -------------------------------------------------------------------------------------------
 
 export type ErrorCode =
@@ -221,6 +270,7 @@ export type ErrorCode =
   | 'module-trap'
   | 'run-broken'
   | 'run-over'
+  | 'run-tampered'
   | 'invalid-input'
   | 'session-closed';
 
@@ -255,6 +305,13 @@ export class RunBroken extends PolicyError {
 /** The run's bundle is finished: nothing more is recorded. */
 export class RunOver extends PolicyError {
   readonly code: 'run-over';
+}
+/** Recorded evidence that does not check out (`Session.replayEvents`, `Run.resume`): where and why. */
+export class RunTampered extends PolicyError {
+  readonly code: 'run-tampered';
+  /** `events.ndjson:N`, `run.json`, the document's file. */
+  readonly place: string;
+  readonly detail: string;
 }
 /** An argument of the wrong shape from the calling code; `detail` is the module's words when it has some. */
 export class InvalidInput extends PolicyError {
@@ -320,6 +377,13 @@ export class Policy {
   guardNames(tool: string, argumentsJson: string, needles: string[]): boolean;
   /** The git state as counts only (JSON text), from `git status --porcelain=v1 -z`'s exit code (null: none) and output. */
   gitState(exitCode: number | null, porcelain: Uint8Array): string;
+  /**
+   * Every consistency check of a run bundle, by the module (`runbook-host verify`'s): `entries` are the
+   * bundle directory's top-level entries (sorted here), `moduleSha256` the replaying module's (`policy.sha256`),
+   * `signersSha256` that of the allowed signers trusted. Fail closed: a bundle with signed answers is not `ok`
+   * (this package cannot check SSH signatures). In Node, `verify(runDir, {policy})` reads the entries.
+   */
+  verifyBundle(entries: readonly (readonly [name: string, item: BundleItem])[], moduleSha256: string, signersSha256?: string | null): Verification;
 }
 
 /** One supervised run in the module. */
@@ -337,6 +401,11 @@ export class Session {
   feedLine(line: string, prev: string): Recorded;
   /** The replay path: `[decisionLine, link]`. */
   replayLine(line: string, prev: string): [decisionLine: string, link: string];
+  /**
+   * The resume path: every record of events.ndjson (its bytes) replayed from `prev` (the chain's h0), each
+   * checked by the module; throws RunTampered (`place`: `events.ndjson:N`) and closes the session if one does not check out.
+   */
+  replayEvents(events: Uint8Array | ArrayBuffer | string, prev: string): Replayed;
   state(): RunState;
   /** The guard's needles (DESIGN 9.20): a typed `invoke` naming one is fed as `guard: true`. Set again after `restore`. */
   setGuard(needles: string[]): void;

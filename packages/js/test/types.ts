@@ -1,7 +1,7 @@
 // Type tests (`tsc -p test/tsconfig.json`, part of `npm test`): the public API as a TypeScript user sees it.
 // Each `@ts-expect-error` must be an error, so a type that became too loose fails the build.
 
-import { load, Run, Session, PolicyError, ComponentMismatch, type Decision, type Effect, type Event, type Leaving, type RunState, type Wit, type Answer } from 'runbook-policy';
+import { load, verify, Run, Session, PolicyError, ComponentMismatch, RunTampered, type Pin, type Replayed, type Verification, type Decision, type Effect, type Event, type Leaving, type RunState, type Wit, type Answer } from 'runbook-policy';
 import * as browser from 'runbook-policy/browser';
 import { Run as RunOnly, HOST_NAME } from 'runbook-policy/run';
 
@@ -51,6 +51,26 @@ export async function example(): Promise<string | null> {
   // @ts-expect-error: the claim needs a risk ceiling
   await RunOnly.create(policy, { document: 'runbook.yaml', agent: 'a', profile: 'R1', coverage: 'complete' });
   const outcome: 'completed' | 'incomplete' | 'refused' | 'failed' | 'aborted' | null = run.end('client-closed');
+  const verified: Verification = await verify(run.dir, { policy });
+  const place: string | undefined = verified.failure?.place;
+  const checks: readonly string[] = policy.verifyBundle([['run.json', new Uint8Array()], ['sub', 2], ['link', null]], policy.sha256, null).checks;
+  void [place, checks];
+  // @ts-expect-error: an entry is a file's bytes, a directory's entry count or null
+  policy.verifyBundle([['run.json', 'text']], policy.sha256);
+  // @ts-expect-error: verify needs the policy
+  await verify(run.dir);
+  const pin: Pin = run.pin;
+  const resumed: Run = Run.resume(policy, run.runId, { t0: run.t0, pin, runsRoot: '.runbook/runs', clock: Date.now });
+  const first: Answer | null = resumed.start;
+  const replayed: Replayed = policy.session('x').replayEvents(new Uint8Array(), pin.chainH0);
+  void [first, replayed.head, replayed.events + replayed.lastAt];
+  // @ts-expect-error: resume needs the run's start (t0)
+  RunOnly.resume(policy, run.runId, { pin });
+  try {
+    Run.resume(policy, run.runId, { t0: 0 });
+  } catch (e) {
+    if (e instanceof RunTampered && e.code === 'run-tampered') return `${e.place}: ${e.detail}`;
+  }
   try {
     await browser.load({ url: 'policy.wasm' });
   } catch (e) {

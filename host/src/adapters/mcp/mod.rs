@@ -590,12 +590,11 @@ fn refusal_hint(codes: &[String]) -> String {
 }
 
 /// The refusals admission gives a run of `document` before any server has started, asked of the module
-/// with the claim the proxy will make (its profile and risk ceiling, blind to the shell). The servers'
-/// tools are not known yet, so the claim allows every tool and the two refusals that depend on them
-/// (`capability-not-allowed`, `prerequisite-unmet`) are left to the admission at `initialize`; any
-/// other refusal there would be the same, so the proxy says it now and starts nothing.
+/// with the claim the proxy will make (its profile and risk ceiling, blind to the shell). Which refusals
+/// stand before the servers' tools are known is the module's rule (WIT `admission-preflight`); the rest
+/// are judged at `initialize`. Any refusal here would be the same there, so the proxy says it now and
+/// starts nothing.
 pub fn refusals_before_servers(policy: &Policy, document: &[u8], profile: Profile, risk_ceiling: Risk) -> Result<Vec<String>, crate::HostError> {
-    let mut session = policy.session(document)?;
     let claim = crate::StartClaim {
         run_id: "preflight".into(),
         profile,
@@ -605,11 +604,7 @@ pub fn refusals_before_servers(policy: &Policy, document: &[u8], profile: Profil
         agent: "mcp-client".into(),
         available: None,
     };
-    let d = session.handle(&crate::Event { at: 0, kind: crate::EventKind::Start(claim) });
-    if let Some(t) = session.trapped() {
-        return Err(crate::HostError::Trap(t.to_string()));
-    }
-    Ok(d.refusals.into_iter().map(wire::code).filter(|c| c != "capability-not-allowed" && c != "prerequisite-unmet").collect())
+    Ok(policy.admission_preflight(document, &claim)?.into_iter().map(wire::code).collect())
 }
 
 /// Runs the proxy until the client leaves (stdio), a server exits or a signal arrives; returns the exit code.

@@ -15,7 +15,8 @@ with, so every host decides the same way, byte for byte.
         answer = run.invoke("read_file", {"path": "CHANGELOG.md"}, call_id="c1")
         ...
 
-``Run`` writes a run bundle under ``.runbook/runs/`` that ``runbook-host verify`` checks. The adapters for
+``Run`` writes a run bundle under ``.runbook/runs/`` that ``runbook-host verify`` checks (and
+:func:`verify`, with the same module, but for signed approvals). The adapters for
 agent frameworks are modules of their own: :mod:`runbook_policy.pydantic_ai` (install the ``pydantic-ai``
 extra) and :mod:`runbook_policy.claude_agent_sdk`.
 """
@@ -50,17 +51,22 @@ from ._types import (
     Reason,
     Recorded,
     Refusal,
+    Replayed,
     Result,
     Risk,
     RunBroken,
     RunState,
+    RunTampered,
     Severity,
+    SignedAnswer,
     SnapshotRefused,
     Start,
     Structure,
     Tick,
     Verdict,
+    Verification,
 )
+from ._verify import verify
 
 __version__ = "0.1.0"
 
@@ -103,17 +109,22 @@ __all__ = [
     "Reason",
     "Recorded",
     "Refusal",
+    "Replayed",
     "Result",
     "Risk",
     "Run",
     "RunBroken",
     "RunState",
+    "RunTampered",
     "Session",
     "Severity",
+    "SignedAnswer",
     "SnapshotRefused",
     "Start",
     "Structure",
     "Tick",
     "Verdict",
+    "Verification",
     "load",
+    "verify",
 ]

@@ -296,7 +296,7 @@ class Bundle:
     finished: bool
 
     def __init__(self) -> None:
-        raise TypeError("use Bundle.create(...)")
+        raise TypeError("use Bundle.create(...) or Bundle.open(...)")
 
     @classmethod
     def create(cls, policy: Any, runs_root: Path, run_id: str, document: bytes, facts: Dict[str, Any], clock: Callable[[], int]) -> "Bundle":
@@ -348,8 +348,51 @@ class Bundle:
         b._events_id = b.dir.identity("events.ndjson")
         return b
 
+    @classmethod
+    def open(cls, policy: Any, runs_root: Path, run_id: str, clock: Callable[[], int]) -> "Bundle":
+        """Reopens a bundle another process created (the Rust host's ``Bundle::open``), to record further
+        events and finish it: reads run.json; the chain starts at its ``chain_h0`` with no line counted (the
+        caller has the module check the recorded events, then sets :attr:`head` and :attr:`lines`). A bundle
+        that has ended (an outcome, ``ended_without_report`` or a receipt) opens as :attr:`finished`.
+        ``OSError`` when it cannot be read, ``ValueError`` when run.json is not this run's."""
+        if not is_safe_name(run_id):
+            raise ValueError(f"`{run_id}` is not a usable run id")
+        b: Bundle = cls.__new__(cls)
+        b._policy, b._clock, b.run_id, b.path = policy, clock, run_id, runs_root / run_id
+        b.root = _Dir(runs_root)
+        b._dirs = {}
+        try:
+            b.dir = b._dirs[run_id] = b.root.subdir(run_id)
+            b._adopt(b.dir.read("run.json").decode("utf-8"))
+            m = b._manifest
+            if not isinstance(m, dict) or m.get("schema") != "runbook-run-bundle/v1" or m.get("run_id") != run_id:
+                raise ValueError("run.json is not the runbook-run-bundle/v1 of this run")
+            artifacts = m.get("artifacts")
+            b._document_file = artifacts.get("document") if isinstance(artifacts, dict) else None
+            if b._document_file not in ("runbook.yaml", "runbook.json"):
+                raise ValueError("run.json names no document")
+            b.head = m.get("chain_h0")
+            if not isinstance(b.head, str) or len(b.head) != 64:
+                raise ValueError("run.json has no chain_h0")
+            b.finished = m.get("outcome") is not None or "ended_without_report" in m or b.dir.is_file("receipt.json")
+            b._events_id = b.dir.identity("events.ndjson")
+        except BaseException:
+            b.close()
+            raise
+        b.lines, b._start_line = 0, None
+        return b
+
+    def document(self) -> Tuple[str, bytes]:
+        """The document's file name and exact bytes, as run.json names them (the caller checks them)."""
+        return self._document_file, self.dir.read(self._document_file)
+
+    def events_bytes(self) -> bytes:
+        """The bytes of ``events.ndjson`` as they are now."""
+        return self.dir.read("events.ndjson")
+
     _policy: Any
     _clock: Callable[[], int]
+    _document_file: str
     _dirs: Dict[str, _Dir]
     _manifest_text: str
     _manifest: Dict[str, Any]

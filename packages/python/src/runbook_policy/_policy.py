@@ -39,21 +39,25 @@ from ._types import (
     Reason,
     Recorded,
     Refusal,
+    Replayed,
     Result,
     Risk,
     RunState,
+    RunTampered,
     Severity,
+    SignedAnswer,
     SnapshotRefused,
     Start,
     Structure,
     Tick,
     Verdict,
+    Verification,
     _Complete,
 )
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "c04a69c90f8427b760b0f69b16da1fa51f61aaa7e5b349595a21c615f6577b14"
+COMPONENT_SHA256 = "1d10faf5ab9b18ea08e7c612b21c723e7163ac7beaea2731b8c75bcbed269e1a"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
@@ -295,6 +299,37 @@ def _effects(r: Any) -> List[Effect]:
     return [Effect(op=EffectOp(e.op), path=e.path, bytes=bytes(e.bytes)) for e in r]
 
 
+def _bundle_item(name: Any, item: Any) -> Tuple[str, Any]:
+    """One ``(name, bundle-item)``: bytes are a file, an int a directory's entry count, None anything else
+    (wasmtime-py lowers this variant bare, by the payload's type)."""
+    _str(name, "an entry's name")
+    if isinstance(item, (bytes, bytearray, memoryview)):
+        return name, bytes(item)
+    if item is None or (isinstance(item, int) and not isinstance(item, bool) and 0 <= item < 1 << 32):
+        return name, item
+    raise TypeError(f"the entry {name!r} must be bytes (a file), an int from 0 to 2^32-1 (a directory's entry count) or None, not {item!r:.60}")
+
+
+def _verification(v: Any) -> Verification:
+    g = v.__dict__
+    return Verification(
+        checks=list(g["checks"]),
+        failure=None if g["failure"] is None else (g["failure"][0], g["failure"][1]),
+        run_id=g["run-id"],
+        outcome=g["outcome"],
+        events=g["events"],
+        reasons=[(c, m) for c, m in g["reasons"]],
+        warnings=list(g["warnings"]),
+        redacted=g["redacted"],
+        shadow=g["shadow"],
+        signed_answers=[
+            SignedAnswer(place=a.place, principal=a.principal, message=a.message, signature=a.signature, fingerprint=a.fingerprint)
+            for a in g["signed-answers"]
+        ],
+        receipt_signed=g["receipt-signed"],
+    )
+
+
 def _facts(facts: Any, what: str) -> str:
     """Facts as JSON text: text as given, anything else encoded (:func:`json_text`)."""
     return facts if isinstance(facts, str) else json_text(facts, what)
@@ -523,6 +558,17 @@ class Policy:
             self._call("bundle-end", _str(manifest, "manifest"), _opt_str(report, "report"), _facts(facts, "facts"))
         )
 
+    def verify_bundle(self, entries: Sequence[Tuple[str, Any]], module_sha256: str, signers_sha256: Optional[str] = None) -> Verification:
+        """Every consistency check of a run bundle, in the module, stopping at the first failure (WIT
+        ``verify-bundle``). ``entries``: every top-level entry of the bundle directory as ``(name, item)``,
+        ``item`` being a regular file's bytes, a directory's entry count (int) or None (anything else, a
+        symbolic link: never read). ``module_sha256``: the sha256 of the module that replays the bundle (the
+        receipt must name it; :attr:`module_sha256`); ``signers_sha256``: that of the allowed signers the
+        verifier trusts. The signature bytes of ``signed_answers`` are left to the caller:
+        :func:`runbook_policy.verify` reads a directory and fails such a bundle closed."""
+        items = [_bundle_item(*e) for e in entries]
+        return _verification(self._call("verify-bundle", items, _str(module_sha256, "module_sha256"), _opt_str(signers_sha256, "signers_sha256")))
+
     def record_line(self, link: str, event_line: str, decision_line: str) -> str:
         """The ``events.ndjson`` record of an event line and its decision line (newline included)."""
         return self._call("record-line", _str(link, "link"), _str(event_line, "event_line"), _str(decision_line, "decision_line"))
@@ -647,6 +693,22 @@ class Session:
         """The replay path: a recorded event line and the previous link in; its decision line and link out."""
         d, link = self._call("[method]session.replay-line", _str(line, "line"), _prev(prev))
         return d, link
+
+    def replay_events(self, events: bytes, prev: str) -> Replayed:
+        """The resume path: every record of ``events.ndjson`` (its bytes) replayed into this new session from
+        ``prev`` (the chain's ``h0``), each checked by the module (its one allowed form, its link, its
+        decision). A record that does not check out raises :class:`RunTampered` naming the line
+        (``events.ndjson:N``) and why; the session is then unusable."""
+        if not isinstance(events, (bytes, bytearray, memoryview)):
+            raise TypeError(f"events are the bytes of events.ndjson, not {type(events).__name__}")
+        r = self._call("[method]session.replay-events", bytes(events), _prev(prev))
+        # result<replayed, tuple<string, string>> lifts bare (a record or a tuple), or tagged by other versions.
+        if isinstance(r, wc.Variant):
+            r = r.payload if r.tag == "ok" else tuple(r.payload)
+        if isinstance(r, tuple):
+            raise RunTampered(r[0], r[1])
+        g = r.__dict__
+        return Replayed(head=g["head"], events=g["events"], last_at=g["last-at"])
 
     def state(self) -> RunState:
         return _state(self._call("[method]session.state"))

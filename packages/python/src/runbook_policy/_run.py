@@ -21,6 +21,7 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -36,6 +37,7 @@ from ._types import (
     EndReason,
     Event,
     FinalOutput,
+    InvalidDocument,
     Invoke,
     ModuleTrap,
     Outcome,
@@ -47,6 +49,7 @@ from ._types import (
     Risk,
     RunBroken,
     RunState,
+    RunTampered,
     Start,
     Tick,
     Verdict,
@@ -67,6 +70,12 @@ def _ms(v: Any) -> int:
         # Not a ValueError: that is an event's own fault (a malformed event), this is the host's.
         raise PolicyError(f"the run's clock must give Unix milliseconds (an integer from 0 to 2^64-1), not {v!r}")
     return v
+
+
+def _unix_ms(rfc3339: str) -> int:
+    """Unix milliseconds of a UTC RFC 3339 time as the module writes it (``2026-12-02T00:00:00.000Z``)."""
+    t = datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
+    return (t - datetime(1970, 1, 1, tzinfo=timezone.utc)) // timedelta(milliseconds=1)
 
 
 def _host_version() -> str:
@@ -271,7 +280,7 @@ class Run:
     _last_at: int
 
     def __init__(self) -> None:
-        raise TypeError("use Run.create(policy, document, ...)")
+        raise TypeError("use Run.create(policy, document, ...) or Run.resume(policy, run_id, ...)")
 
     @classmethod
     def create(
@@ -396,8 +405,96 @@ class Run:
             run._finish()
         return run
 
+    @classmethod
+    def resume(
+        cls,
+        policy: Policy,
+        run_id: str,
+        *,
+        runs_root: Union[str, "os.PathLike[str]"] = ".runbook/runs",
+        t0: Optional[int] = None,
+        pin: Optional[Tuple[str, str]] = None,
+        clock: Optional[Callable[[], int]] = None,
+    ) -> "Run":
+        """Reopens the run ``run_id`` that another process began and did not end, as the Rust host's
+        ``Run::resume``: the module replays every record (its form, chain link and decision) from ``h0``,
+        derived again from the document's envelope (never read from run.json), and later events go to the
+        same bundle byte for byte as the first process would have written them. ``pin``: :attr:`pin`, kept
+        out of the agent's reach when the run began. ``t0``: the run's wall-clock start in Unix ms, from
+        which every later ``at`` counts (:attr:`t0` of the first process; default: the ``created`` time
+        run.json records, a few ms earlier). Raises :class:`RunTampered` (``place``: ``events.ndjson:N``,
+        ``run.json`` or the document's file), :class:`RunBroken` (unreadable), :class:`PolicyError` for a
+        finished run or one whose approvals or receipt are signed (this package checks no signature)."""
+        if not _bundle.is_safe_name(run_id):
+            raise ValueError(f"`{run_id}` is not a usable run id")
+        if pin is not None and (isinstance(pin, str) or len(pin) != 2 or not all(isinstance(x, str) for x in pin)):
+            raise TypeError("`pin` must be (document_sha256, chain_h0), as Run.pin gave it")
+        now = _wall_clock if clock is None else clock
+        if not callable(now):
+            raise TypeError("`clock` must be a callable returning Unix milliseconds")
+        runs = Path(os.fspath(runs_root))
+        try:
+            bundle = _bundle.Bundle.open(policy, runs, run_id, lambda: _ms(now()))
+        except (OSError, ValueError) as e:
+            raise RunBroken(f"run {run_id} cannot be resumed: {e}") from None
+        try:
+            m = bundle.manifest
+            if bundle.finished:
+                raise PolicyError(f"run {run_id} is finished (its report is written, or it ended without one): a finished run is not resumed")
+            if m.get("approvals") is not None or m.get("receipt_signature") is not None:
+                raise PolicyError(f"run {run_id} has signed approvals or a signed receipt, which this package cannot check: resume it with runbook-host")
+            name, doc = bundle.document()
+            doc_sha = _bundle.sha256_hex(doc)
+            if doc_sha != m["document"]["sha256"]:
+                raise RunTampered(name, "the document's sha256 is not run.json's", run_id)
+            try:
+                h0 = _bundle.sha256_hex(policy.envelope(doc).encode("utf-8"))
+            except InvalidDocument:
+                h0 = doc_sha
+            if bundle.head != h0:
+                raise RunTampered("run.json", f"chain_h0 is not the digest of its document's envelope ({h0})", run_id)
+            if pin is not None and tuple(pin) != (doc_sha, h0):
+                raise RunTampered(name, f"the document is not the one pinned when the run began (sha256 {doc_sha}, pinned {pin[0]})", run_id)
+            start = _ms(t0) if t0 is not None else _unix_ms(next(e["at"] for e in m["lifecycle"] if e["event"] == "created"))
+            session = policy.session(doc)
+            try:
+                replayed = session.replay_events(bundle.events_bytes(), h0)
+            except RunTampered as e:
+                raise RunTampered(e.place, e.reason, run_id) from None
+        except BaseException as e:
+            bundle.close()
+            if isinstance(e, OSError):
+                raise RunBroken(f"run {run_id} cannot be resumed: {e}") from None
+            if isinstance(e, (KeyError, TypeError, ValueError, StopIteration)):
+                raise RunBroken(f"run {run_id} cannot be resumed: run.json is not of its form ({type(e).__name__}: {e})") from None
+            raise
+        bundle.head, bundle.lines = replayed.head, replayed.events
+        run: Run = cls.__new__(cls)
+        run._policy, run._bundle, run._session = policy, bundle, session
+        run._broken, run._state = None, None
+        run._clock, run._t0, run._last_at = now, start, replayed.last_at
+        run._guard = Guard()
+        run._guard.add_path(runs)
+        run._guard.add_path(bundle.path)
+        run._needles = []
+        run._set_guard()
+        return run
+
     start: Answer
-    """The module's answer to the ``start`` claim (``halt`` with the refusals when the run was refused)."""
+    """The module's answer to the ``start`` claim (``halt`` with the refusals when the run was refused);
+    not set on a resumed run."""
+
+    @property
+    def t0(self) -> int:
+        """The run's wall-clock start (Unix ms): every ``at`` counts from here (keep it to :meth:`resume`)."""
+        return self._t0
+
+    @property
+    def pin(self) -> Tuple[str, str]:
+        """``(document_sha256, chain_h0)`` of this run, to keep out of the agent's reach and pass to
+        :meth:`resume`: a document swapped in the bundle (with run.json edited to match) is then refused."""
+        m = self._bundle.manifest
+        return m["document"]["sha256"], m["chain_h0"]
 
     # ---- properties ----
 

@@ -356,6 +356,16 @@ class Recorded:
 
 
 @dataclass(frozen=True)
+class Replayed:
+    """What :meth:`Session.replay_events` established: the chain's head after the last record, how many
+    events were replayed and the last one's ``at``."""
+
+    head: str
+    events: int
+    last_at: int
+
+
+@dataclass(frozen=True)
 class Effect:
     """One file operation of a run bundle, composed by the module (``bundle-create``, ``bundle-change``,
     ``bundle-end``): a host carries the effects out in order and stops at the first that fails. ``path`` is
@@ -364,6 +374,48 @@ class Effect:
     op: EffectOp
     path: str
     bytes: bytes
+
+
+@dataclass(frozen=True)
+class SignedAnswer:
+    """A signed answer whose payload the module checked (DESIGN 9.19): the signature bytes are the host's
+    to check, by the key the signature carries (whose fingerprint must be ``fingerprint``)."""
+
+    place: str
+    principal: str
+    message: str
+    signature: str
+    fingerprint: str
+
+
+@dataclass(frozen=True)
+class Verification:
+    """What the module's ``verify-bundle`` found about a run bundle (the WIT's ``verification``)."""
+
+    checks: List[str] = field(default_factory=list)
+    """The checks that passed, in order (``layout``, ``files-present``, ..., ``receipt``)."""
+    failure: Optional[Tuple[str, str]] = None
+    """The first check that failed: its place (a file, ``events.ndjson:N``) and one sentence."""
+    run_id: Optional[str] = None
+    outcome: Optional[str] = None
+    events: int = 0
+    reasons: List[Tuple[str, str]] = field(default_factory=list)
+    """Why a verified bundle is not share-ready: (code, sentence)."""
+    warnings: List[str] = field(default_factory=list)
+    redacted: bool = False
+    """A redacted derivative: its chain and receipt verified, its events not replayed."""
+    shadow: Optional[int] = None
+    """A shadow run: how many calls the module did not allow ran anyway."""
+    signed_answers: List[SignedAnswer] = field(default_factory=list)
+    """The signed answers whose payloads passed, whose signatures are still to be checked."""
+    receipt_signed: bool = False
+    """The receipt is signed (``receipt.dsse.json``, or ``run.json`` says so): that signature is still to be
+    checked."""
+
+    @property
+    def ok(self) -> bool:
+        """True when no check failed."""
+        return self.failure is None
 
 
 # ---- errors ----------------------------------------------------------------------------------------------
@@ -418,7 +470,20 @@ class ModuleTrap(PolicyError):
 
 
 class RunBroken(PolicyError):
-    """A :class:`Run` cannot go on: its evidence could not be written, or the module trapped. The call that
-    broke it and every later one raise this; an adapter blocks the tool call it was deciding."""
+    """A :class:`Run` cannot go on: its evidence could not be written (or read, to resume it), or the module
+    trapped. The call that broke it and every later one raise this; an adapter blocks the tool call it was
+    deciding."""
 
     code = "run-broken"
+
+
+class RunTampered(PolicyError):
+    """The recorded evidence does not check out (edited, truncated, forged, another document): ``place``
+    names where (``events.ndjson:N``, ``run.json``, the document's file) and ``reason`` says why."""
+
+    code = "run-tampered"
+
+    def __init__(self, place: str, reason: str, run_id: Optional[str] = None) -> None:
+        super().__init__(f"{f'run {run_id}: ' if run_id else ''}{place}: {reason}")
+        self.place = place
+        self.reason = reason

@@ -1,0 +1,1070 @@
+//! `verify` of a run bundle (DESIGN 5, 11), in the module: every consistency check a verifier makes of a
+//! bundle's bytes, so the CLI, the packages and a browser verify with the same code. A host passes the
+//! bundle's top-level entries in (it keeps file access, sizes and the bytes of signatures); the module
+//! runs the checks in order, stopping at the first failure and naming its place (a file, or
+//! `events.ndjson:N`):
+//!
+//! 1. `layout`: `run.json` is a `runbook-run-bundle/v1` with the fixed layout of relative artifact names;
+//! 2. `files-present`: every artifact is there and a regular file;
+//! 3. `receipt-form`: `receipt.json` is canonical JSON with exactly the `runbook-receipt/v1` keys;
+//! 4. `relative-paths-only`: no absolute path in `run.json`, the report or the receipt;
+//! 5. `document-sha256`: the document's sha256 agrees with `run.json`, the envelope, the report (and the
+//!    registry pin, T2);
+//! 6. `envelope`: the module's envelope of the document, byte for byte, and the chain's `h0`;
+//!    `derivation` (a redacted derivative only): what `derivation.json` records;
+//! 7. `hash-chain`: every `events.ndjson` line is the module's record of its texts and continues the chain
+//!    (9.22), and a replay reproduces every decision line byte for byte;
+//! 8. `replay-decisions` and `replay-report`: `report.json` is the replay's, byte for byte (a redacted
+//!    derivative: `report-decisions`, the report against the recorded decisions);
+//! 9. `signatures`: each signed answer answers one approval event, once, with that event's payload
+//!    (9.19); the signature bytes are the host's to check ([`Verification::signed_answers`]);
+//! 10. `shadow.ndjson` (a shadow run): each line names a recorded decision that did not allow the call;
+//! 11. `receipt`: its report, hashes, module, host and pins of every other file, byte for byte the
+//!     module's receipt of these files, and `run.json`'s lifecycle.
+//!
+//! Then share safety: reasons a bundle is `local_only` (raw arguments, results, malformed lines verbatim,
+//! an approval channel holding calls).
+
+use crate::audit;
+use crate::bundle::{self, RECEIPT_SCHEMA, RUN_SCHEMA, SHADOW, SIGNATURES};
+use crate::doc::sha256_hex;
+use crate::jcs;
+use crate::json;
+use crate::supervisor::Session;
+use crate::value::{json_eq, Node, Value};
+
+pub const DERIVATION_SCHEMA: &str = "runbook-redacted-derivation/v1";
+pub const REDACTION: &str = "digest-arguments-and-results/v1";
+/// Every host whose bundles verify: the CLI, and the packages that embed the module in a client's process.
+pub const KNOWN_HOSTS: [&str; 3] = ["runbook-host", "runbook-policy-python", "runbook-policy-js"];
+const RECEIPT_KEYS: [&str; 7] = ["artifacts", "chain_head", "host", "module_sha256", "report", "report_sha256", "schema"];
+
+/// One top-level entry of a bundle directory, as the host found it.
+#[derive(Clone, Debug)]
+pub enum Item {
+    /// A regular file and its bytes.
+    File(Vec<u8>),
+    /// A directory and how many entries it holds.
+    Dir(u32),
+    /// Anything else (a symbolic link, a device): never read.
+    Other,
+}
+
+/// What the verifier trusts beyond the bundle: the module that replays it (its sha256, which the host
+/// measured when it loaded it) and the allowed signers it checks signed approvals against.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub module_sha256: String,
+    /// The sha256 of the verifier's `allowed_signers`, when it gave one.
+    pub signers_sha256: Option<String>,
+}
+
+/// A signed answer whose payload the module checked: the host checks the signature bytes (by the key
+/// the signature carries, whose fingerprint must be `fingerprint`, and by its allowed signers).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignedAnswer {
+    pub place: String,
+    pub principal: String,
+    pub message: String,
+    pub signature: String,
+    pub fingerprint: String,
+}
+
+/// What verification found.
+#[derive(Clone, Debug, Default)]
+pub struct Verification {
+    /// The checks that passed, in order.
+    pub checks: Vec<&'static str>,
+    /// The first failure: its place and one sentence.
+    pub failure: Option<(String, String)>,
+    pub run_id: Option<String>,
+    pub outcome: Option<String>,
+    pub events: u64,
+    /// Why the bundle is not share-ready (code, sentence); only when no check failed.
+    pub reasons: Vec<(&'static str, String)>,
+    pub warnings: Vec<String>,
+    /// A redacted derivative: chain and receipt verified, not replayed.
+    pub redacted: bool,
+    /// A shadow run: how many calls the module did not allow ran anyway.
+    pub shadow: Option<u64>,
+    /// The signed answers whose payloads passed, for the host to check their signatures.
+    pub signed_answers: Vec<SignedAnswer>,
+    /// `run.json` announces a signature of the receipt, or `receipt.dsse.json` is there: the host must
+    /// check it; a host that cannot must not pass the bundle.
+    pub receipt_signed: bool,
+}
+
+type Failure = (String, String);
+
+fn fail<T>(place: impl Into<String>, message: impl Into<String>) -> Result<T, Failure> {
+    Err((place.into(), message.into()))
+}
+
+/// Runs every check on the bundle whose top-level entries are `entries` (`name`, what it is).
+pub fn verify(entries: &[(String, Item)], options: &Options) -> Verification {
+    let mut v = Verification::default();
+    let mut cx = Cx { entries, options, v: &mut v };
+    let failure = cx.checks().err();
+    if failure.is_none() {
+        let reasons = share_safety(entries);
+        cx.v.reasons = reasons;
+    }
+    v.failure = failure;
+    v
+}
+
+struct Cx<'a> {
+    entries: &'a [(String, Item)],
+    options: &'a Options,
+    v: &'a mut Verification,
+}
+
+// Small accessors over the module's JSON nodes.
+
+fn get<'a>(n: &'a Node, path: &[&str]) -> Option<&'a Node> {
+    let mut cur = n;
+    for k in path {
+        cur = cur.get(k)?;
+    }
+    Some(cur)
+}
+
+fn str_at<'a>(n: &'a Node, path: &[&str]) -> Option<&'a str> {
+    get(n, path).and_then(Node::as_str)
+}
+
+fn u64_of(n: Option<&Node>) -> Option<u64> {
+    match n.map(|n| &n.value) {
+        Some(Value::Num(x)) => x.as_u64(),
+        _ => None,
+    }
+}
+
+fn is_null(n: Option<&Node>) -> bool {
+    matches!(n.map(|n| &n.value), None | Some(Value::Null))
+}
+
+fn same(a: Option<&Node>, b: Option<&Node>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => json_eq(a, b),
+        (a, b) => is_null(a) && is_null(b),
+    }
+}
+
+/// The value as a verifier shows it in a sentence (`null` when absent).
+fn shown(n: Option<&Node>) -> String {
+    n.map(jcs::to_string).unwrap_or_else(|| "null".into())
+}
+
+fn keys(n: &Node) -> Vec<&str> {
+    match &n.value {
+        Value::Obj(m) => m.iter().map(|m| m.key.as_str()).collect(),
+        _ => Vec::new(),
+    }
+}
+
+fn utf8<'a>(name: &str, bytes: &'a [u8]) -> Result<&'a str, Failure> {
+    std::str::from_utf8(bytes).or_else(|_| fail(name, "not UTF-8"))
+}
+
+/// JSON text, refusing an object with a key twice (readers disagree on which one counts).
+fn parse(name: &str, bytes: &[u8]) -> Result<Node, Failure> {
+    let p = json::parse(utf8(name, bytes)?);
+    match (p.node, p.issues.first()) {
+        (Some(n), None) => Ok(n),
+        (_, Some(i)) => fail(name, format!("not JSON: {} at line {}, column {}", i.message, i.pos.line, i.pos.column)),
+        (None, None) => fail(name, "not JSON"),
+    }
+}
+
+/// `2026-12-01T10:00:00.000Z`: what every time in a bundle looks like.
+fn is_rfc3339_ms(t: &str) -> bool {
+    let b = t.as_bytes();
+    let digits = |r: std::ops::Range<usize>| r.into_iter().all(|i| b[i].is_ascii_digit());
+    b.len() == 24
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && b[10] == b'T'
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19)
+        && b[19] == b'.'
+        && digits(20..23)
+        && b[23] == b'Z'
+}
+
+fn is_hex64(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// An absolute path (or a home-relative or file: one) of any common system.
+fn looks_absolute(s: &str) -> bool {
+    let b = s.as_bytes();
+    s.starts_with('/')
+        || s.starts_with('~')
+        || s.starts_with("\\\\")
+        || s.starts_with("file:")
+        || (b.len() >= 3 && b[0].is_ascii_alphabetic() && b[1] == b':' && (b[2] == b'\\' || b[2] == b'/'))
+}
+
+fn find_absolute(n: &Node, at: &str) -> Option<String> {
+    match &n.value {
+        Value::Str(s) if looks_absolute(s) => Some(at.to_string()),
+        Value::Arr(a) => a.iter().enumerate().find_map(|(i, x)| find_absolute(x, &format!("{at}/{i}"))),
+        Value::Obj(o) => {
+            o.iter().find_map(|m| if looks_absolute(&m.key) { Some(format!("{at}/{}", m.key)) } else { find_absolute(&m.value, &format!("{at}/{}", m.key)) })
+        }
+        _ => None,
+    }
+}
+
+/// One parsed line of `events.ndjson`: the exact texts recorded.
+pub struct EventRecord {
+    pub h: String,
+    pub event_line: String,
+    pub decision_line: String,
+}
+
+/// The raw line a record embeds (a JSON string holds a line that is not one JSON object).
+fn unembed(text: &str) -> Option<String> {
+    if text.trim_start().starts_with('"') {
+        match json::parse(text).node.map(|n| n.value) {
+            Some(Value::Str(s)) => Some(s),
+            _ => None,
+        }
+    } else {
+        Some(text.to_string())
+    }
+}
+
+/// The end (exclusive) of the JSON value starting at `i` in compact JSON text.
+fn skip_value(b: &[u8], mut i: usize) -> Option<usize> {
+    fn skip_string(b: &[u8], mut i: usize) -> Option<usize> {
+        i += 1;
+        while i < b.len() {
+            match b[i] {
+                b'\\' => i += 2,
+                b'"' => return Some(i + 1),
+                _ => i += 1,
+            }
+        }
+        None
+    }
+    match *b.get(i)? {
+        b'"' => skip_string(b, i),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            while i < b.len() {
+                match b[i] {
+                    b'"' => {
+                        i = skip_string(b, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+/// Parses one line of `events.ndjson` (without its newline). The one allowed form: the line must be
+/// exactly the record the module composes of the texts it holds.
+pub fn parse_event_record(line: &str) -> Result<EventRecord, String> {
+    const PRE: &str = "{\"h\":\"";
+    let rest = line.strip_prefix(PRE).ok_or("a line must start with {\"h\":\"")?;
+    if rest.len() < 64 || !rest.as_bytes()[..64].iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+        return Err("`h` must be 64 lowercase hex digits".into());
+    }
+    let h = rest[..64].to_string();
+    let rest = rest[64..].strip_prefix("\",\"decision\":").ok_or("`decision` must follow `h`")?;
+    let end = skip_value(rest.as_bytes(), 0).ok_or("`decision` is not JSON")?;
+    let decision_text = &rest[..end];
+    let rest = rest[end..].strip_prefix(",\"event\":").ok_or("`event` must follow `decision`")?;
+    let event_text = rest.strip_suffix('}').ok_or("a line must end with }")?;
+    let p = json::parse(line);
+    if p.node.is_none() {
+        return Err("the line is not JSON".into());
+    }
+    let decision_line = unembed(decision_text).ok_or("`decision` is not a JSON object or string")?;
+    let event_line = unembed(event_text).ok_or("`event` is not a JSON object or string")?;
+    let composed = bundle::record_line(&h, &event_line, &decision_line, None);
+    if composed.strip_suffix('\n') != Some(line) {
+        return Err("a value is not stored in its one allowed form".into());
+    }
+    Ok(EventRecord { h, event_line, decision_line })
+}
+
+/// Reads `events.ndjson` bytes into records; the error names the 1-based line.
+pub fn read_events(bytes: &[u8]) -> Result<Vec<EventRecord>, (usize, String)> {
+    let text = std::str::from_utf8(bytes).map_err(|e| (bytes[..e.valid_up_to()].iter().filter(|b| **b == b'\n').count() + 1, "not UTF-8".to_string()))?;
+    if text.is_empty() {
+        return Ok(Vec::new());
+    }
+    let body = text.strip_suffix('\n').ok_or((text.split('\n').count(), "the last line does not end with a newline".to_string()))?;
+    body.split('\n').enumerate().map(|(n, l)| parse_event_record(l).map_err(|e| (n + 1, e))).collect()
+}
+
+/// What the checks have read and established so far, handed from each numbered check to the next.
+#[derive(Default)]
+struct Seen<'a> {
+    run_bytes: &'a [u8],
+    run: Option<Node>,
+    run_id: String,
+    doc_file: String,
+    has_envelope: bool,
+    doc: &'a [u8],
+    envelope: Option<&'a [u8]>,
+    env_v: Option<Node>,
+    events_bytes: &'a [u8],
+    report_bytes: &'a [u8],
+    report: Option<Node>,
+    receipt_bytes: &'a [u8],
+    receipt: Option<Node>,
+    derivation: Option<Node>,
+    doc_sha: String,
+    h0: String,
+    /// The sha256 of the events the receipt pins (the source's, for a redacted derivative).
+    events_source_sha: String,
+    head: String,
+    /// Every event and its decision, parsed (a malformed event line is null).
+    records: Vec<(Node, Node)>,
+    lines: Vec<(String, String)>,
+    signatures: Option<&'a [u8]>,
+    shadow: Option<&'a [u8]>,
+}
+
+fn null() -> Node {
+    Node::new(Value::Null)
+}
+
+impl<'a> Cx<'a> {
+    fn pass(&mut self, id: &'static str) {
+        self.v.checks.push(id);
+    }
+
+    fn entry(&self, name: &str) -> Option<&'a Item> {
+        self.entries.iter().find(|(n, _)| n == name).map(|(_, i)| i)
+    }
+
+    fn read(&self, name: &str) -> Result<&'a [u8], Failure> {
+        match self.entry(name) {
+            Some(Item::File(b)) => Ok(b),
+            Some(_) => fail(name, "not a regular file"),
+            None => fail(name, "missing"),
+        }
+    }
+
+    fn checks(&mut self) -> Result<(), Failure> {
+        let mut s = self.layout()?;
+        self.presence(&mut s)?;
+        self.receipt_form(&mut s)?;
+        self.relative_paths_only(&mut s)?;
+        self.document_sha256(&mut s)?;
+        self.envelope(&mut s)?;
+        self.derivation(&mut s)?;
+        let session = self.events(&mut s)?;
+        self.report(&s, session)?;
+        self.signatures(&mut s)?;
+        self.shadow(&mut s)?;
+        self.receipt(&s)
+    }
+
+    /// 1. The manifest and its layout.
+    fn layout(&mut self) -> Result<Seen<'a>, Failure> {
+        let run_bytes = self.read("run.json")?;
+        let run = parse("run.json", run_bytes)?;
+        if str_at(&run, &["schema"]) != Some(RUN_SCHEMA) {
+            return fail("run.json", format!("`schema` is not `{RUN_SCHEMA}`"));
+        }
+        let Some(run_id) = str_at(&run, &["run_id"]).filter(|s| bundle::is_safe_name(s)) else {
+            return fail("run.json", "`run_id` is missing or not a plain name");
+        };
+        let run_id = run_id.to_string();
+        self.v.run_id = Some(run_id.clone());
+        self.v.receipt_signed = !is_null(run.get("receipt_signature")) || self.entry(bundle::RECEIPT_SIGNATURE).is_some();
+        let a = get(&run, &["artifacts"]);
+        let art = |k: &str| a.and_then(|a| a.get(k));
+        let doc_file = match art("document").and_then(Node::as_str) {
+            Some(f @ ("runbook.yaml" | "runbook.json")) => f.to_string(),
+            _ => return fail("run.json", "`artifacts.document` must be `runbook.yaml` or `runbook.json`"),
+        };
+        let has_envelope = match art("envelope").map(|n| &n.value) {
+            None | Some(Value::Null) => false,
+            Some(Value::Str(s)) if s == "envelope.json" => true,
+            _ => return fail("run.json", "`artifacts.envelope` must be `envelope.json` or null"),
+        };
+        for (k, f) in [("run", "run.json"), ("events", "events.ndjson"), ("report", "report.json"), ("receipt", "receipt.json")] {
+            if art(k).and_then(Node::as_str) != Some(f) {
+                return fail("run.json", format!("`artifacts.{k}` must be the relative path `{f}`"));
+            }
+        }
+        if a.map(keys).map(|k| k.len()) != Some(6) {
+            return fail("run.json", "`artifacts` names an unknown artifact");
+        }
+        if str_at(&run, &["document", "file"]) != Some(doc_file.as_str()) {
+            return fail("run.json", "`document.file` is not the document artifact");
+        }
+        self.pass("layout");
+        Ok(Seen { run_bytes, run: Some(run), run_id, doc_file, has_envelope, ..Default::default() })
+    }
+
+    /// 2. Presence.
+    fn presence(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+        s.doc = self.read(&s.doc_file)?;
+        s.envelope = if s.has_envelope { Some(self.read("envelope.json")?) } else { None };
+        s.events_bytes = self.read("events.ndjson")?;
+        let run = s.run.as_ref().expect("layout");
+        s.report_bytes = match self.read("report.json") {
+            Ok(b) => b,
+            // Why there is no report, as run.json says: so an auditor tells a run its host could not end
+            // (a trap, a full disk) from one still running or killed.
+            Err((place, m)) if m == "missing" => {
+                if let Some(code) = get(run, &["ended_without_report"]).filter(|c| !is_null(Some(c))) {
+                    return fail(place, format!("missing: the run ended without a report ({}): nothing vouches for its outcome", code.as_str().unwrap_or("?")));
+                }
+                let ended =
+                    matches!(get(run, &["lifecycle"]).map(|l| &l.value), Some(Value::Arr(l)) if l.iter().any(|e| str_at(e, &["event"]) == Some("ended")));
+                if !ended {
+                    return fail(place, "missing: the run has not ended (it is still running, or its host was stopped before it could end it)");
+                }
+                return fail(place, m);
+            }
+            Err(f) => return Err(f),
+        };
+        s.receipt_bytes = self.read("receipt.json")?;
+        // A redacted derivative (`export --redact`) carries derivation.json: its chain and receipt verify,
+        // its events cannot be replayed.
+        s.derivation = match self.entry("derivation.json") {
+            Some(_) => Some(parse("derivation.json", self.read("derivation.json")?)?),
+            None => None,
+        };
+        self.pass("files-present");
+        Ok(())
+    }
+
+    /// 3. The receipt's form.
+    fn receipt_form(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+        let text = utf8("receipt.json", s.receipt_bytes)?;
+        let receipt = parse("receipt.json", s.receipt_bytes)?;
+        if jcs::to_string(&receipt) != text {
+            return fail("receipt.json", "not canonical JSON (RFC 8785)");
+        }
+        if keys(&receipt) != RECEIPT_KEYS {
+            return fail("receipt.json", format!("the keys must be exactly {}", RECEIPT_KEYS.join(", ")));
+        }
+        if str_at(&receipt, &["schema"]) != Some(RECEIPT_SCHEMA) {
+            return fail("receipt.json", format!("`schema` is not `{RECEIPT_SCHEMA}`"));
+        }
+        s.receipt = Some(receipt);
+        self.pass("receipt-form");
+        Ok(())
+    }
+
+    /// 4. No absolute path in the bundle's own metadata.
+    fn relative_paths_only(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+        s.report = Some(parse("report.json", s.report_bytes)?);
+        for (name, v) in [("run.json", &s.run), ("report.json", &s.report), ("receipt.json", &s.receipt)] {
+            if let Some(at) = v.as_ref().and_then(|v| find_absolute(v, "")) {
+                return fail(name, format!("an absolute path at {at}"));
+            }
+        }
+        self.pass("relative-paths-only");
+        Ok(())
+    }
+
+    /// 5. The document's hash, everywhere it is named.
+    fn document_sha256(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+        let doc_sha = sha256_hex(s.doc);
+        s.env_v = match s.envelope {
+            Some(e) => Some(parse("envelope.json", e)?),
+            None => None,
+        };
+        let (run, report) = (s.run.as_ref().expect("layout"), s.report.as_ref().expect("read"));
+        let report_doc_sha = str_at(report, &["document", "sha256"]).unwrap_or("");
+        let env_doc_sha = s.env_v.as_ref().map(|e| str_at(e, &["document", "sha256"]).unwrap_or("").to_string());
+        let run_doc_sha = str_at(run, &["document", "sha256"]).unwrap_or("");
+        // Name the odd one out: the document when every record agrees against it.
+        let others = [Some(report_doc_sha), env_doc_sha.as_deref(), Some(run_doc_sha)];
+        if others.iter().flatten().all(|x| *x != doc_sha) {
+            return fail(&s.doc_file, format!("its sha256 is {doc_sha}; run.json, the envelope and the report name {run_doc_sha}"));
+        }
+        if let Some(e) = &env_doc_sha {
+            if *e != doc_sha {
+                return fail("envelope.json", format!("names the document sha256 {e}, not {doc_sha}"));
+            }
+        }
+        if report_doc_sha != doc_sha {
+            return fail("report.json", format!("names the document sha256 {report_doc_sha}, not {doc_sha}"));
+        }
+        if run_doc_sha != doc_sha {
+            return fail("run.json", format!("`document.sha256` is {run_doc_sha}, not {doc_sha}"));
+        }
+        let pinned = get(run, &["document", "pinned_sha256"]);
+        match str_at(run, &["document", "trust"]) {
+            Some("T1") if is_null(pinned) => {}
+            Some("T2") if pinned.and_then(Node::as_str) == Some(doc_sha.as_str()) => {}
+            Some("T2") => return fail("run.json", "`document.pinned_sha256` is not the document's sha256"),
+            _ => return fail("run.json", "`document.trust` must be T1 (unpinned) or T2 (pinned)"),
+        }
+        s.doc_sha = doc_sha;
+        self.pass("document-sha256");
+        Ok(())
+    }
+
+    /// 6. The envelope: the module's, byte for byte, and the chain's start.
+    fn envelope(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+        let derived = crate::envelope(s.doc);
+        let env_sha = match (s.envelope, derived) {
+            (Some(e), Ok(d)) => {
+                if e != d.as_bytes() {
+                    return fail("envelope.json", "not the module's envelope of the document, byte for byte");
+                }
+                Some(sha256_hex(e))
+            }
+            (None, Err(_)) => None,
+            (None, Ok(_)) => return fail("run.json", "the document has an envelope, but the bundle records none"),
+            (Some(_), Err(_)) => return fail("envelope.json", "the document has no complete model, so no envelope"),
+        };
+        let (run, report) = (s.run.as_ref().expect("layout"), s.report.as_ref().expect("read"));
+        if let Some(ev) = &s.env_v {
+            for k in ["runbook_id", "version"] {
+                if !same(get(run, &["document", k]), get(ev, &["document", k])) {
+                    return fail("run.json", format!("`document.{k}` is not the envelope's"));
+                }
+            }
+        }
+        if str_at(report, &["envelope_sha256"]) != env_sha.as_deref() {
+            return fail("report.json", "`envelope_sha256` is not the envelope's sha256");
+        }
+        if str_at(run, &["envelope_sha256"]) != env_sha.as_deref() {
+            return fail("run.json", "`envelope_sha256` is not the envelope's sha256");
+        }
+        s.h0 = env_sha.unwrap_or_else(|| s.doc_sha.clone());
+        if str_at(run, &["chain_h0"]) != Some(s.h0.as_str()) {
+            return fail("run.json", "`chain_h0` is not the chain's start");
+        }
+        self.pass("envelope");
+        Ok(())
+    }
+
+    /// 6b. The derivation of a redacted derivative.
+    fn derivation(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+        s.events_source_sha = sha256_hex(s.events_bytes);
+        let Some(d) = s.derivation.clone() else { return Ok(()) };
+        self.v.redacted = true;
+        if str_at(&d, &["schema"]) != Some(DERIVATION_SCHEMA) || str_at(&d, &["transformation"]) != Some(REDACTION) {
+            return fail("derivation.json", format!("not a {DERIVATION_SCHEMA} of `{REDACTION}`"));
+        }
+        if str_at(&d, &["source_run_id"]) != Some(s.run_id.as_str()) {
+            return fail("derivation.json", "`source_run_id` is not the bundle's run id");
+        }
+        // Its own bytes are pinned nowhere: it says exactly what its schema allows and nothing else, and
+        // every file it names is in the bundle with the digest it gives.
+        fn sorted(n: &Node) -> Vec<&str> {
+            let mut k = keys(n);
+            k.sort_unstable();
+            k
+        }
+        if sorted(&d) != ["created_at", "files", "schema", "source_run_id", "transformation"] {
+            return fail("derivation.json", "the keys must be exactly schema, source_run_id, created_at, transformation, files");
+        }
+        if !str_at(&d, &["created_at"]).is_some_and(is_rfc3339_ms) {
+            return fail("derivation.json", "`created_at` is not a UTC RFC 3339 time with milliseconds");
+        }
+        let files: &[Node] = match get(&d, &["files"]).map(|f| &f.value) {
+            Some(Value::Arr(f)) => f,
+            _ => &[],
+        };
+        let paths: Vec<&str> = files.iter().map(|f| str_at(f, &["path"]).unwrap_or("")).collect();
+        if files.is_empty() || !paths.windows(2).all(|w| w[0] < w[1]) {
+            return fail("derivation.json", "`files` must be sorted by path, each path once");
+        }
+        for f in files {
+            let path = str_at(f, &["path"]).unwrap_or("");
+            let (allowed, want): (bool, &[&str]) = match str_at(f, &["action"]) {
+                Some("copied") => {
+                    (!path.ends_with('/') && path != "events.ndjson" && path != "derivation.json", &["action", "output_sha256", "path", "source_sha256"])
+                }
+                Some("redacted") => (path == "events.ndjson", &["action", "output_sha256", "path", "source_sha256"]),
+                Some("omitted") => (
+                    matches!(path, "pending/" | "approvals/" | "consumed/") && str_at(f, &["reason"]).is_some_and(|r| !r.is_empty()),
+                    &["action", "path", "reason"],
+                ),
+                _ => (false, &[]),
+            };
+            if !allowed || sorted(f) != want {
+                return fail("derivation.json", format!("`files` entry `{path}` is not one a redaction writes"));
+            }
+            if str_at(f, &["action"]) == Some("copied") {
+                let sha = sha256_hex(self.read(path)?);
+                if str_at(f, &["source_sha256"]) != Some(sha.as_str()) || str_at(f, &["output_sha256"]) != Some(sha.as_str()) {
+                    return fail(path, "not the copy derivation.json records");
+                }
+            }
+        }
+        let mut copied: Vec<(&str, &[u8])> =
+            vec![("run.json", s.run_bytes), (&s.doc_file, s.doc), ("report.json", s.report_bytes), ("receipt.json", s.receipt_bytes)];
+        if let Some(e) = s.envelope {
+            copied.push(("envelope.json", e));
+        }
+        for (name, bytes) in copied {
+            let sha = sha256_hex(bytes);
+            let e = files.iter().find(|f| str_at(f, &["path"]) == Some(name));
+            let ok = e.is_some_and(|e| {
+                str_at(e, &["action"]) == Some("copied")
+                    && str_at(e, &["source_sha256"]) == Some(sha.as_str())
+                    && str_at(e, &["output_sha256"]) == Some(sha.as_str())
+            });
+            if !ok {
+                return fail(name, "not the copy derivation.json records");
+            }
+        }
+        let Some(ev) = files.iter().find(|f| str_at(f, &["path"]) == Some("events.ndjson") && str_at(f, &["action"]) == Some("redacted")) else {
+            return fail("derivation.json", "records no redacted events.ndjson");
+        };
+        if str_at(ev, &["output_sha256"]) != Some(s.events_source_sha.as_str()) {
+            return fail("events.ndjson", "not the redacted events derivation.json records");
+        }
+        let Some(src) = str_at(ev, &["source_sha256"]).filter(|x| is_hex64(x)) else {
+            return fail("derivation.json", "no source sha256 of events.ndjson");
+        };
+        s.events_source_sha = src.to_string();
+        self.pass("derivation");
+        Ok(())
+    }
+
+    /// 7. Events: shape, chain, replay (the link and the decision together).
+    fn events(&mut self, s: &mut Seen<'a>) -> Result<Session, Failure> {
+        let records = read_events(s.events_bytes).or_else(|(n, m)| fail(format!("events.ndjson:{n}"), m))?;
+        self.v.events = records.len() as u64;
+        let mut h = s.h0.clone();
+        let mut session = Session::new(s.doc);
+        let parsed = |line: &str| json::parse(line).node.unwrap_or_else(null);
+        for (n, r) in records.iter().enumerate() {
+            let place = format!("events.ndjson:{}", n + 1);
+            if self.v.redacted {
+                let next = crate::chain::link(&h, &r.event_line, &r.decision_line, true);
+                if next != r.h {
+                    return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {next}", r.h));
+                }
+                h = next;
+                s.lines.push((r.event_line.clone(), r.decision_line.clone()));
+            } else {
+                let (decision_line, link) = session.replay_line(&r.event_line, &h);
+                if link != r.h {
+                    return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {link}", r.h));
+                }
+                h = link;
+                if decision_line != r.decision_line {
+                    return fail(place, format!("the replay decides {decision_line}, the bundle records {}", r.decision_line));
+                }
+            }
+            s.records.push((parsed(&r.event_line), parsed(&r.decision_line)));
+        }
+        s.head = h;
+        self.pass("hash-chain");
+        Ok(session)
+    }
+
+    /// 8. The report: the replay's, byte for byte (a redacted derivative's: against its decisions).
+    fn report(&mut self, s: &Seen<'a>, session: Session) -> Result<(), Failure> {
+        if self.v.redacted {
+            // A redacted derivative cannot be replayed, so its report is held against what its chained
+            // lines say (the refusals, every deviation and approval, the event count, the outcome and
+            // terminal): a report relabelled and its hashes fixed up, the decisions left, is refused.
+            let text = utf8("report.json", s.report_bytes)?;
+            audit::check_report(s.doc, &s.lines, text)?;
+            self.pass("report-decisions");
+        } else {
+            self.pass("replay-decisions");
+            if session.report().as_bytes() != s.report_bytes {
+                return fail("report.json", "not the replay's report, byte for byte");
+            }
+            self.pass("replay-report");
+        }
+        let report = s.report.as_ref().expect("read");
+        self.v.outcome = str_at(report, &["outcome"]).map(str::to_string);
+        if let Some(r) = str_at(report, &["run_id"]).filter(|r| *r != s.run_id) {
+            self.v.warnings.push(format!("the start claim's run_id `{r}` is not the bundle's `{}`", s.run_id));
+        }
+        Ok(())
+    }
+
+    /// 9. Signed approvals (`signatures.ndjson`): each line answers the approval event at its `seq`, which
+    /// the module accepted (its ledger lets a request be answered once), with that event's payload (run,
+    /// request, step, call, answer) and approver. A run that required signatures has one for every
+    /// approval event. The signature bytes are the host's to check.
+    fn signatures(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+        let run = s.run.as_ref().expect("layout");
+        let required = matches!(get(run, &["approvals", "signed"]).map(|n| &n.value), Some(Value::Bool(true)));
+        let bytes: &[u8] = match self.entry(SIGNATURES) {
+            Some(_) => self.read(SIGNATURES)?,
+            None if !required => return Ok(()),
+            None => &[],
+        };
+        s.signatures = Some(bytes);
+        if let (Some(trusted), Some(sha)) = (&self.options.signers_sha256, str_at(run, &["approvals", "allowed_signers_sha256"])) {
+            if sha != trusted {
+                return fail("run.json", format!("the run's approvals were signed under another allowed_signers (sha256 {sha})"));
+            }
+        }
+        let text = utf8(SIGNATURES, bytes)?;
+        let mut signed_seqs = Vec::new();
+        let mut signed_requests: Vec<u64> = Vec::new();
+        for (i, l) in text.lines().enumerate() {
+            let place = format!("{SIGNATURES}:{}", i + 1);
+            let v = parse(&place, l.as_bytes())?;
+            let Some(seq) = u64_of(v.get("seq")) else { return fail(place, "no `seq`") };
+            let Some((e, d)) = usize::try_from(seq).ok().and_then(|q| s.records.get(q)).filter(|(e, _)| str_at(e, &["type"]) == Some("approval")) else {
+                return fail(place, format!("`seq` {seq} is not an approval event"));
+            };
+            let granted = matches!(e.get("granted").map(|n| &n.value), Some(Value::Bool(true)));
+            let sha = str_at(e, &["call_sha256"]).unwrap_or("");
+            let Some(request) = u64_of(e.get("request")) else {
+                return fail(place, format!("approval event {seq} names no request, so no signature can answer it"));
+            };
+            if str_at(d, &["decision"]) != Some("allow") {
+                return fail(place, format!("approval event {seq} was refused by the module ({}): a signature answers a request once", shown(d.get("reason"))));
+            }
+            if signed_requests.contains(&request) {
+                return fail(place, format!("a second signature answers request {request}"));
+            }
+            signed_requests.push(request);
+            let message = crate::approval_payload(&s.run_id, request, str_at(e, &["step"]), sha, granted);
+            if str_at(&v, &["message"]) != Some(message.as_str()) || u64_of(v.get("request")) != Some(request) {
+                return fail(place, format!("the signed message is not approval event {seq}'s (run, request, step, call, answer)"));
+            }
+            let principal = str_at(&v, &["principal"]).unwrap_or("");
+            if str_at(e, &["approver"]) != Some(principal) {
+                return fail(place, format!("approval event {seq} names `{}`, the signature `{principal}`", str_at(e, &["approver"]).unwrap_or("")));
+            }
+            self.v.signed_answers.push(SignedAnswer {
+                place,
+                principal: principal.to_string(),
+                message,
+                signature: str_at(&v, &["signature"]).unwrap_or("").to_string(),
+                fingerprint: str_at(&v, &["fingerprint"]).unwrap_or("").to_string(),
+            });
+            signed_seqs.push(seq);
+        }
+        if required {
+            for (e, d) in &s.records {
+                if str_at(e, &["type"]) == Some("approval") && !u64_of(d.get("seq")).is_some_and(|q| signed_seqs.contains(&q)) {
+                    return fail("events.ndjson", format!("approval event {} is not signed, and this run's approvals must be", shown(d.get("seq"))));
+                }
+            }
+        }
+        self.pass("signatures");
+        Ok(())
+    }
+
+    /// 10. A shadow run (`run.json` `mode: shadow`): `shadow.ndjson` is there, and each of its lines names
+    /// a recorded decision that did not allow the call. An enforced run has no such file.
+    fn shadow(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+        let run = s.run.as_ref().expect("layout");
+        let is_shadow = match get(run, &["mode"]).map(|m| &m.value) {
+            None | Some(Value::Null) => false,
+            Some(Value::Str(m)) if m == "shadow" => true,
+            _ => return fail("run.json", format!("`mode` is {}: only \"shadow\" (or no `mode`) is known", shown(get(run, &["mode"])))),
+        };
+        let present = self.entry(SHADOW).is_some();
+        if !is_shadow {
+            if present {
+                return fail(SHADOW, "present in a run that run.json does not mark as shadow");
+            }
+            return Ok(());
+        }
+        if !present {
+            return fail(SHADOW, "missing: run.json marks the run as shadow");
+        }
+        let bytes = self.read(SHADOW)?;
+        let text = utf8(SHADOW, bytes)?;
+        let mut n = 0;
+        for (i, line) in text.lines().enumerate() {
+            let place = format!("{SHADOW}:{}", i + 1);
+            let v = parse(&place, line.as_bytes())?;
+            let Some(seq) = u64_of(v.get("seq")) else { return fail(place, "no `seq`") };
+            let recorded = s.records.iter().find(|(_, d)| u64_of(d.get("seq")) == Some(seq)).map(|(_, d)| d.get("decision"));
+            match recorded {
+                Some(Some(d)) if d.as_str() != Some("allow") && same(Some(d), v.get("decision")) => {}
+                Some(d) => return fail(place, format!("names seq {seq} as `{}`, but its recorded decision is {}", shown(v.get("decision")), shown(d))),
+                None => return fail(place, format!("names seq {seq}, which no recorded decision has")),
+            }
+            n += 1;
+        }
+        s.shadow = Some(bytes);
+        self.v.shadow = Some(n);
+        Ok(())
+    }
+
+    /// 11. The receipt's content, then the pins of every file (run.json last).
+    fn receipt(&mut self, s: &Seen<'a>) -> Result<(), Failure> {
+        let (receipt, run, report, h) = (s.receipt.as_ref().expect("form"), s.run.as_ref().expect("layout"), s.report.as_ref().expect("read"), &s.head);
+        if receipt.get("report").map(jcs::to_string).as_deref().map(str::as_bytes) != Some(s.report_bytes) {
+            return fail("receipt.json", "`report` is not report.json");
+        }
+        if str_at(receipt, &["report_sha256"]) != Some(sha256_hex(s.report_bytes).as_str()) {
+            return fail("receipt.json", "`report_sha256` is not report.json's sha256");
+        }
+        if str_at(receipt, &["chain_head"]) != Some(h.as_str()) {
+            return fail("receipt.json", format!("`chain_head` is not the chain's head {h}"));
+        }
+        let module = &self.options.module_sha256;
+        if str_at(receipt, &["module_sha256"]) != Some(module.as_str()) {
+            return fail(
+                "receipt.json",
+                format!("`module_sha256` is {}, but this host embeds (and replayed with) {module}", shown(receipt.get("module_sha256"))),
+            );
+        }
+        let host = receipt.get("host");
+        let known = host.and_then(|h| str_at(h, &["name"])).is_some_and(|n| KNOWN_HOSTS.contains(&n));
+        if !known || host.map(keys).map(|k| k.len()) != Some(2) || host.and_then(|h| str_at(h, &["version"])).is_none() {
+            return fail("receipt.json", format!("`host` must be {{name, version}} with a name of {}", KNOWN_HOSTS.join(", ")));
+        }
+        let mut files: Vec<(&str, String)> =
+            vec![(&s.doc_file, sha256_hex(s.doc)), ("events.ndjson", s.events_source_sha.clone()), ("report.json", sha256_hex(s.report_bytes))];
+        if let Some(e) = s.envelope {
+            files.push(("envelope.json", sha256_hex(e)));
+        }
+        let pins: &[crate::value::Member] = match receipt.get("artifacts").map(|a| &a.value) {
+            Some(Value::Obj(m)) => m,
+            _ => &[],
+        };
+        let pin = |name: &str| pins.iter().find(|m| m.key == name).and_then(|m| m.value.as_str());
+        if let Some(b) = s.signatures {
+            if !b.is_empty() || pins.iter().any(|m| m.key == SIGNATURES) {
+                files.push((SIGNATURES, sha256_hex(b)));
+            }
+        }
+        if let Some(b) = s.shadow {
+            files.push((SHADOW, sha256_hex(b)));
+        }
+        if pins.len() != files.len() + 1 {
+            return fail("receipt.json", "`artifacts` does not pin exactly the bundle's other files");
+        }
+        for (name, sha) in &files {
+            if pin(name) != Some(sha.as_str()) {
+                let place = if *name == "events.ndjson" && self.v.redacted { "derivation.json" } else { "receipt.json" };
+                return fail(place, format!("`artifacts` of receipt.json does not pin {name}'s sha256"));
+            }
+        }
+        // run.json is the receipt's: from here on, a disagreement between them is the receipt's.
+        let run_sha = sha256_hex(s.run_bytes);
+        match pin("run.json") {
+            Some(p) if p == run_sha => {}
+            Some(p) => return fail("run.json", format!("its sha256 is {run_sha}, receipt.json pins {p}")),
+            None => return fail("receipt.json", "`artifacts` does not pin run.json"),
+        }
+        if !same(run.get("module_sha256"), receipt.get("module_sha256")) {
+            return fail("run.json", "`module_sha256` is not the receipt's");
+        }
+        if !same(run.get("host"), receipt.get("host")) {
+            return fail("receipt.json", "`host` is not the host run.json records");
+        }
+        if !same(run.get("outcome"), report.get("outcome")) {
+            return fail("run.json", "`outcome` is not the report's");
+        }
+        // The receipt's bytes are the module's composition of these very files: anything the checks above
+        // do not name (an extra member, another order, another number form) is caught here.
+        let hashes = jcs::obj_owned(files.iter().filter(|(n, _)| *n != "report.json").map(|(n, sha)| (n.to_string(), jcs::s(sha))).collect());
+        let run_text = String::from_utf8_lossy(s.run_bytes);
+        let report_text = String::from_utf8_lossy(s.report_bytes);
+        let receipt_text = String::from_utf8_lossy(s.receipt_bytes);
+        if let Err(why) = bundle::check_receipt(&run_text, &report_text, h, &jcs::to_string(&hashes), &receipt_text) {
+            return fail("receipt.json", format!("it is not the policy module's receipt of this bundle: {why}"));
+        }
+        let lifecycle: &[Node] = match run.get("lifecycle").map(|l| &l.value) {
+            Some(Value::Arr(l)) => l,
+            _ => &[],
+        };
+        let ok_time = |e: &Node| str_at(e, &["at"]).is_some_and(|t| t.len() >= 20 && t.ends_with('Z') && t.as_bytes()[10] == b'T');
+        if lifecycle.first().and_then(|e| str_at(e, &["event"])) != Some("created")
+            || lifecycle.last().and_then(|e| str_at(e, &["event"])) != Some("ended")
+            || !lifecycle.iter().all(ok_time)
+        {
+            return fail("run.json", "`lifecycle` must run from `created` to `ended`, each with a UTC RFC 3339 time");
+        }
+        self.pass("receipt");
+        Ok(())
+    }
+}
+
+fn is_digest(n: Option<&Node>) -> bool {
+    n.and_then(Node::as_str).is_some_and(is_hex64)
+}
+
+/// Why a verified bundle is `local_only` rather than `share_ready`.
+fn share_safety(entries: &[(String, Item)]) -> Vec<(&'static str, String)> {
+    let mut reasons = Vec::new();
+    let events = entries.iter().find(|(n, _)| n == "events.ndjson").and_then(|(_, i)| if let Item::File(b) = i { Some(b.as_slice()) } else { None });
+    let records = read_events(events.unwrap_or_default()).unwrap_or_default();
+    let (mut args, mut results, mut raw) = (false, false, false);
+    for r in &records {
+        if !r.event_line.trim_start().starts_with('{') {
+            raw = true;
+        }
+        let Some(v) = json::parse(&r.event_line).node else { continue };
+        args |= v.get("arguments").is_some() && !is_digest(v.get("arguments"));
+        results |= v.get("result").is_some() && !is_digest(v.get("result"));
+    }
+    if args {
+        reasons.push(("RAW_TOOL_ARGUMENTS", "events.ndjson holds raw tool arguments".to_string()));
+    }
+    if results {
+        reasons.push(("RAW_TOOL_RESULTS", "events.ndjson holds raw tool results".to_string()));
+    }
+    if raw {
+        reasons.push(("RAW_EVENT_TEXT", "events.ndjson holds malformed event lines verbatim".to_string()));
+    }
+    let channel = ["pending", "approvals", "consumed"].iter().any(|d| entries.iter().any(|(n, i)| n == d && matches!(i, Item::Dir(c) if *c > 0)));
+    if channel {
+        reasons.push(("APPROVAL_REQUESTS", "the approval channel (pending/, approvals/, consumed/) holds requested calls and their arguments".to_string()));
+    }
+    reasons
+}
+
+/// A redacted derivative of the finished bundle whose top-level entries are `entries` (DESIGN 7.15):
+/// the effects that write `<run-id>/` under an output root: every file copied as it is but
+/// `events.ndjson`, whose events are stored in their chain form (arguments and results replaced by the
+/// hex sha256 of their JCS, so the chain, the decisions and the receipt still verify), and
+/// `derivation.json`, which records each file's digests and the approval channel omitted. `at`: Unix
+/// milliseconds, the derivation's `created_at`.
+pub fn redact(entries: &[(String, Item)], at: u64) -> Result<Vec<bundle::Effect>, String> {
+    let file = |name: &str| match entries.iter().find(|(n, _)| n == name).map(|(_, i)| i) {
+        Some(Item::File(b)) => Ok(Some(b.as_slice())),
+        Some(_) => Err(format!("{name}: not a regular file")),
+        None => Ok(None),
+    };
+    if entries.iter().any(|(n, _)| n == "derivation.json") {
+        return Err("this bundle is already a redacted derivative".into());
+    }
+    let run_bytes = file("run.json")?.ok_or("run.json: missing")?;
+    let run = parse("run.json", run_bytes).map_err(|(p, m)| format!("{p}: {m}"))?;
+    let run_id = str_at(&run, &["run_id"]).filter(|r| bundle::is_safe_name(r)).ok_or("run.json has no usable run_id")?;
+    let doc_file = match str_at(&run, &["artifacts", "document"]) {
+        Some(f @ ("runbook.yaml" | "runbook.json")) => f,
+        _ => return Err("run.json names no document".into()),
+    };
+    let mut copy = vec!["run.json", doc_file, "report.json", "receipt.json"];
+    if str_at(&run, &["artifacts", "envelope"]).is_some() {
+        copy.push("envelope.json");
+    }
+    // Signed answers and a shadow run's list name calls by their hashes only; the receipt's signature
+    // still holds over the copied receipt.
+    for f in [SIGNATURES, SHADOW, bundle::RECEIPT_SIGNATURE] {
+        if matches!(file(f)?, Some(_)) {
+            copy.push(f);
+        }
+    }
+    let mut effects = vec![bundle::Effect { op: bundle::Op::CreateDir, path: run_id.to_string(), bytes: Vec::new() }];
+    let mut files: Vec<(String, Node)> = Vec::new();
+    let entry = |path: &str, action: &str, src: &str, out: &str| {
+        jcs::obj(vec![("path", jcs::s(path)), ("action", jcs::s(action)), ("source_sha256", jcs::s(src)), ("output_sha256", jcs::s(out))])
+    };
+    for f in copy {
+        let bytes = file(f)?.ok_or_else(|| format!("{f}: missing"))?;
+        let sha = sha256_hex(bytes);
+        files.push((f.to_string(), entry(f, "copied", &sha, &sha)));
+        effects.push(bundle::Effect { op: bundle::Op::Write, path: format!("{run_id}/{f}"), bytes: bytes.to_vec() });
+    }
+    let source = file("events.ndjson")?.ok_or("events.ndjson: missing")?;
+    let records = read_events(source).map_err(|(n, m)| format!("events.ndjson:{n}: {m}"))?;
+    let mut redacted = String::new();
+    for r in &records {
+        redacted.push_str(&bundle::record_line(&r.h, &crate::chain::redacted_line(&r.event_line), &r.decision_line, None));
+    }
+    files.push(("events.ndjson".into(), entry("events.ndjson", "redacted", &sha256_hex(source), &sha256_hex(redacted.as_bytes()))));
+    effects.push(bundle::Effect { op: bundle::Op::Write, path: format!("{run_id}/events.ndjson"), bytes: redacted.into_bytes() });
+    for d in ["pending", "approvals", "consumed"] {
+        if entries.iter().any(|(n, i)| n == d && matches!(i, Item::Dir(_))) {
+            let path = format!("{d}/");
+            let omitted =
+                jcs::obj(vec![("path", jcs::s(&path)), ("action", jcs::s("omitted")), ("reason", jcs::s("the approval channel holds call arguments"))]);
+            files.push((path, omitted));
+        }
+    }
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    let derivation = jcs::obj(vec![
+        ("schema", jcs::s(DERIVATION_SCHEMA)),
+        ("source_run_id", jcs::s(run_id)),
+        ("created_at", jcs::s(&bundle::rfc3339_ms(at))),
+        ("transformation", jcs::s(REDACTION)),
+        ("files", jcs::arr(files.into_iter().map(|(_, n)| n).collect())),
+    ]);
+    effects.push(bundle::Effect { op: bundle::Op::Write, path: format!("{run_id}/derivation.json"), bytes: bundle::pretty(&derivation).into_bytes() });
+    Ok(effects)
+}
+
+/// What a replay of a recorded run established (resume).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replayed {
+    /// The chain's head after the last record.
+    pub head: String,
+    pub events: u64,
+    /// The last event's `at` (a run the module accepted never goes back in time).
+    pub last_at: u64,
+}
+
+/// Replays the records of `events.ndjson` (`bytes`) into `session`, from the link `h0`: every record must
+/// be in its one allowed form, continue the chain and be decided as recorded. The error names the line.
+pub fn replay_events(session: &mut Session, bytes: &[u8], h0: &str) -> Result<Replayed, Failure> {
+    let records = read_events(bytes).or_else(|(n, m)| fail(format!("events.ndjson:{n}"), m))?;
+    let mut head = h0.to_string();
+    for (i, r) in records.iter().enumerate() {
+        let (decision_line, link) = session.replay_line(&r.event_line, &head);
+        if link != r.h {
+            return fail(format!("events.ndjson:{}", i + 1), "the hash chain is broken");
+        }
+        if decision_line != r.decision_line {
+            return fail(format!("events.ndjson:{}", i + 1), "the module decides this event differently than recorded");
+        }
+        head = link;
+    }
+    let last_at = records.last().and_then(|r| json::parse(&r.event_line).node).and_then(|n| u64_of(n.get("at"))).unwrap_or(0);
+    Ok(Replayed { head, events: records.len() as u64, last_at })
+}
+
+/// The signed answers a run that requires signed approvals must hold so far (resume): one for every
+/// approval event the module did not halt on, found in `signatures.ndjson` by its `seq`, with the payload
+/// made from the event as the module judged it (the request it names, which the ledger lets be answered
+/// once), never from what the signature line says. The host checks each signature's bytes against its
+/// allowed signers for the event's approver. The error names the approval event no line answers.
+pub fn signed_history(run_id: &str, events: &[u8], signatures: &[u8]) -> Result<Vec<SignedAnswer>, Failure> {
+    let records = read_events(events).or_else(|(n, m)| fail(format!("events.ndjson:{n}"), m))?;
+    let lines: Vec<Node> = String::from_utf8_lossy(signatures).lines().filter_map(|l| json::parse(l).node).collect();
+    let mut out = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        if r.decision_line.starts_with("{\"decision\":\"halt\"") {
+            continue;
+        }
+        let Some(e) = json::parse(&r.event_line).node.filter(|e| str_at(e, &["type"]) == Some("approval")) else { continue };
+        let place = format!("events.ndjson:{}", i + 1);
+        let unsigned = || fail(place.clone(), "an approval no key of the allowed signers signed");
+        let Some(line) = lines.iter().find(|l| u64_of(l.get("seq")) == Some(i as u64)) else { return unsigned() };
+        let (Some(request), Some(sha)) = (u64_of(e.get("request")), str_at(&e, &["call_sha256"])) else { return unsigned() };
+        let granted = matches!(e.get("granted").map(|n| &n.value), Some(Value::Bool(true)));
+        out.push(SignedAnswer {
+            place: place.clone(),
+            principal: str_at(&e, &["approver"]).unwrap_or("").to_string(),
+            message: crate::approval_payload(run_id, request, str_at(&e, &["step"]), sha, granted),
+            signature: str_at(line, &["signature"]).unwrap_or("").to_string(),
+            fingerprint: str_at(line, &["fingerprint"]).unwrap_or("").to_string(),
+        });
+    }
+    Ok(out)
+}

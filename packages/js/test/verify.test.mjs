@@ -1,0 +1,174 @@
+// `verify` agrees with `runbook-host verify --format json`: the same checks on every whole-run vector's
+// bundle, the same failure (place and sentence) on a tampered copy, a symbolic link refused, and a bundle
+// with signed approvals failing closed at the place the CLI names.
+
+import assert from 'node:assert/strict';
+import { cpSync, existsSync, readFileSync, readdirSync, renameSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { before, test } from 'node:test';
+import { InvalidInput, MAX_BUNDLE_BYTES, Run, load, verify } from '../src/node.js';
+import { ROOT, tempDir, verify as cliVerify } from './helpers.mjs';
+
+let policy;
+before(async () => {
+  policy = await load();
+});
+
+const VECTORS = join(ROOT, 'conformance', 'vectors', 'run');
+
+/** Every run directory under conformance/vectors/run/<name>/expected/ (the directories with a run.json). */
+function bundles() {
+  const out = [];
+  for (const name of readdirSync(VECTORS).sort()) {
+    const expected = join(VECTORS, name, 'expected');
+    if (!existsSync(expected)) continue;
+    for (const d of readdirSync(expected, { withFileTypes: true })) {
+      if (d.isDirectory() && existsSync(join(expected, d.name, 'run.json'))) out.push({ name: `${name}/${d.name}`, dir: join(expected, d.name) });
+    }
+  }
+  return out;
+}
+
+/** `got` (this package's verify) says what the CLI's JSON `want` says. */
+function agrees(got, want, name) {
+  assert.equal(got.ok, want.ok, name);
+  assert.deepEqual(got.checks, want.checks.map((c) => c.id), name);
+  assert.deepEqual(got.failure, want.failure, name);
+  assert.equal(got.runId, want.run_id, name);
+  if (want.ok) {
+    assert.equal(got.outcome, want.outcome, name);
+    assert.equal(got.events, want.events, name);
+    assert.deepEqual(got.warnings, want.warnings, name);
+    assert.deepEqual(got.reasons, want.share_safety.reasons, name);
+    assert.equal(got.redacted, !want.replayed, name);
+    assert.equal(got.shadow, want.shadow?.forwarded_against_a_decision ?? null, name);
+  }
+}
+
+/** A copy of a vector's bundle in a temporary directory. */
+function copy(t, from) {
+  const dir = join(tempDir(t), 'bundle');
+  cpSync(from, dir, { recursive: true });
+  return dir;
+}
+
+test('every whole-run vector\'s bundle verifies, with the checks `runbook-host verify` lists', async () => {
+  const all = bundles();
+  assert.ok(all.length >= 30, `the vectors' bundles were found (${all.length})`);
+  for (const b of all) {
+    const want = cliVerify(b.dir);
+    assert.equal(want.status, 0, `${b.name}: ${want.stderr} ${JSON.stringify(want.result)}`);
+    const got = await verify(b.dir, { policy });
+    assert.ok(Object.isFrozen(got) && Object.isFrozen(got.checks), b.name);
+    assert.equal(got.ok, true, `${b.name}: ${JSON.stringify(got.failure)}`);
+    assert.ok(got.checks.includes('receipt'), b.name);
+    assert.deepEqual(got.signedAnswers, [], b.name);
+    agrees(got, want.result, b.name);
+  }
+});
+
+test('a report whose outcome was edited fails with the CLI\'s place and sentence', async (t) => {
+  const [b] = bundles().filter((x) => readFileSync(join(x.dir, 'report.json'), 'utf8').includes('"outcome":"completed"'));
+  assert.ok(b, 'a completed vector');
+  const dir = copy(t, b.dir);
+  const report = join(dir, 'report.json');
+  writeFileSync(report, readFileSync(report, 'utf8').replace('"outcome":"completed"', '"outcome":"failed"'));
+  const want = cliVerify(dir);
+  assert.equal(want.status, 1, want.stderr);
+  const got = await verify(dir, { policy });
+  assert.equal(got.ok, false);
+  assert.equal(typeof got.failure.place, 'string');
+  agrees(got, want.result, b.name);
+  assert.deepEqual(got.reasons, []);
+});
+
+test('a symbolic link in the bundle is never followed: "not a regular file"', async (t) => {
+  const [b] = bundles();
+  const dir = copy(t, b.dir);
+  // The link points at the very bytes that belong there: it is refused for being a link.
+  renameSync(join(dir, 'events.ndjson'), join(dir, '..', 'events.ndjson'));
+  symlinkSync(join(dir, '..', 'events.ndjson'), join(dir, 'events.ndjson'));
+  const got = await verify(dir, { policy });
+  assert.equal(got.ok, false);
+  assert.deepEqual(got.failure, { place: 'events.ndjson', message: 'not a regular file' });
+  agrees(got, cliVerify(dir).result, b.name);
+});
+
+test('a bundle of more than 256 MiB is refused unread, as the CLI refuses it', async (t) => {
+  const [b] = bundles();
+  const dir = copy(t, b.dir);
+  // A sparse file: its size counts, and nothing is read.
+  writeFileSync(join(dir, 'big.bin'), '');
+  truncateSync(join(dir, 'big.bin'), MAX_BUNDLE_BYTES + 1);
+  const got = await verify(dir, { policy });
+  assert.deepEqual(got.failure, { place: 'big.bin', message: `the bundle holds more than ${MAX_BUNDLE_BYTES} bytes, which verify does not read` });
+  assert.deepEqual(got.checks, []);
+  agrees(got, cliVerify(dir).result, b.name);
+});
+
+test('signed approvals fail closed: this package does not check SSH signatures', async (t) => {
+  const root = tempDir(t);
+  const run = await Run.create(policy, {
+    document: join(ROOT, 'examples', 'rotate-credentials', 'runbook.yaml'),
+    agent: 'my-agent', profile: 'R2', riskCeiling: 'destructive', coverage: 'complete', runsRoot: join(root, 'runs'),
+  });
+  assert.ok(run.invoke('Bash', { command: 'kubectl -n payments get secret payments-db-credentials' }).allowed);
+  run.result('Bash', { stdout: 'payments-db-credentials   Opaque   2   97d\n', stderr: '', interrupted: false });
+  assert.ok(run.invoke('mcp__vault__read_metadata', { path: 'database/creds/payments-app' }).allowed);
+  run.result('mcp__vault__read_metadata', { path: 'database/creds/payments-app', age_days: 97 });
+  const asked = run.invoke('Bash', { command: 'vault write -f database/rotate-role/payments-app' });
+  assert.equal(asked.kind, 'needs-approval');
+  const request = asked.decision.seq;
+  const answer = run.approval('alice', true, { step: 'rotate', callSha256: asked.callSha256, request });
+  assert.equal(answer.kind, 'allow');
+  // The answer's signed payload (DESIGN 9.19), with signature bytes nobody made.
+  const message = `runbook-approval/v2\nrun ${run.runId}\nrequest ${request}\nstep rotate\ncall_sha256 ${asked.callSha256}\nanswer approve\n`;
+  const line = policy.signatureLine(answer.decision.seq, request, 'test', message, 'not a signature', 'alice', 'SHA256:none');
+  writeFileSync(join(run.dir, 'signatures.ndjson'), line.endsWith('\n') ? line : `${line}\n`);
+  run.end('client-closed');
+
+  const got = await verify(run.dir, { policy });
+  assert.equal(got.signedAnswers.length, 1);
+  assert.equal(got.signedAnswers[0].message, message);
+  assert.equal(got.ok, false);
+  assert.deepEqual(got.failure, { place: 'signatures.ndjson:1', message: 'the SSH signature is not checked by this package: verify the bundle with runbook-host verify' });
+  assert.ok(!got.checks.includes('signatures') && got.checks.includes('replay-decisions'), got.checks.join(' '));
+  // The CLI checks the bytes, and refuses these at the same place, after the same checks.
+  const want = cliVerify(run.dir);
+  assert.equal(want.status, 1, want.stderr);
+  assert.equal(want.result.failure.place, got.failure.place);
+  assert.match(want.result.failure.message, /signature does not verify/);
+  assert.deepEqual(got.checks, want.result.checks.map((c) => c.id));
+});
+
+test('verifyBundle takes entries (a browser has no fs); bad arguments are refused', async (t) => {
+  const [b] = bundles();
+  const entries = readdirSync(b.dir).map((n) => [n, new Uint8Array(readFileSync(join(b.dir, n)))]);
+  const got = policy.verifyBundle(entries.reverse(), policy.sha256);
+  assert.deepEqual(got, await verify(b.dir, { policy }));
+  const more = [...entries, ['sub', 3], ['link', null]];
+  assert.deepEqual(policy.verifyBundle(more, policy.sha256, null), policy.verifyBundle(more, policy.sha256));
+  // Another module's sha256: the receipt names this one.
+  const other = policy.verifyBundle(entries, '0'.repeat(64));
+  assert.equal(other.ok, false);
+  assert.equal(other.failure.place, 'receipt.json');
+  assert.throws(() => policy.verifyBundle([['a', 'text']], policy.sha256), InvalidInput);
+  assert.throws(() => policy.verifyBundle([['a', -1]], policy.sha256), InvalidInput);
+  assert.throws(() => policy.verifyBundle([['a', null], ['a', 1]], policy.sha256), InvalidInput);
+  assert.throws(() => policy.verifyBundle({}, policy.sha256), InvalidInput);
+  await assert.rejects(verify(join(tempDir(t), 'none'), { policy }), InvalidInput);
+  await assert.rejects(verify(b.dir, {}), InvalidInput);
+});
+
+test('a signed receipt fails closed here (this package cannot check it) and the CLI refuses a forged one', async (t) => {
+  const [b] = bundles();
+  const dir = copy(t, b.dir);
+  writeFileSync(join(dir, 'receipt.dsse.json'), '{"payloadType":"x","payload":"","signatures":[]}');
+  const got = await verify(dir, { policy });
+  assert.equal(got.receiptSigned, true);
+  assert.equal(got.ok, false);
+  assert.equal(got.failure.place, 'receipt.dsse.json');
+  const want = cliVerify(dir);
+  assert.equal(want.status, 1, want.stderr);
+  assert.ok(['receipt.dsse.json', 'run.json'].includes(want.result.failure.place), JSON.stringify(want.result.failure));
+});
