@@ -687,6 +687,50 @@ async function importStream() {
   adaptComposer();
 }
 
+// ---- verify ----------------------------------------------------------------------------------------------
+
+/**
+ * Verifies the folder a person chose: its top-level files with their bytes (a file input gives each file's
+ * path as `<folder>/<name>`), and each subfolder with how many entries it holds, as `runbook-host verify`
+ * lists a bundle. The verification, in the vectors' JSON form, is left on the result for tests.
+ */
+async function verifyFolder(files) {
+  const entries = new Map();
+  const folders = new Map();
+  for (const f of files) {
+    const parts = f.webkitRelativePath.split('/');
+    if (parts.length === 2) entries.set(parts[1], new Uint8Array(await f.arrayBuffer()));
+    else if (parts.length > 2) folders.set(parts[1], (folders.get(parts[1]) ?? new Set()).add(parts[2]));
+  }
+  for (const [name, inside] of folders) entries.set(name, inside.size);
+  const box = $('verify-result');
+  let v;
+  try {
+    v = await policy.verifyBundle([...entries]);
+  } catch (e) {
+    box.textContent = `Cannot verify: ${e.message}`;
+    box.dataset.ok = 'no';
+    return;
+  }
+  const run = `run ${v.runId ?? '?'} (${v.events} events, outcome ${v.outcome ?? 'none'})`;
+  const share = v.failure ? 'blocked' : v.reasons.length ? 'local_only' : 'share_ready';
+  box.replaceChildren(
+    v.failure
+      ? h('strong', {}, `NOT VERIFIED: ${v.failure.place}: ${v.failure.message}`)
+      : h('strong', {}, v.redacted ? `verified: ${run}; a redacted derivative: its chain and receipt verify, it cannot be replayed` : `verified: ${run}; replayed through this page's module`),
+    h('br'),
+    `share safety: ${share}`,
+    ...v.reasons.map((r) => h('span', { class: 'small' }, ` · ${r.code}: ${r.message}`)),
+    ...v.warnings.map((w) => h('span', { class: 'small' }, ` · warning: ${w}`)),
+  );
+  box.dataset.ok = v.failure ? 'no' : 'yes';
+  box.dataset.verification = JSON.stringify({
+    checks: v.checks, events: v.events, failure: v.failure, outcome: v.outcome, reasons: v.reasons, receipt_signed: v.receiptSigned,
+    redacted: v.redacted, run_id: v.runId, shadow: v.shadow, signed_answers: v.signedAnswers, warnings: v.warnings,
+  });
+  $('verify-checks').replaceChildren(...v.checks.map((c) => h('li', {}, c)));
+}
+
 // ---- start-up ---------------------------------------------------------------------------------------------
 
 function wire() {
@@ -778,6 +822,11 @@ function wire() {
   });
   $('export').addEventListener('click', () => {
     if (sim.events.length) download(`${doc.env?.document.runbook_id ?? 'run'}-events.ndjson`, `${sim.events.join('\n')}\n`, 'application/x-ndjson');
+  });
+  $('bundle-dir').addEventListener('change', async (e) => {
+    const files = [...(e.target.files ?? [])];
+    e.target.value = '';
+    if (files.length) await verifyFolder(files);
   });
   window.addEventListener('hashchange', async () => {
     const text = docFromHash();

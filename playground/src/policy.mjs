@@ -120,6 +120,15 @@ export class Policy {
     }
   }
 
+  /**
+   * The module's verification of a run bundle (`verify-bundle`), from its top-level entries: `[name,
+   * bytes]` for a file, `[name, count]` for a folder. The package fails a bundle with signed answers or a
+   * signed receipt closed: this page cannot check signature bytes.
+   */
+  async verifyBundle(entries) {
+    return this.policy.verifyBundle(entries, this.policy.sha256);
+  }
+
   /** A new run of `text` in an instance of its own. */
   async session(text) {
     return new Run(this.policy.session(utf8Bytes(text)));

@@ -18,7 +18,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -49,6 +49,37 @@ function cli(args) {
 
 /** The bundled examples as the page's index lists them (playground/build copies examples/ verbatim). */
 const examples = JSON.parse(readFileSync(join(DIST, 'examples.json'), 'utf8'));
+
+/**
+ * A verify vector's bundle (conformance/vectors/verify/README.md) under `work`, changed as its case says;
+ * returns its folder. The same changes `runbook-conformance` makes, a redaction by `runbook-host export`.
+ */
+function prepareVerifyVector(caseDir, c, work) {
+  let dir = join(work, 'bundle');
+  cpSync(resolve(caseDir, c.bundle), dir, { recursive: true });
+  for (const m of c.changes) {
+    if (m.redact) {
+      const runId = JSON.parse(readFileSync(join(dir, 'run.json'), 'utf8')).run_id;
+      const r = cli(['export', dir, '--out', join(work, 'redacted')]);
+      assert.equal(r.status, 0, r.stderr);
+      dir = join(work, 'redacted', runId);
+      continue;
+    }
+    const file = join(dir, m.file);
+    if (m.replace) {
+      const text = readFileSync(file, 'utf8');
+      assert.ok(text.includes(m.replace[0]), `${m.file} holds ${m.replace[0]}`);
+      writeFileSync(file, text.replace(m.replace[0], m.replace[1]));
+    } else if (m.append !== undefined) writeFileSync(file, readFileSync(file, 'utf8') + m.append);
+    else if (m.write !== undefined) writeFileSync(file, m.write);
+    else if (m.delete) rmSync(file);
+    else if (m.drop_last_lines !== undefined) {
+      const kept = lines(readFileSync(file, 'utf8')).slice(0, -m.drop_last_lines);
+      writeFileSync(file, kept.map((l) => `${l}\n`).join(''));
+    } else throw new Error(`a change this test does not know: ${JSON.stringify(m)}`);
+  }
+  return dir;
+}
 
 let server;
 let origin;
@@ -430,6 +461,44 @@ describe('the playground in Chromium', () => {
     await page.fill('#allowlist', '*');
     await page.fill('#coverage', 'complete');
     await page.fill('#available', '');
+  });
+
+  test('verify: every verify vector a browser can read gives the verification `runbook-host verify` prints', async () => {
+    const vectors = join(root, 'conformance/vectors/verify');
+    const cases = readdirSync(vectors).filter((n) => existsSync(join(vectors, n, 'case.json'))).sort();
+    assert.ok(cases.length >= 19, `${cases.length} verify vectors`);
+    let checked = 0;
+    for (const name of cases) {
+      const c = JSON.parse(readFileSync(join(vectors, name, 'case.json'), 'utf8'));
+      // A browser reads through a symbolic link (a file input cannot tell one from a file): the vector
+      // about a link is the CLI's and the packages' alone.
+      if (c.changes.some((m) => m.symlink_to !== undefined)) continue;
+      const work = mkdtempSync(join(tmpdir(), 'runbook-verify-vector-'));
+      try {
+        const dir = prepareVerifyVector(join(vectors, name), c, work);
+        const want = cli(['verify', dir, '--format', 'json']);
+        const expected = JSON.parse(want.stdout.toString('utf8'));
+        await page.$eval('#verify-result', (e) => delete e.dataset.verification);
+        await page.setInputFiles('#bundle-dir', dir);
+        await page.waitForFunction(() => document.getElementById('verify-result').dataset.verification !== undefined, null, { timeout: 30_000 });
+        const got = JSON.parse(await page.$eval('#verify-result', (e) => e.dataset.verification));
+        // What the case says, written from its clause ...
+        assert.equal(got.failure === null, c.expect.ok, `${name}: ${JSON.stringify(got.failure)}`);
+        if (c.expect.place) assert.equal(got.failure.place, c.expect.place, name);
+        if (c.expect.message_contains) assert.ok(got.failure.message.includes(c.expect.message_contains), `${name}: ${got.failure.message}`);
+        if (c.expect.checks) assert.deepEqual(got.checks, c.expect.checks, name);
+        // ... and what the CLI finds in the same folder.
+        assert.deepEqual(got.checks, expected.checks.map((x) => x.id), name);
+        assert.deepEqual(got.failure, expected.failure, name);
+        assert.equal(got.events, expected.events, name);
+        assert.equal(got.outcome, expected.outcome, name);
+        assert.equal(await page.$eval('#verify-result', (e) => e.dataset.ok), c.expect.ok ? 'yes' : 'no', name);
+        checked += 1;
+      } finally {
+        rmSync(work, { recursive: true, force: true });
+      }
+    }
+    assert.equal(checked, cases.length - 1, 'every vector but the symbolic link');
   });
 
   test('a shareable link carries the document in its fragment, and opens it', async () => {
