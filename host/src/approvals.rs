@@ -119,9 +119,9 @@ pub fn request_record(run_dir: &Path, id: &str) -> io::Result<Value> {
     check_id(id)?;
     let d = run_dir_cap(run_dir)?;
     let name = format!("pending/{id}.json");
-    let bytes = match d.read(&name) {
+    let bytes = match crate::bundle::read_bounded(&d, &name, crate::bundle::MAX_SMALL_FILE_BYTES) {
         Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => d.read(format!("consumed/{id}.json"))?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => crate::bundle::read_bounded(&d, &format!("consumed/{id}.json"), crate::bundle::MAX_SMALL_FILE_BYTES)?,
         Err(e) => return Err(e),
     };
     serde_json::from_slice(&bytes).map_err(|e| invalid(format!("{name}: {e}")))
@@ -144,7 +144,7 @@ fn parse_grant(v: &Value) -> io::Result<Grant> {
 pub fn poll(run_dir: &Path, id: &str) -> io::Result<Option<Grant>> {
     check_id(id)?;
     let d = run_dir_cap(run_dir)?;
-    let bytes = match d.read(format!("approvals/{id}.json")) {
+    let bytes = match crate::bundle::read_bounded(&d, &format!("approvals/{id}.json"), crate::bundle::MAX_SMALL_FILE_BYTES) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
@@ -169,7 +169,7 @@ fn list_requests(run_dir: &Path) -> io::Result<Vec<Value>> {
         if !is_safe_name(id) {
             continue;
         }
-        let Ok(bytes) = pd.read(&name) else { continue };
+        let Ok(bytes) = crate::bundle::read_bounded(&pd, &name, crate::bundle::MAX_SMALL_FILE_BYTES) else { continue };
         let Ok(v) = serde_json::from_slice::<Value>(&bytes) else { continue };
         if v["schema"] == REQUEST_SCHEMA && v["id"] == id {
             out.push(v);

@@ -190,7 +190,7 @@ impl Cache {
 
     /// The bytes stored under `sha256`, only when they still hash to it.
     pub fn blob(&self, sha256: &str) -> Option<Vec<u8>> {
-        let b = std::fs::read(self.blob_path(sha256)?).ok()?;
+        let b = crate::bundle::read_path_bounded(&self.blob_path(sha256)?, crate::registry::MAX_INDEX as u64).ok()?;
         (sha256_hex(&b) == sha256).then_some(b)
     }
 
@@ -209,7 +209,7 @@ impl Cache {
 
     /// What `url` last answered: (etag, sha256, fetched_at).
     pub fn url_entry(&self, url: &str) -> Option<(Option<String>, String, i64)> {
-        let v: Value = serde_json::from_slice(&std::fs::read(self.url_path(url)).ok()?).ok()?;
+        let v: Value = serde_json::from_slice(&crate::bundle::read_path_bounded(&self.url_path(url), crate::bundle::MAX_SMALL_FILE_BYTES).ok()?).ok()?;
         if v["url"] != url {
             return None;
         }

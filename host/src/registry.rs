@@ -22,7 +22,6 @@ use crate::bundle::{open_or_create_dir, sha256_hex, shared_policy, write_atomic}
 use crate::{dsse, fetch, oci_registry};
 use cap_std::fs::Dir;
 use serde_json::{json, Map, Value};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 pub const INDEX_SCHEMA: &str = "runbook-registry-index/v1";
@@ -265,7 +264,8 @@ fn resolve_unsigned(reference: &str, settings: &Settings) -> Result<Resolved, Re
         });
     }
     if as_file.is_file() {
-        let bytes = std::fs::read(as_file).map_err(|e| RegistryError::new("io", format!("cannot read `{reference}`: {e}")))?;
+        let bytes =
+            crate::bundle::read_path_bounded(as_file, MAX_DOCUMENT as u64).map_err(|e| RegistryError::new("io", format!("cannot read `{reference}`: {e}")))?;
         let name = as_file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "runbook".into());
         // A local document's signature is the file beside it, `<file>.dsse.json` (what `runbook-host sign` writes).
         let sidecar = PathBuf::from(format!("{reference}{SIGNATURE_SUFFIX}"));
@@ -290,8 +290,8 @@ fn resolve_unsigned(reference: &str, settings: &Settings) -> Result<Resolved, Re
 pub const SIGNATURE_SUFFIX: &str = ".dsse.json";
 
 fn read_signature_file(path: &Path) -> Result<Option<Vec<u8>>, RegistryError> {
-    match std::fs::read(path) {
-        Ok(b) if b.len() > MAX_SIGNATURE => {
+    match crate::bundle::read_path_bounded(path, MAX_SIGNATURE as u64) {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
             Err(RegistryError::new("signature-malformed", format!("`{}` is larger than {MAX_SIGNATURE} bytes", path.display())))
         }
         Ok(b) => Ok(Some(b)),
@@ -530,13 +530,7 @@ impl Source {
 }
 
 fn read_bounded(dir: &Dir, path: &str, max: usize) -> std::io::Result<Vec<u8>> {
-    let f = dir.open(path)?;
-    let mut v = Vec::new();
-    f.take(max as u64 + 1).read_to_end(&mut v)?;
-    if v.len() > max {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("larger than {max} bytes")));
-    }
-    Ok(v)
+    crate::bundle::read_bounded(dir, path, max as u64)
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -562,7 +556,8 @@ pub fn add(registry_dir: &Path, document: &Path) -> Result<(String, String, Stri
 /// it in the registry, named by the index entry's `signature`. With `require` not empty, the registry takes
 /// only a document signed by one of those keys (checked before anything is written).
 pub fn add_checked(registry_dir: &Path, document: &Path, require: &[ed25519_dalek::VerifyingKey]) -> Result<(String, String, String), RegistryError> {
-    let bytes = std::fs::read(document).map_err(|e| RegistryError::new("io", format!("cannot read `{}`: {e}", document.display())))?;
+    let bytes = crate::bundle::read_path_bounded(document, MAX_DOCUMENT as u64)
+        .map_err(|e| RegistryError::new("io", format!("cannot read `{}`: {e}", document.display())))?;
     let sidecar = PathBuf::from(format!("{}{SIGNATURE_SUFFIX}", document.display()));
     let signature = read_signature_file(&sidecar)?;
     if !require.is_empty() {

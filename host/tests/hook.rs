@@ -277,6 +277,41 @@ fn errors_fail_closed_and_lose_nothing() {
     assert_eq!(events(), before);
 }
 
+/// Issue 28, F6: a file the hook reads, made huge and sparse (64 GiB apparent, nothing on disk), is a clear
+/// refusal naming it (exit 2, the call denied), never an allocation of its apparent size and an abort; and
+/// `verify` refuses such a bundle with exit 1 before reading it.
+#[test]
+fn a_huge_sparse_file_is_refused_before_it_is_read() {
+    const HUGE: u64 = 64 << 30;
+    let grow = |p: &Path| std::fs::OpenOptions::new().write(true).open(p).unwrap().set_len(HUGE).unwrap();
+    for (i, what) in ["events.ndjson", "run.json", "the hook's session state", "runbook.yaml"].into_iter().enumerate() {
+        let w = work(&format!("sparse-{i}"));
+        let s = "sess-sparse";
+        allowed(w.hook(start(s)));
+        allowed(w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), "p1")));
+        let dir = w.run_dir(s);
+        let path = match what {
+            "the hook's session state" => w.runs().join(format!(".hook/{s}.json")),
+            f => dir.join(f),
+        };
+        grow(&path);
+        let o = w.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), "p2"));
+        assert_eq!(o.code, 2, "{what}: exit {}, {}", o.code, o.stderr);
+        assert!(o.stderr.contains("larger than"), "{what}: {}", o.stderr);
+        assert!(o.denied().is_none() && !o.stdout.contains("allow"), "{what}: {}", o.stdout);
+    }
+    // A finished run whose events were made huge: verify refuses it, unread.
+    let w = work("sparse-verify");
+    let s = "sess-sparse-verify";
+    allowed(w.hook(start(s)));
+    assert_eq!(w.hook(base(s, "SessionEnd")).code, 0);
+    let dir = w.run_dir(s);
+    assert!(verify(&dir).0, "the run verifies before");
+    grow(&dir.join("events.ndjson"));
+    let (ok, said) = verify(&dir);
+    assert!(!ok && said.contains("NOT VERIFIED") && said.contains("more than"), "{said}");
+}
+
 #[test]
 fn install_merges_and_uninstall_removes_exactly_what_it_added() {
     let w = work("install");

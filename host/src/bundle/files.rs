@@ -18,6 +18,51 @@ pub fn shared_policy() -> Result<&'static Arc<Policy>, HostError> {
     }
 }
 
+/// The most of `events.ndjson` (or any one file of a bundle) a host reads into memory: what the module,
+/// whose memory is capped at [`crate::MEMORY_CAP`], can still replay in one call. A longer run cannot be
+/// resumed or verified; it is refused, never read.
+pub const MAX_EVIDENCE_BYTES: u64 = 256 << 20;
+
+/// The most of a small file a host reads (run.json, latest.json, an approval request or answer, the hook's
+/// session state, a client's settings).
+pub const MAX_SMALL_FILE_BYTES: u64 = 16 << 20;
+
+/// Reads `name` from `dir`, refusing it before reading when it is larger than `max` bytes (by the size the
+/// file system reports: a sparse file of any apparent size costs nothing to refuse, DESIGN 9.25), and
+/// reading at most `max + 1` bytes should it grow meanwhile. The error is `InvalidData` and names the file.
+pub fn read_bounded(dir: &Dir, name: &str, max: u64) -> io::Result<Vec<u8>> {
+    let f = dir.open(name)?;
+    read_file_bounded(f.into_std(), name, max)
+}
+
+/// [`read_bounded`] of a path (a file outside any bundle directory: the hook's state, a settings file).
+pub fn read_path_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
+    read_file_bounded(std::fs::File::open(path)?, &path.display().to_string(), max)
+}
+
+fn read_file_bounded(f: std::fs::File, name: &str, max: u64) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let too_big = |len: u64| io::Error::new(io::ErrorKind::InvalidData, format!("{name} is larger than the {max} bytes this host reads ({len} bytes)"));
+    let len = f.metadata()?.len();
+    if len > max {
+        return Err(too_big(len));
+    }
+    let mut v = Vec::with_capacity(len as usize);
+    f.take(max + 1).read_to_end(&mut v)?;
+    if v.len() as u64 > max {
+        return Err(too_big(v.len() as u64));
+    }
+    Ok(v)
+}
+
+/// The sha256 of `name` in `dir`, streamed (a long run's events are hashed without holding them).
+pub fn sha256_of(dir: &Dir, name: &str) -> io::Result<String> {
+    let mut f = dir.open(name)?.into_std();
+    let mut h = Sha256::new();
+    io::copy(&mut f, &mut h)?;
+    Ok(hex::encode(h.finalize()))
+}
+
 pub(crate) fn io_other(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }

@@ -251,7 +251,8 @@ impl Bundle {
         }
         let root = Dir::open_ambient_dir(runs_root, cap_std::ambient_authority())?;
         let dir = root.open_dir(run_id).map_err(|e| invalid(format!("the run directory cannot be opened: {e}")))?;
-        let manifest_text = dir.read_to_string("run.json").map_err(|e| invalid(format!("run.json: {e}")))?;
+        let manifest_bytes = read_bounded(&dir, "run.json", MAX_SMALL_FILE_BYTES).map_err(|e| invalid(format!("run.json: {e}")))?;
+        let manifest_text = String::from_utf8(manifest_bytes).map_err(|_| invalid("run.json is not UTF-8".into()))?;
         let manifest: Value = serde_json::from_str(&manifest_text).map_err(|e| invalid(format!("run.json is not JSON: {e}")))?;
         let Value::Object(manifest) = manifest else { return Err(invalid("run.json is not an object".into())) };
         if manifest.get("schema") != Some(&json!(RUN_SCHEMA)) || manifest.get("run_id") != Some(&json!(run_id)) {
@@ -297,16 +298,16 @@ impl Bundle {
 
     /// The document's exact bytes, checked against the manifest's sha256.
     pub fn document(&self) -> io::Result<Vec<u8>> {
-        let bytes = self.dir.read(&self.document_file)?;
+        let bytes = read_bounded(&self.dir, &self.document_file, MAX_SMALL_FILE_BYTES)?;
         if self.manifest["document"]["sha256"] != sha256_hex(&bytes).as_str() {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("run {}: the document's sha256 is not run.json's", self.run_id)));
         }
         Ok(bytes)
     }
 
-    /// The bytes of `events.ndjson` as they are now.
+    /// The bytes of `events.ndjson` as they are now (at most [`MAX_EVIDENCE_BYTES`]).
     pub fn events_bytes(&self) -> io::Result<Vec<u8>> {
-        self.dir.read("events.ndjson")
+        read_bounded(&self.dir, "events.ndjson", MAX_EVIDENCE_BYTES)
     }
 
     /// The run directory (`runs_root/run_id`, as the caller named `runs_root`): the `run_dir` of
@@ -382,7 +383,7 @@ impl Bundle {
 
     /// [`SIGNATURES`] as written so far (empty when no approval was signed).
     pub fn signatures_bytes(&self) -> io::Result<Vec<u8>> {
-        match self.dir.read(SIGNATURES) {
+        match read_bounded(&self.dir, SIGNATURES, MAX_EVIDENCE_BYTES) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
             r => r,
         }
@@ -453,7 +454,7 @@ impl Bundle {
             }
         }
         for f in files {
-            hashes.insert(f.clone(), json!(sha256_hex(&self.dir.read(&f)?)));
+            hashes.insert(f.clone(), json!(sha256_of(&self.dir, &f)?));
         }
         self.end_with(Some(report), json!({"at": self.clock.now_ms(), "chain_head": self.head, "hashes": hashes, "latest": self.latest_text()}))
     }
@@ -480,7 +481,7 @@ impl Bundle {
     }
 
     fn latest_text(&self) -> Option<String> {
-        self.root.read_to_string("latest.json").ok()
+        read_bounded(&self.root, "latest.json", MAX_SMALL_FILE_BYTES).ok().and_then(|b| String::from_utf8(b).ok())
     }
 
     /// Whether `receipt.json` is written (by [`finish`](Bundle::finish), which may still have failed after it).
@@ -561,8 +562,8 @@ pub fn is_runs_root(dir: &Path) -> bool {
 pub fn find_run(runs_root: &Path, run: &str) -> io::Result<PathBuf> {
     let id = if run == "latest" {
         let root = Dir::open_ambient_dir(runs_root, cap_std::ambient_authority())?;
-        let v: Value =
-            serde_json::from_slice(&root.read("latest.json")?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("latest.json: {e}")))?;
+        let v: Value = serde_json::from_slice(&read_bounded(&root, "latest.json", MAX_SMALL_FILE_BYTES)?)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("latest.json: {e}")))?;
         v["run_id"].as_str().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "latest.json has no run_id"))?.to_string()
     } else {
         run.to_string()

@@ -126,7 +126,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     let policy = super::policy()?;
-    let signed_required = std::fs::read(run_dir.join("run.json"))
+    let signed_required = runbook_host::bundle::read_path_bounded(&run_dir.join("run.json"), runbook_host::bundle::MAX_SMALL_FILE_BYTES)
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .is_some_and(|m| m["approvals"]["signed"] == true);

@@ -175,7 +175,7 @@ fn hook_command(a: &Args) -> Result<String> {
 /// Reads a settings file: `{}` when it is missing or blank (None when missing and `must_exist`).
 fn read_settings(path: &Path, must_exist: bool) -> Result<Option<Value>> {
     let shown = path.display();
-    match std::fs::read(path) {
+    match runbook_host::bundle::read_path_bounded(path, runbook_host::bundle::MAX_SMALL_FILE_BYTES) {
         Ok(b) if !b.iter().all(u8::is_ascii_whitespace) => Ok(Some(serde_json::from_slice(&b).with_context(|| format!("`{shown}` is not JSON"))?)),
         Ok(_) => Ok(Some(serde_json::json!({}))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && must_exist => Ok(None),

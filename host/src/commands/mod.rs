@@ -22,14 +22,18 @@ pub mod verify;
 use anyhow::{Context, Result};
 use std::io::{IsTerminal, Read, Write};
 
-/// Reads a document (or `-` for stdin) exactly as bytes: its sha256 is of these bytes.
+/// Reads a document (or `-` for stdin) exactly as bytes: its sha256 is of these bytes. At most
+/// [`runbook_host::bundle::MAX_SMALL_FILE_BYTES`] (the module refuses a document over 1 MiB anyway): a
+/// larger file is refused before it is read.
 pub fn read_input(path: &str) -> Result<Vec<u8>> {
+    const MAX: u64 = runbook_host::bundle::MAX_SMALL_FILE_BYTES;
     if path == "-" {
         let mut v = Vec::new();
-        std::io::stdin().read_to_end(&mut v).context("reading standard input")?;
+        std::io::stdin().take(MAX + 1).read_to_end(&mut v).context("reading standard input")?;
+        anyhow::ensure!(v.len() as u64 <= MAX, "standard input holds more than the {MAX} bytes this host reads");
         return Ok(v);
     }
-    std::fs::read(path).with_context(|| format!("cannot read `{path}`"))
+    runbook_host::bundle::read_path_bounded(std::path::Path::new(path), MAX).with_context(|| format!("cannot read `{path}`"))
 }
 
 /// The process's one policy module (the bundle's chain hashing uses the same one, so a command loads

@@ -243,7 +243,8 @@ struct SessionState {
 
 fn load_state(runs: &Path, session: &str) -> Result<SessionState> {
     let p = state_path(runs, session);
-    let bytes = std::fs::read(&p).with_context(|| format!("no hook state for session `{session}` (was SessionStart run?)"))?;
+    let bytes = crate::bundle::read_path_bounded(&p, crate::bundle::MAX_SMALL_FILE_BYTES)
+        .with_context(|| format!("no hook state for session `{session}` (was SessionStart run?)"))?;
     let v: Value = serde_json::from_slice(&bytes).context("the hook state file is not JSON")?;
     if v["schema"] != STATE_SCHEMA || v["session_id"] != session {
         bail!("the hook state file of session `{session}` is not a {STATE_SCHEMA} of this session");

@@ -28,7 +28,7 @@ pub fn settings_files(project: &Path, home: Option<&Path>) -> Vec<PathBuf> {
 pub fn deny_rules(files: &[PathBuf]) -> Result<Vec<String>, String> {
     let mut rules = Vec::new();
     for f in files {
-        let bytes = match std::fs::read(f) {
+        let bytes = match crate::bundle::read_path_bounded(f, crate::bundle::MAX_SMALL_FILE_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(format!("cannot read the client's settings `{}`: {e}", f.display())),

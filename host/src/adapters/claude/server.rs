@@ -68,7 +68,8 @@ pub fn token(runs: &Path, create: bool) -> Result<String> {
                 bail!("{} can be read by other users; remove it (a new one is made with mode 0600)", p.display());
             }
             let mut t = String::new();
-            f.read_to_string(&mut t)?;
+            // A token is 64 hex digits: a larger file is not one, and is not read whole.
+            (&mut f).take(4096).read_to_string(&mut t)?;
             let t = t.trim().to_string();
             if t.len() < 32 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
                 bail!("{} does not hold a token; remove it (a new one is made)", p.display());
@@ -102,7 +103,8 @@ pub struct Info {
 }
 
 pub fn read_info(runs: &Path) -> Option<Info> {
-    let v: Value = serde_json::from_slice(&std::fs::read(server_dir(runs).join("server.json")).ok()?).ok()?;
+    let bytes = crate::bundle::read_path_bounded(&server_dir(runs).join("server.json"), crate::bundle::MAX_SMALL_FILE_BYTES).ok()?;
+    let v: Value = serde_json::from_slice(&bytes).ok()?;
     (v["schema"] == SERVER_SCHEMA).then_some(())?;
     Some(Info { pid: v["pid"].as_u64()? as u32, port: u16::try_from(v["port"].as_u64()?).ok()? })
 }
