@@ -340,6 +340,14 @@ fn requests_that_must_never_be_decided_are_refused_and_logged_and_others_still_s
     assert_eq!(raw(server.port, &head(&format!("127.0.0.1:{}", server.port), "Origin: http://evil.example\r\n"), body.as_bytes()), 403, "an Origin");
     assert_eq!(raw(server.port, &head(&format!("attacker.example:{}", server.port), ""), body.as_bytes()), 403, "DNS rebinding: a foreign Host");
     assert_eq!(raw(server.port, &head("127.0.0.1:1", ""), body.as_bytes()), 403, "another port's Host");
+    // Issue 28, F9: what a lenient reader would take. Two Host headers (the second naming another server),
+    // an absolute-form target naming another host, and the token with spaces around it.
+    let this = format!("127.0.0.1:{}", server.port);
+    assert_eq!(raw(server.port, &head(&this, "Host: attacker.example\r\n"), body.as_bytes()), 403, "two Host headers");
+    let absolute = format!("POST http://attacker.example/runbook-hook HTTP/1.1\r\nHost: {this}\r\n{auth}");
+    assert_eq!(raw(server.port, &absolute, body.as_bytes()), 403, "an absolute-form target");
+    let spaced = format!("POST /runbook-hook HTTP/1.1\r\nHost: {this}\r\nAuthorization: Bearer  {} \r\nContent-Type: application/json\r\n", server.token);
+    assert_eq!(raw(server.port, &spaced, body.as_bytes()), 401, "spaces around the token");
     // None of these was decided.
     assert_eq!(w.events(s).len(), 1);
     // Bad payloads: 400 (the client, with onFailure block, blocks), never an allow.
@@ -361,6 +369,8 @@ fn requests_that_must_never_be_decided_are_refused_and_logged_and_others_still_s
         "refused (401): a wrong bearer token",
         "refused (403): a request with an Origin",
         "refused (403): Host `attacker.example",
+        "refused (403): 2 Host headers",
+        "refused (403): an absolute-form target",
         "bad payload",
         "never started",
     ] {

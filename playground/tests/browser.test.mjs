@@ -20,6 +20,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
+import { connect } from 'node:net';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
@@ -702,6 +703,18 @@ describe('the playground in Chromium', () => {
     for (const bad of ['/../Cargo.toml', '/%2e%2e/Cargo.toml', '/.hidden', '/jco/../../Cargo.toml', '/nope.js']) {
       assert.equal((await rawGet(bad, 'gzip')).status, 404, bad);
     }
+    // Issue 28, F9: two Host headers, or an absolute-form target naming another host, are refused (421).
+    const { host } = new URL(origin);
+    const status = (head) => new Promise((ok, fail) => {
+      const s = connect(Number(new URL(origin).port), '127.0.0.1', () => s.write(`${head}Connection: close\r\n\r\n`));
+      let out = '';
+      s.on('data', (d) => { out += d; });
+      s.on('end', () => ok(Number(out.split(' ')[1])));
+      s.on('error', fail);
+    });
+    assert.equal(await status(`GET /index.html HTTP/1.1\r\nHost: ${host}\r\n`), 200, 'the page itself');
+    assert.equal(await status(`GET /index.html HTTP/1.1\r\nHost: ${host}\r\nHost: attacker.example\r\n`), 421, 'two Host headers');
+    assert.equal(await status(`GET http://attacker.example/index.html HTTP/1.1\r\nHost: ${host}\r\n`), 421, 'an absolute-form target');
   });
 
   test('accessibility: axe-core finds no serious or critical violation', async (t) => {

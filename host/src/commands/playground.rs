@@ -139,6 +139,10 @@ async fn answer(site: &Site, req: Request) -> Response {
     }
     // Only names of this server are served (a page elsewhere cannot rebind its own name to 127.0.0.1 to read
     // these files); a request without Host (HTTP/1.0) is local by construction.
+    // An origin-form target and at most one Host (issue 28, F9: what a lenient reader would take).
+    if req.uri.authority().is_some() || req.headers.get_all(header::HOST).iter().count() > 1 {
+        return plain(StatusCode::MISDIRECTED_REQUEST);
+    }
     if let Some(host) = req.headers.get(header::HOST) {
         let names = [format!("127.0.0.1:{}", site.port), format!("localhost:{}", site.port)];
         let ok = host.to_str().is_ok_and(|host| names.iter().any(|n| n.eq_ignore_ascii_case(host.trim())));

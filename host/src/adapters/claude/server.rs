@@ -22,7 +22,7 @@ use crate::{bundle, Policy};
 use anyhow::{anyhow, bail, Context, Result};
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -161,17 +161,31 @@ impl Shared {
     }
 
     /// Whether a request may be decided: from this machine's loopback, for this server, by a holder
-    /// of its token, and not from a web page.
-    fn admit(&self, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
+    /// of its token, and not from a web page. Exactly: an origin-form target (`/runbook-hook`, never
+    /// `http://other/...`), one `Host` naming this server, one `Authorization` that is `Bearer ` and the
+    /// token, nothing around it (issue 28, F9).
+    fn admit(&self, uri: &Uri, headers: &HeaderMap) -> Result<(), (StatusCode, String)> {
         if let Some(o) = headers.get(header::ORIGIN) {
             return Err((StatusCode::FORBIDDEN, format!("a request with an Origin ({}) is never decided", String::from_utf8_lossy(o.as_bytes()))));
         }
-        let host = headers.get(header::HOST).map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned()).unwrap_or_default();
+        if uri.scheme().is_some() || uri.authority().is_some() {
+            return Err((StatusCode::FORBIDDEN, format!("an absolute-form target ({uri}) is never decided: only a path")));
+        }
+        let hosts: Vec<String> = headers.get_all(header::HOST).iter().map(|h| String::from_utf8_lossy(h.as_bytes()).into_owned()).collect();
+        let host = match hosts.as_slice() {
+            [one] => one.clone(),
+            [] => String::new(),
+            _ => return Err((StatusCode::FORBIDDEN, format!("{} Host headers: a request names exactly one", hosts.len()))),
+        };
         if host != format!("127.0.0.1:{}", self.port) && host != format!("localhost:{}", self.port) {
             return Err((StatusCode::FORBIDDEN, format!("Host `{host}` is not this server's (127.0.0.1:{})", self.port)));
         }
-        let given = headers.get(header::AUTHORIZATION).and_then(|a| a.to_str().ok()).and_then(|a| a.strip_prefix("Bearer ")).unwrap_or("");
-        if !constant_time_eq(given.trim().as_bytes(), self.token.as_bytes()) {
+        let auth: Vec<&[u8]> = headers.get_all(header::AUTHORIZATION).iter().map(|a| a.as_bytes()).collect();
+        let given = match auth.as_slice() {
+            [one] => one.strip_prefix(b"Bearer ").unwrap_or(b""),
+            _ => b"",
+        };
+        if !constant_time_eq(given, self.token.as_bytes()) {
             let why = if given.is_empty() { "no bearer token" } else { "a wrong bearer token" };
             return Err((StatusCode::UNAUTHORIZED, format!("{why}: the hook configuration passes ${TOKEN_ENV} (see `runbook-host hook install`)")));
         }
@@ -359,10 +373,10 @@ fn json_answer(v: Option<Value>) -> Response {
     }
 }
 
-async fn on_hook(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) -> Response {
+async fn on_hook(State(sh): State<Arc<Shared>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
     // Who asks is checked before anything is read, and a body declared over the bound is refused
     // before it is read: no request that will not be decided makes the server buffer it.
-    if let Err(r) = sh.admit(&headers) {
+    if let Err(r) = sh.admit(&uri, &headers) {
         return refused(r);
     }
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
@@ -400,8 +414,8 @@ async fn on_hook(State(sh): State<Arc<Shared>>, headers: HeaderMap, body: Body) 
     }
 }
 
-async fn on_status(State(sh): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Err(r) = sh.admit(&headers) {
+async fn on_status(State(sh): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+    if let Err(r) = sh.admit(&uri, &headers) {
         return refused(r);
     }
     let worker = sh.clone();
@@ -411,8 +425,8 @@ async fn on_status(State(sh): State<Arc<Shared>>, headers: HeaderMap) -> Respons
     }
 }
 
-async fn on_shutdown(State(sh): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Err(r) = sh.admit(&headers) {
+async fn on_shutdown(State(sh): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+    if let Err(r) = sh.admit(&uri, &headers) {
         return refused(r);
     }
     log("shutting down on request");
