@@ -355,6 +355,7 @@ fn requests_that_must_never_be_decided_are_refused_and_logged_and_others_still_s
     assert_eq!(raw_declared(server.port, &ok_head, b"{", (16 << 20) + 1), 413, "a body over the bound (refused before it is read)");
     assert_eq!(server.post(b"{not json").0, 400);
     assert_eq!(server.post(base(s, "UserPromptSubmit").to_string().as_bytes()).0, 400, "an event this adapter does not handle");
+    assert_eq!(server.post(base(s, "SubagentStop").to_string().as_bytes()).0, 400, "a subagent's stop is not the session's (F8)");
     assert_eq!(server.post(json!({"hook_event_name": "PreToolUse"}).to_string().as_bytes()).0, 400, "no session");
     // A session the server never opened: denied (fail closed), in the client's own deny shape.
     let r = server.hook(pre("sess-never-started", "Bash", bash("ls"), "n1")).denied().unwrap();

@@ -32,7 +32,9 @@ pub fn parse(bytes: &[u8]) -> Result<HookEvent, String> {
             HookEvent::PostToolUse { session, tool: tool()?, response, call_id, failed: true }
         }
         "PermissionRequest" => HookEvent::PermissionRequest { session, tool: tool()?, input: input()? },
-        "Stop" | "SubagentStop" => HookEvent::Stop { session, again: v["stop_hook_active"].as_bool().unwrap_or(false) },
+        // Not `SubagentStop`: install never registers it, and a subagent's stop is not the session's final
+        // answer (issue 28, F8: a forged one fed `final_output`).
+        "Stop" => HookEvent::Stop { session, again: v["stop_hook_active"].as_bool().unwrap_or(false) },
         "SessionEnd" => HookEvent::SessionEnd { session },
         other => {
             return Err(format!("`{other}` is not a hook event this adapter handles"));
