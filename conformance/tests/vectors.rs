@@ -109,8 +109,9 @@ fn json_files(dir: &Path) -> Vec<PathBuf> {
         for e in entries {
             let p = e.unwrap().path();
             if p.is_dir() {
-                // Whole-run vectors (run/) have their own format, checked by the runner and below.
-                if p != dir.join("run") {
+                // Whole-run vectors (run/) and verify vectors (verify/) have their own formats, checked by
+                // the runner (and the whole-run ones below).
+                if p != dir.join("run") && p != dir.join("verify") {
                     stack.push(p);
                 }
             } else if p.extension().is_some_and(|x| x == "json") {
