@@ -10,7 +10,10 @@
 //!   error, never a truncated success;
 //! - the cache is keyed by sha256 and every entry is hashed again when read: a cache entry that does not hash
 //!   to its name is ignored (and rewritten on the next fetch). Entries are written to a temporary file,
-//!   fsynced and renamed, so nothing half-written is ever read as an entry.
+//!   fsynced and renamed, so nothing half-written is ever read as an entry. A cache path another user could
+//!   write is neither read nor written ([`crate::private`]);
+//! - no request is conditional: an index is trusted because the registry sent it now, never because a cached
+//!   one kept its ETag (issue 28, F5). A cached index stands in only while the registry cannot be reached.
 //!
 //! The API is blocking: callers are sync code, some of them inside a tokio runtime already, so each request
 //! runs on a current-thread runtime in a scoped thread of its own.
@@ -120,28 +123,17 @@ pub fn chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// What a GET answered.
-pub enum Got {
-    /// 200: the body (at most `max` bytes) and the ETag, when the server sent one.
-    Body(Vec<u8>, Option<String>),
-    /// 304: the ETag we sent still holds.
-    NotModified,
-}
+/// What a GET answered: the body (at most `max` bytes) and the ETag, when the server sent one.
+pub struct Got(pub Vec<u8>, pub Option<String>);
 
-/// GETs `url` (checked by [`check_url`]), sending `If-None-Match` when `etag` is given; a body past `max`
-/// bytes is `too-large`.
-pub fn get(client: &reqwest::Client, url: &str, etag: Option<&str>, max: usize) -> Result<Got, FetchError> {
+/// GETs `url` (checked by [`check_url`]); a body past `max` bytes is `too-large`. Never conditional: a 304
+/// would bless whatever the cache holds under the URL, and the cache is not the registry (issue 28, F5: a
+/// planted index kept the registry's ETag and was run as pinned).
+pub fn get(client: &reqwest::Client, url: &str, max: usize) -> Result<Got, FetchError> {
     check_url(url)?;
     block_on(async {
-        let mut req = client.get(url);
-        if let Some(t) = etag {
-            req = req.header(reqwest::header::IF_NONE_MATCH, t);
-        }
-        let mut resp = req.send().await.map_err(|e| err("unreachable", format!("`{url}`: {}", chain(&e))))?;
+        let mut resp = client.get(url).send().await.map_err(|e| err("unreachable", format!("`{url}`: {}", chain(&e))))?;
         let status = resp.status();
-        if status == reqwest::StatusCode::NOT_MODIFIED && etag.is_some() {
-            return Ok(Got::NotModified);
-        }
         if status == reqwest::StatusCode::NOT_FOUND {
             return Err(err("not-found", format!("`{url}` answered {status}")));
         }
@@ -159,7 +151,7 @@ pub fn get(client: &reqwest::Client, url: &str, etag: Option<&str>, max: usize) 
             }
             body.extend_from_slice(&c);
         }
-        Ok(Got::Body(body, tag))
+        Ok(Got(body, tag))
     })
 }
 
@@ -190,7 +182,7 @@ impl Cache {
 
     /// The bytes stored under `sha256`, only when they still hash to it.
     pub fn blob(&self, sha256: &str) -> Option<Vec<u8>> {
-        let b = crate::bundle::read_path_bounded(&self.blob_path(sha256)?, crate::registry::MAX_INDEX as u64).ok()?;
+        let b = read_own(&self.blob_path(sha256)?, crate::registry::MAX_INDEX as u64)?;
         (sha256_hex(&b) == sha256).then_some(b)
     }
 
@@ -209,7 +201,7 @@ impl Cache {
 
     /// What `url` last answered: (etag, sha256, fetched_at).
     pub fn url_entry(&self, url: &str) -> Option<(Option<String>, String, i64)> {
-        let v: Value = serde_json::from_slice(&crate::bundle::read_path_bounded(&self.url_path(url), crate::bundle::MAX_SMALL_FILE_BYTES).ok()?).ok()?;
+        let v: Value = serde_json::from_slice(&read_own(&self.url_path(url), crate::bundle::MAX_SMALL_FILE_BYTES)?).ok()?;
         if v["url"] != url {
             return None;
         }
@@ -222,9 +214,18 @@ impl Cache {
     }
 }
 
+/// A cache file, only when it and every directory above it are this user's own ([`crate::private`]): a
+/// cache another user can write is no cache (issue 28, F5).
+fn read_own(path: &Path, max: u64) -> Option<Vec<u8>> {
+    crate::private::check_dir(path.parent()?).ok()?;
+    crate::private::read_own(path, max).ok()
+}
+
 fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
     let dir = path.parent().expect("cache paths have a parent");
-    std::fs::create_dir_all(dir)?;
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    crate::private::check_dir(dir).map_err(|m| std::io::Error::new(std::io::ErrorKind::PermissionDenied, m))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;

@@ -15,6 +15,7 @@ pub mod faults;
 pub mod fetch;
 pub mod oci;
 pub mod oci_registry;
+pub mod private;
 pub mod registry;
 pub mod run;
 pub mod sshsig;
@@ -402,31 +403,78 @@ impl Policy {
     }
 }
 
+/// The compiled-module cache (issue 28, F10): `<module>-<engine>.cwasm` and its sha256 in
+/// `<same>.cwasm.sha256`. Precompiled code is machine code this process runs, so it is loaded only from a
+/// directory and a file that are this user's own ([`private`]) and only when its bytes hash to the recorded
+/// digest; anything else is compiled again from the embedded bytes, and a directory that is not own is never
+/// written to. The digest lives beside the code, so it catches a planted or altered file, not an agent of
+/// this user that rewrites both (it could rewrite the binary too: docs/security.md).
 fn load_component(engine: &Engine, cache: Option<&Path>) -> Result<Component, HostError> {
     use std::hash::{Hash, Hasher};
     let compile = || Component::new(engine, COMPONENT).map_err(|e| HostError::Load(format!("{e:#}")));
     let Some(dir) = cache else { return compile() };
+    if let Err(why) = private::check_dir(dir) {
+        eprintln!("runbook-host: the compiled-module cache is not used: {why}");
+        return compile();
+    }
     let mut h = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
     env!("CARGO_PKG_VERSION").hash(&mut h);
-    let path = dir.join(format!("{}-{:016x}.cwasm", &module_sha256()[..16], h.finish()));
-    if path.is_file() {
-        // SAFETY: the file is one this host wrote for this exact component and engine configuration; a file
-        // that does not load is recompiled below. Precompiled code is trusted code: the cache directory must
-        // be writable only by its user (DESIGN 10: a same-user agent can rewrite it, as it can the binary).
-        if let Ok(c) = unsafe { Component::deserialize_file(engine, &path) } {
-            return Ok(c);
+    let name = format!("{}-{:016x}.cwasm", &module_sha256()[..16], h.finish());
+    let (path, digest_path) = (dir.join(&name), dir.join(format!("{name}.sha256")));
+    match cached_code(&path, &digest_path) {
+        Ok(Some(bytes)) => {
+            // SAFETY: these bytes are ones this host serialized for this component and engine configuration:
+            // the file and its digest are this user's own and the bytes hash to the digest. Bytes that do not
+            // load are compiled again below.
+            if let Ok(c) = unsafe { Component::deserialize(engine, &bytes) } {
+                return Ok(c);
+            }
         }
+        Ok(None) => {}
+        Err(why) => eprintln!("runbook-host: the compiled module in the cache is not used ({why}); compiled again"),
     }
     let component = compile()?;
     if let Ok(bytes) = component.serialize() {
-        let _ = std::fs::create_dir_all(dir);
-        let tmp = dir.join(format!(".{}.{}.tmp", path.file_name().unwrap().to_string_lossy(), std::process::id()));
-        if std::fs::write(&tmp, &bytes).is_ok() {
-            let _ = std::fs::rename(&tmp, &path);
-        }
+        let _ = store_code(dir, &path, &digest_path, &bytes);
     }
     Ok(component)
+}
+
+/// The most a compiled module may be (it is a few MiB).
+const MAX_COMPILED_BYTES: u64 = 256 << 20;
+
+/// The cached code when there is some: None when either file is missing, Err when it must not be used.
+fn cached_code(path: &Path, digest_path: &Path) -> Result<Option<Vec<u8>>, String> {
+    let digest = match private::read_own(digest_path, 64) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let bytes = match private::read_own(path, MAX_COMPILED_BYTES) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    };
+    let actual = bundle::sha256_hex(&bytes);
+    if digest != actual.as_bytes() {
+        return Err(format!("`{}` hashes to {actual}, not to the digest recorded for it", path.display()));
+    }
+    Ok(Some(bytes))
+}
+
+/// Writes the code and then its digest, each to a private temporary file renamed into place.
+fn store_code(dir: &Path, path: &Path, digest_path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let write = |to: &Path, b: &[u8]| -> std::io::Result<()> {
+        let tmp = dir.join(format!(".{}.{}.tmp", to.file_name().unwrap().to_string_lossy(), std::process::id()));
+        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        std::io::Write::write_all(&mut f, b)?;
+        std::fs::rename(&tmp, to)
+    };
+    write(path, bytes)?;
+    write(digest_path, bundle::sha256_hex(bytes).as_bytes())
 }
 
 /// The module trapped (now or before): the decision the host records in its place, and the trap.

@@ -119,6 +119,9 @@ pub struct Artifact<'a> {
 #[derive(Clone, Debug)]
 pub struct Pulled {
     pub bytes: Vec<u8>,
+    /// The manifest's exact bytes (they hash to `manifest_digest`): what a cache keeps to find the layer again
+    /// by a pin, without trusting anything but the pin.
+    pub manifest: Vec<u8>,
     pub manifest_digest: String,
     pub layer_digest: String,
     pub annotations: BTreeMap<String, String>,
@@ -525,7 +528,7 @@ pub fn pull(reference: &OciRef, artifact_type: &str, layer_media_type: &str, max
 
         let annotations =
             m["annotations"].as_object().map(|o| o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect()).unwrap_or_default();
-        Ok(Pulled { bytes: sink.buf, manifest_digest, layer_digest: layer.digest, annotations })
+        Ok(Pulled { bytes: sink.buf, manifest: body, manifest_digest, layer_digest: layer.digest, annotations })
     })
 }
 
@@ -548,13 +551,13 @@ pub fn resolve_digest(reference: &OciRef, opts: &Options) -> Result<String, OciE
     })
 }
 
-struct LayerInfo {
-    digest: String,
-    size: u64,
+pub struct LayerInfo {
+    pub digest: String,
+    pub size: u64,
 }
 
 /// The shape checks of `pull`: one OCI image manifest holding exactly one layer of the expected types.
-fn check_manifest(m: &Value, artifact_type: &str, layer_media_type: &str) -> Result<LayerInfo, (&'static str, String)> {
+pub fn check_manifest(m: &Value, artifact_type: &str, layer_media_type: &str) -> Result<LayerInfo, (&'static str, String)> {
     if m["schemaVersion"].as_u64() != Some(2) {
         return Err(("wrong-type", format!("the manifest has schemaVersion {}, not 2", m["schemaVersion"])));
     }

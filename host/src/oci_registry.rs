@@ -85,14 +85,16 @@ pub fn resolve_ref(reference: &str, settings: &Settings) -> Result<Resolved, Reg
     let cache = settings.cache.as_ref();
     let mut provenance = Provenance { kind: "oci", registry: Some(key.clone()), ..Default::default() };
     // A digest names immutable bytes: when they are in the cache, the registry need not be asked.
-    let cached = r.digest.as_ref().and_then(|_| cache.and_then(|c| fetch::cached(c, &key)));
+    let cached = r.digest.as_deref().and_then(|d| cache.and_then(|c| cached_document(c, d)));
     let (bytes, annotations) = match cached {
-        Some((bytes, _, _)) => (bytes, None),
+        Some(bytes) => (bytes, None),
         None => match oci::pull(&r, DOCUMENT_ARTIFACT_TYPE, DOCUMENT_LAYER, MAX_DOCUMENT, &opts) {
             Ok(p) => {
-                if let (Some(c), Some(_)) = (cache, &r.digest) {
-                    if let Ok(sha) = c.put_blob(&p.bytes) {
-                        let _ = c.put_url_entry(&key, None, &sha, fetch::now_unix());
+                if let (Some(c), Some(d)) = (cache, &r.digest) {
+                    // The manifest under its own digest (the pin) and the layer under its: the cache is read back
+                    // through the pin alone, each step hashed again (issue 28, F5).
+                    if d.strip_prefix("sha256:") == Some(sha256_hex(&p.manifest).as_str()) {
+                        let _ = c.put_blob(&p.bytes).and_then(|_| c.put_blob(&p.manifest));
                     }
                 }
                 (p.bytes, Some(p.annotations))
@@ -130,6 +132,16 @@ pub fn resolve_ref(reference: &str, settings: &Settings) -> Result<Resolved, Reg
         signature,
         signature_where: format!("no `{}` in {}", signature_tag("<sha256>"), r.repository),
     })
+}
+
+/// A digest-pinned document from the cache: its manifest by the pin, then the layer the manifest names, each
+/// read only when it hashes to its name. Nothing else in the cache (an entry naming a URL, a planted blob)
+/// can decide which bytes run as pinned.
+fn cached_document(c: &fetch::Cache, digest: &str) -> Option<Vec<u8>> {
+    let manifest = c.blob(digest.strip_prefix("sha256:")?)?;
+    let m: serde_json::Value = serde_json::from_slice(&manifest).ok()?;
+    let layer = oci::check_manifest(&m, DOCUMENT_ARTIFACT_TYPE, DOCUMENT_LAYER).ok()?;
+    c.blob(layer.digest.strip_prefix("sha256:")?)
 }
 
 /// A document's signature from its repository (none when there is none); from the cache when the

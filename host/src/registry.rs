@@ -400,8 +400,8 @@ impl Source {
             .map_err(|e| RegistryError::new("unreachable", format!("cannot open the registry `{registry}`: {e}")))
     }
 
-    /// The parsed index and the provenance so far. A URL registry's index is revalidated with its ETag;
-    /// when the registry cannot be reached, a cached index younger than the allowed age stands in, and the
+    /// The parsed index and the provenance so far. A URL registry's index is fetched whole every time;
+    /// only when the registry cannot be reached, a cached index younger than the allowed age stands in, and the
     /// provenance says so.
     fn index(&self) -> Result<(Value, Provenance), RegistryError> {
         match self {
@@ -424,22 +424,16 @@ impl Source {
                 };
                 let prior = cache.as_ref().and_then(|c| fetch::cached(c, &url));
                 let now = fetch::now_unix();
-                match fetch::get(client, &url, prior.as_ref().and_then(|p| p.1.as_deref()), MAX_INDEX) {
-                    Ok(fetch::Got::Body(bytes, etag)) => {
+                // The index is always fetched whole while the registry answers: what pins a document is the
+                // registry's index, never a cached one (a cached index stands in only while it is down).
+                match fetch::get(client, &url, MAX_INDEX) {
+                    Ok(fetch::Got(bytes, etag)) => {
                         let index = parse_index(&bytes)?;
                         if let Some(c) = cache {
                             // Only a valid index is remembered; a cache that cannot be written costs a later fetch.
                             if let Ok(sha) = c.put_blob(&bytes) {
                                 let _ = c.put_url_entry(&url, etag.as_deref(), &sha, now);
                             }
-                        }
-                        Ok((index, provenance))
-                    }
-                    Ok(fetch::Got::NotModified) => {
-                        let (bytes, etag, _) = prior.expect("a 304 answers only the ETag we sent");
-                        let index = parse_index(&bytes)?;
-                        if let Some(c) = cache {
-                            let _ = c.put_url_entry(&url, etag.as_deref(), &sha256_hex(&bytes), now);
                         }
                         Ok((index, provenance))
                     }
@@ -479,8 +473,8 @@ impl Source {
                 if provenance.from_cache.is_some() {
                     return Err(RegistryError::new("unreachable", format!("the registry is unreachable and `{path}` (sha256 {pin}) is not in the cache")));
                 }
-                match fetch::get(client, &format!("{base}{path}"), None, MAX_DOCUMENT) {
-                    Ok(fetch::Got::Body(b, _)) => {
+                match fetch::get(client, &format!("{base}{path}"), MAX_DOCUMENT) {
+                    Ok(fetch::Got(b, _)) => {
                         if sha256_hex(&b) == pin {
                             if let Some(c) = cache {
                                 let _ = c.put_blob(&b);
@@ -488,7 +482,6 @@ impl Source {
                         }
                         Ok(b)
                     }
-                    Ok(fetch::Got::NotModified) => Err(RegistryError::new("io", format!("`{path}`: an unasked-for 304"))),
                     Err(e) if matches!(e.code, "status" | "not-found" | "too-large") => Err(RegistryError::new("io", e.message)),
                     Err(e) => Err(RegistryError::new("unreachable", e.message)),
                 }
@@ -511,8 +504,8 @@ impl Source {
                 if provenance.from_cache.is_some() {
                     return Ok(cache.as_ref().and_then(|c| fetch::cached(c, &url)).map(|c| c.0));
                 }
-                match fetch::get(client, &url, None, MAX_SIGNATURE) {
-                    Ok(fetch::Got::Body(b, etag)) => {
+                match fetch::get(client, &url, MAX_SIGNATURE) {
+                    Ok(fetch::Got(b, etag)) => {
                         if let Some(c) = cache {
                             if let Ok(sha) = c.put_blob(&b) {
                                 let _ = c.put_url_entry(&url, etag.as_deref(), &sha, fetch::now_unix());
@@ -521,7 +514,6 @@ impl Source {
                         Ok(Some(b))
                     }
                     Err(e) if e.code == "not-found" => Ok(None),
-                    Ok(fetch::Got::NotModified) => Ok(None),
                     Err(e) => Err(RegistryError::new("unreachable", e.message)),
                 }
             }

@@ -1059,3 +1059,67 @@ fn the_readme_starts_with_two_commands_and_the_first_says_what_happened() {
     assert!(out.contains("Outcome:     completed at terminal `rotated`"), "{out}");
     assert!(out.contains("Deviations:  none") && out.contains("Approvals:   1 answered, 1 accepted"), "{out}");
 }
+
+/// Issue 28, F10: precompiled code from the cache is machine code the host runs. It is used only when its
+/// bytes hash to the digest recorded beside it and the cache is this user's own: an altered file is
+/// compiled again (and said so on stderr), a cache directory other users can write is neither read nor
+/// written.
+#[test]
+fn precompiled_code_is_used_only_when_its_digest_matches_and_the_cache_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new("cwasm");
+    let doc = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/rotate-credentials/runbook.yaml")).unwrap();
+    sb.write("runbook.yaml", &doc);
+    let cache = sb.dir.join("cache");
+    let code = || -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&cache).unwrap().map(|e| e.unwrap().path()).filter(|p| p.to_string_lossy().ends_with(".cwasm")).collect();
+        v.sort();
+        v
+    };
+    let r = sb.run(&["lint", "runbook.yaml"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    let files = code();
+    assert_eq!(files.len(), 1, "one compiled module, with its digest beside it");
+    let cwasm = files[0].clone();
+    let digest = PathBuf::from(format!("{}.sha256", cwasm.display()));
+    let pristine = std::fs::read(&cwasm).unwrap();
+    assert_eq!(std::fs::read_to_string(&digest).unwrap(), format!("{:x}", Sha256::digest(&pristine)));
+    assert_eq!(std::fs::metadata(&cwasm).unwrap().permissions().mode() & 0o777, 0o600);
+    // A warm run uses it and says nothing.
+    let r = sb.run(&["lint", "runbook.yaml"]);
+    assert!(r.status.success() && !r.stderr.contains("cache"), "{}", r.stderr);
+
+    // Altered code (one byte in the middle, as a planted patch would be): not loaded, compiled again, and
+    // the cache holds the host's own bytes again.
+    let mut altered = pristine.clone();
+    let mid = altered.len() / 2;
+    altered[mid] ^= 0xff;
+    std::fs::write(&cwasm, &altered).unwrap();
+    let r = sb.run(&["lint", "runbook.yaml"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(r.stderr.contains("the compiled module in the cache is not used") && r.stderr.contains("not to the digest recorded for it"), "{}", r.stderr);
+    assert_eq!(std::fs::read(&cwasm).unwrap(), pristine, "compiled again, to the same bytes");
+    // Code with no digest beside it (a file dropped in): compiled again, the digest written.
+    std::fs::remove_file(&digest).unwrap();
+    std::fs::write(&cwasm, &altered).unwrap();
+    let r = sb.run(&["lint", "runbook.yaml"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert_eq!(std::fs::read(&cwasm).unwrap(), pristine);
+    assert!(digest.exists());
+
+    // A cache directory other users can write: neither read nor written, and said so.
+    std::fs::write(&cwasm, &altered).unwrap();
+    std::fs::write(&digest, format!("{:x}", Sha256::digest(&altered))).unwrap();
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let r = sb.run(&["lint", "runbook.yaml"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(r.stderr.contains("the compiled-module cache is not used") && r.stderr.contains("writable by other users"), "{}", r.stderr);
+    assert_eq!(std::fs::read(&cwasm).unwrap(), altered, "nothing written to a cache that is not private");
+    // A file in it that another user could write, in a private directory: not loaded either.
+    std::fs::set_permissions(&cache, std::fs::Permissions::from_mode(0o700)).unwrap();
+    std::fs::set_permissions(&cwasm, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let r = sb.run(&["lint", "runbook.yaml"]);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(r.stderr.contains("writable by other users"), "{}", r.stderr);
+    assert_eq!(std::fs::read(&cwasm).unwrap(), pristine, "replaced by the host's own");
+}

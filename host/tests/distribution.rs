@@ -223,6 +223,11 @@ impl Https {
     }
 }
 
+/// Stores bytes in a registry cache as the host does; their sha256.
+fn c_put(cache: &Path, bytes: &[u8]) -> String {
+    Cache { root: cache.to_path_buf() }.put_blob(bytes).unwrap()
+}
+
 #[test]
 fn an_https_registry_with_its_cache_offline_and_the_transport_rules() {
     let d = tmp("httpsreg");
@@ -246,12 +251,45 @@ fn an_https_registry_with_its_cache_offline_and_the_transport_rules() {
     assert_eq!((r.trust, r.provenance.kind, r.provenance.from_cache.as_deref()), (Trust::T2, "https", None));
     assert_eq!(r.bytes, example("rotate-credentials"));
     assert_eq!(r.provenance.registry.as_deref(), Some(url.as_str()));
-    // Warm: the index is revalidated (304), the document comes from the cache by its pin.
+    // Warm: the index is fetched whole (never revalidated: issue 28, F5), the document comes from the
+    // cache by its pin.
     let before = srv.requests().len();
     registry::resolve_with("rotate-credentials@1.3.0", &s).unwrap();
     let new: Vec<String> = srv.requests()[before..].to_vec();
     assert_eq!(new.len(), 1, "{new:?}");
-    assert!(new[0].starts_with("GET /base/index.json 304 \""), "{new:?}");
+    assert!(new[0].starts_with("GET /base/index.json 200"), "{new:?}");
+
+    // Issue 28, F5: a planted index in the cache (its URL entry keeping the registry's ETag) that pins a
+    // planted document without `requires_approval`. While the registry answers, neither is used: the
+    // registry's own index pins the registry's document.
+    let index_url = format!("{url}/index.json");
+    let entry_path = cache.join("urls").join(format!("{}.json", runbook_host::bundle::sha256_hex(index_url.as_bytes())));
+    let entry: Value = serde_json::from_slice(&std::fs::read(&entry_path).unwrap()).unwrap();
+    let real = example("rotate-credentials");
+    let planted_doc = String::from_utf8(real.clone()).unwrap().replace("requires_approval: true", "requires_approval: false");
+    assert_ne!(planted_doc.as_bytes(), &real[..]);
+    let planted_sha = c_put(&cache, planted_doc.as_bytes());
+    let real_index = std::fs::read_to_string(reg.join("index.json")).unwrap();
+    let planted_index = real_index.replace(&runbook_host::bundle::sha256_hex(&real), &planted_sha);
+    assert_ne!(planted_index, real_index);
+    let planted_index_sha = c_put(&cache, planted_index.as_bytes());
+    let planted_entry = json!({"url": index_url, "etag": entry["etag"], "sha256": planted_index_sha, "fetched_at": entry["fetched_at"]});
+    std::fs::write(&entry_path, planted_entry.to_string()).unwrap();
+    let r = registry::resolve_with("rotate-credentials@1.3.0", &s).unwrap();
+    assert_eq!(r.bytes, real, "the registry's document, not the planted one");
+    assert_eq!(r.provenance.from_cache, None);
+    // A cache directory other users can write is not used at all: the document is fetched again.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(cache.join("blobs"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let before = srv.requests().len();
+        let r = registry::resolve_with("rotate-credentials@1.3.0", &s).unwrap();
+        assert_eq!(r.bytes, real);
+        assert!(srv.requests()[before..].iter().any(|l| l.starts_with("GET /base/rotate-credentials/1.3.0/runbook.yaml 200")), "{:?}", srv.requests());
+        std::fs::set_permissions(cache.join("blobs"), std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    // Put the registry's index back for what follows (the offline stand-in).
+    registry::resolve_with("rotate-credentials@1.3.0", &s).unwrap();
     // The registry goes down: the pinned, cached document still runs, and says it came from the cache.
     srv.stop();
     let r = registry::resolve_with("rotate-credentials@1.3.0", &s).unwrap();
@@ -332,6 +370,13 @@ fn an_oci_registry_push_pull_index_moved_tag_tamper_auth_tls_and_down() {
     let by_digest = pushed["reference"].as_str().unwrap().to_string();
     let r = registry::resolve_with(&by_digest, &s).unwrap();
     assert_eq!((r.trust, r.reference.as_str()), (Trust::T2, "rotate-credentials@1.3.0"));
+    // Issue 28, F5, for a digest: the cache once mapped the reference to a blob by an entry naming it, so a
+    // planted entry and blob ran as pinned. Now the cache is read through the pin alone (the manifest by
+    // its digest, then the layer it names): the planted pair is never used, online or with the registry down.
+    let planted = String::from_utf8(example("rotate-credentials")).unwrap().replace("requires_approval: true", "requires_approval: false");
+    let planted_sha = c_put(&cache, planted.as_bytes());
+    Cache { root: cache.clone() }.put_url_entry(&by_digest, None, &planted_sha, runbook_host::fetch::now_unix()).unwrap();
+    assert_eq!(registry::resolve_with(&by_digest, &s).unwrap().bytes, example("rotate-credentials"));
     let by_tag = format!("oci://{}/runbooks/rotate-credentials:1.3.0", reg.addr);
     let r = registry::resolve_with(&by_tag, &s).unwrap();
     assert_eq!((r.trust, r.pinned_sha256.clone()), (Trust::T1, None));
@@ -351,6 +396,7 @@ fn an_oci_registry_push_pull_index_moved_tag_tamper_auth_tls_and_down() {
     reg.stop();
     let r = registry::resolve_with(&by_digest, &s).unwrap();
     assert!(r.provenance.from_cache.is_some());
+    assert_eq!(r.bytes, example("rotate-credentials"), "the pinned bytes, not the planted ones");
     let r = registry::resolve_with("rotate-credentials@1.3.0", &s).unwrap();
     assert!(r.provenance.from_cache.as_deref().unwrap().contains("unreachable"), "{:?}", r.provenance);
     let e = registry::resolve_with(&by_tag, &s).unwrap_err();

@@ -40,7 +40,7 @@ pub fn read_path_bounded(path: &Path, max: u64) -> io::Result<Vec<u8>> {
     read_file_bounded(std::fs::File::open(path)?, &path.display().to_string(), max)
 }
 
-fn read_file_bounded(f: std::fs::File, name: &str, max: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn read_file_bounded(f: std::fs::File, name: &str, max: u64) -> io::Result<Vec<u8>> {
     use std::io::Read;
     let too_big = |len: u64| io::Error::new(io::ErrorKind::InvalidData, format!("{name} is larger than the {max} bytes this host reads ({len} bytes)"));
     let len = f.metadata()?.len();
