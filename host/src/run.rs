@@ -215,12 +215,32 @@ pub struct Signers {
 }
 
 impl Signers {
-    pub fn load(path: &Path) -> Result<Signers, RunError> {
+    /// Loads an `allowed_signers` file. A software key in it is refused unless `allow_software_keys`
+    /// (issue 28, F4: with the human's key in an ssh-agent the agent can reach, `ssh-keygen -Y sign` made
+    /// an approval accepted as theirs); when allowed, it is said on stderr each time the file is loaded.
+    pub fn load(path: &Path, allow_software_keys: bool) -> Result<Signers, RunError> {
         let bytes = std::fs::read(path).map_err(|e| RunError::Evidence(format!("cannot read the allowed signers {}: {e}", path.display())))?;
         let text = String::from_utf8(bytes.clone()).map_err(|_| RunError::Evidence(format!("{}: not UTF-8", path.display())))?;
         let set = crate::sshsig::AllowedSigners::parse(&text).map_err(|e| RunError::Evidence(format!("{}: {e}", path.display())))?;
         if set.is_empty() {
             return Err(RunError::Evidence(format!("{} lists no key: no approval could ever be signed", path.display())));
+        }
+        let software = set.software_keys();
+        if let Some((line, kind)) = software.first() {
+            let lines = software.iter().map(|(l, _)| l.to_string()).collect::<Vec<_>>().join(", ");
+            if !allow_software_keys {
+                return Err(RunError::Evidence(format!(
+                    "{}:{line}: a software key ({kind}) signs without a human: whoever can read its private file, or reach an ssh-agent \
+                     holding it (`SSH_AUTH_SOCK`, `ssh -A`), signs as its principal. List FIDO keys (`ssh-keygen -t ed25519-sk`), which \
+                     sign only on a touch, or pass --allow-software-keys to accept this explicitly",
+                    path.display()
+                )));
+            }
+            eprintln!(
+                "runbook-host: --allow-software-keys: {} lists {} software key(s) (line {lines}); an approval they sign does not prove a human was present",
+                path.display(),
+                software.len()
+            );
         }
         Ok(Signers { set: Arc::new(set), sha256: hex::encode(Sha256::digest(&bytes)) })
     }

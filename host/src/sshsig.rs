@@ -161,6 +161,17 @@ impl AllowedSigners {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+
+    /// The lines (1-based) and types of the keys that sign without a human present: software keys
+    /// (`ssh-ed25519`, `ecdsa-sha2-nistp256`), which whoever reads the private file or reaches an ssh-agent
+    /// holding it signs with. A FIDO (`sk-`) key signs only on a touch, which [`verify`] checks.
+    pub fn software_keys(&self) -> Vec<(usize, String)> {
+        self.entries
+            .iter()
+            .filter(|e| !matches!(e.key, KeyData::SkEd25519(_) | KeyData::SkEcdsaSha2NistP256(_)))
+            .map(|e| (e.line, e.key.algorithm().to_string()))
+            .collect()
+    }
 }
 
 /// Parses one line: `principals [options] keytype base64 [comment]`.

@@ -324,7 +324,7 @@ fn signed_approvals_are_a_humans() {
     let w = work("signed");
     let (keys, alice, signers) = alice_signs(&w);
     let (agent_key, agent_line) = keygen(&keys, "agent", "agent@example.com");
-    let flags = ["--allowed-signers", signers.to_str().unwrap()];
+    let flags = ["--allowed-signers", signers.to_str().unwrap(), "--allow-software-keys"];
     let hook = |v: Value| w.hook_with(&flags, v.to_string().as_bytes());
     assert_eq!(hook(start(s)).code, 0);
     let dir = w.run_dir(s);
@@ -397,7 +397,7 @@ fn signed_approvals_are_a_humans() {
     let (ok, text) = verify(&dir);
     assert!(ok && text.contains("1 signed approval(s), each verified by the key it carries"), "{text}");
     let v = |extra: &Path| {
-        let o = Command::new(BIN).arg("verify").arg(&dir).arg("--allowed-signers").arg(extra).output().unwrap();
+        let o = Command::new(BIN).arg("verify").arg(&dir).arg("--allowed-signers").arg(extra).arg("--allow-software-keys").output().unwrap();
         (o.status.success(), String::from_utf8_lossy(&o.stdout).to_string())
     };
     let (ok, text) = v(&signers);
@@ -420,6 +420,99 @@ fn signed_approvals_are_a_humans() {
     assert!(!verify(&dir).0);
 }
 
+/// An `allowed_signers` line for a FIDO key (`sk-ssh-ed25519@openssh.com`, application `ssh:`): what a
+/// human's hardware key looks like to the host. No test holds the token, so nothing here can sign with it.
+fn fido_line(principal: &str) -> String {
+    use base64ct::Encoding;
+    let mut blob = Vec::new();
+    for field in [&b"sk-ssh-ed25519@openssh.com"[..], &[7u8; 32][..], &b"ssh:"[..]] {
+        blob.extend_from_slice(&(field.len() as u32).to_be_bytes());
+        blob.extend_from_slice(field);
+    }
+    format!("{principal} sk-ssh-ed25519@openssh.com {}", base64ct::Base64::encode_string(&blob))
+}
+
+/// Issue 28, F4: with the human's software key only in an ssh-agent the agent can reach (`ssh -A`,
+/// `SSH_AUTH_SOCK`), `ssh-keygen -Y sign` made an approval that was accepted as the human's. Now a signers
+/// file that lists a software key is refused (the hook refuses the session before its run begins,
+/// `verify` refuses the file) unless `--allow-software-keys`, which is then said on stderr; with the
+/// human's FIDO key listed, the agent still signs through the ssh-agent, and the answer is refused.
+#[test]
+fn approvals_take_only_keys_that_need_a_touch() {
+    let s = "sess-fido";
+    let w = work("fido");
+    let (keys, alice, signers) = alice_signs(&w);
+    // The human's key is loaded into an ssh-agent, and its private file is gone: the agent (our
+    // adversary) has the socket, as it would under `ssh -A`.
+    let sock = keys.join("agent.sock");
+    let mut ssh_agent = Command::new("ssh-agent").arg("-D").arg("-a").arg(&sock).stdout(std::process::Stdio::null()).spawn().expect("ssh-agent");
+    let t = Instant::now();
+    while !sock.exists() {
+        assert!(t.elapsed() < Duration::from_secs(10), "ssh-agent did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = Command::new("ssh-add").arg(&alice).env("SSH_AUTH_SOCK", &sock).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    std::fs::remove_file(&alice).unwrap();
+    let through_agent = |msg: &str| {
+        let mut c = Command::new("ssh-keygen")
+            .args(["-Y", "sign", "-n", approvals::SIGNATURE_NAMESPACE, "-f"])
+            .arg(alice.with_extension("pub"))
+            .env("SSH_AUTH_SOCK", &sock)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut c.stdin.take().unwrap(), msg.as_bytes()).unwrap();
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "the agent signs through the ssh-agent: {}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+
+    // The software key listed, no --allow-software-keys: the session is refused before its run begins.
+    let strict = ["--allowed-signers", signers.to_str().unwrap()];
+    let o = w.hook_with(&strict, start(s).to_string().as_bytes());
+    assert_eq!(o.code, 2, "{}", o.stdout);
+    assert!(o.stderr.contains("allowed_signers:1: a software key (ssh-ed25519) signs without a human"), "{}", o.stderr);
+    assert!(o.stderr.contains("ssh-agent") && o.stderr.contains("--allow-software-keys"), "{}", o.stderr);
+    assert!(!w.runs().join(format!(".hook/{s}.json")).exists(), "no run began");
+    // The same file, allowed explicitly: the run begins, and stderr says what was accepted.
+    let lax = ["--allowed-signers", signers.to_str().unwrap(), "--allow-software-keys"];
+    let o = w.hook_with(&lax, start("sess-lax").to_string().as_bytes());
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(o.stderr.contains("--allow-software-keys: ") && o.stderr.contains("lists 1 software key(s) (line 1)"), "{}", o.stderr);
+
+    // The human's FIDO key listed instead: the run begins; the agent signs an answer through the
+    // ssh-agent as alice, and it is refused, so the gated call stays held.
+    std::fs::write(&signers, format!("{}\n", fido_line("alice@example.com"))).unwrap();
+    let hook = |v: Value| w.hook_with(&strict, v.to_string().as_bytes());
+    let o = hook(start(s));
+    assert_eq!(o.code, 0, "{}", o.stderr);
+    assert!(!o.stderr.contains("software key"), "{}", o.stderr);
+    let dir = w.run_dir(s);
+    let run_id = dir.file_name().unwrap().to_string_lossy().to_string();
+    to_the_gated_rotate(&hook, s);
+    let p = approvals::pending(&dir).unwrap().remove(0);
+    let request = w.events(s).iter().find(|e| e["decision"]["decision"] == "needs-approval").unwrap()["decision"]["seq"].as_u64().unwrap();
+    let msg = approvals::signed_message(&run_id, request, p.step.as_deref(), &p.call_sha256, true).unwrap();
+    let sig = through_agent(&msg);
+    approvals::answer_signed(&dir, &p.id, "alice@example.com", true, &p.call_sha256, Some(&sig)).unwrap();
+    let o = hook(pre(s, "Bash", bash(ROTATE), "t4"));
+    assert!(o.denied().is_some(), "{}", o.stdout);
+    assert!(o.stderr.contains("is refused"), "{}", o.stderr);
+    assert!(w.events(s).iter().all(|e| e["event"]["type"] != "approval"), "no approval event was recorded");
+
+    // verify refuses a signers file with a software key unless told, like the hook (exit 2: a bad input).
+    std::fs::write(&signers, std::fs::read_to_string(alice.with_extension("pub")).unwrap().replacen("ssh-ed25519", "alice@example.com ssh-ed25519", 1))
+        .unwrap();
+    let o = Command::new(BIN).arg("verify").arg(&dir).arg("--allowed-signers").arg(&signers).output().unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("a software key (ssh-ed25519) signs without a human"), "{}", String::from_utf8_lossy(&o.stderr));
+    let _ = ssh_agent.kill();
+    let _ = ssh_agent.wait();
+}
+
 /// The second integrity hole of issue 27: one signed approval answered twice. After a human's signed
 /// answer admitted the gated call, the agent appends a copy of that approval event (its link recomputed
 /// by the module, so the replay accepts the record) and a copy of its signature line with only `seq`
@@ -431,7 +524,7 @@ fn one_signature_answers_one_request() {
     let s = "sess-replay";
     let w = work("replayed-signature");
     let (_, alice, signers) = alice_signs(&w);
-    let flags = ["--allowed-signers", signers.to_str().unwrap()];
+    let flags = ["--allowed-signers", signers.to_str().unwrap(), "--allow-software-keys"];
     let hook = |v: Value| w.hook_with(&flags, v.to_string().as_bytes());
     assert_eq!(hook(start(s)).code, 0);
     let dir = w.run_dir(s);

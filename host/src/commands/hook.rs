@@ -58,6 +58,11 @@ pub struct Args {
     /// `allowed_signers` file (ssh-keygen's format; keep it where the agent cannot write)
     #[arg(long, value_name = "FILE", global = true)]
     pub allowed_signers: Option<PathBuf>,
+    /// Accept software keys (`ssh-ed25519`, `ecdsa-sha2-nistp256`) in `--allowed-signers`: they sign
+    /// without a touch, so an agent that reads the key or reaches an ssh-agent holding it can approve
+    /// (said on stderr whenever the file is loaded). Without it, only FIDO `sk-` keys are accepted
+    #[arg(long, global = true)]
+    pub allow_software_keys: bool,
     /// Decide through the resident hook server on 127.0.0.1:PORT (started when none answers); for
     /// `hook serve`, the port to listen on (0: any free port); for `install`, the server mode's port
     /// (default: a free port chosen now)
@@ -165,6 +170,9 @@ fn hook_command(a: &Args) -> Result<String> {
     }
     if let Some(p) = &a.allowed_signers {
         c.push(format!("--allowed-signers {}", quote(&absolute(p)?.to_string_lossy())));
+    }
+    if a.allow_software_keys {
+        c.push("--allow-software-keys".into());
     }
     if a.lock_timeout_ms != 10_000 {
         c.push(format!("--lock-timeout-ms {}", a.lock_timeout_ms));
@@ -363,6 +371,7 @@ fn config(a: &Args) -> Result<hook::Config> {
         keep_working: a.keep_working,
         lock_timeout: std::time::Duration::from_millis(a.lock_timeout_ms),
         allowed_signers: a.allowed_signers.clone(),
+        allow_software_keys: a.allow_software_keys,
         allowlist: a.allowlist.clone(),
         settings: hook::permissions::settings_files(&project, home.as_deref()),
     })
@@ -393,6 +402,9 @@ fn server_args(a: &Args, port: u16) -> Vec<String> {
     }
     if let Some(p) = &a.allowed_signers {
         v.extend(["--allowed-signers".into(), p.to_string_lossy().into_owned()]);
+    }
+    if a.allow_software_keys {
+        v.push("--allow-software-keys".into());
     }
     v.extend(["--lock-timeout-ms".into(), a.lock_timeout_ms.to_string()]);
     v

@@ -64,6 +64,11 @@ pub struct Args {
     /// this `allowed_signers` file (ssh-keygen's format; keep it where the agent cannot write)
     #[arg(long, value_name = "FILE")]
     pub allowed_signers: Option<PathBuf>,
+    /// Accept software keys (`ssh-ed25519`, `ecdsa-sha2-nistp256`) in `--allowed-signers`: they sign
+    /// without a touch, so whoever reads the key or reaches an ssh-agent holding it can sign (said on
+    /// stderr). Without it, only FIDO `sk-` keys are accepted
+    #[arg(long)]
+    pub allow_software_keys: bool,
     /// The servers from a configuration file in the shape MCP clients use (`.mcp.json`: `mcpServers`,
     /// each with `command`, `args` and `env`; `${VAR}` expanded): a server's own arguments may hold `--`
     #[arg(long, value_name = "FILE")]
@@ -180,7 +185,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         upstream_ca.push(std::fs::read(p).with_context(|| format!("cannot read the CA file `{}`", p.display()))?);
     }
     let signers = match &args.allowed_signers {
-        Some(p) => Some(runbook_host::run::Signers::load(p).map_err(anyhow::Error::msg)?),
+        Some(p) => Some(runbook_host::run::Signers::load(p, args.allow_software_keys).map_err(anyhow::Error::msg)?),
         None => None,
     };
     let settings = super::registry::settings(&args.registry, &args.registry_ca, &args.require_signature)?;

@@ -25,6 +25,11 @@ pub struct Args {
     /// signature is checked against it, and a run that required signatures must name this very file
     #[arg(long, value_name = "FILE")]
     pub allowed_signers: Option<PathBuf>,
+    /// Accept software keys (`ssh-ed25519`, `ecdsa-sha2-nistp256`) in `--allowed-signers`: they sign
+    /// without a touch, so whoever reads the key or reaches an ssh-agent holding it can sign (said on
+    /// stderr). Without it, only FIDO `sk-` keys are accepted
+    #[arg(long)]
+    pub allow_software_keys: bool,
     /// The public key (PEM) the run's receipt must be signed by (`receipt.dsse.json`, written by a host
     /// given `--signing-key`); repeat to accept several. Without it, a receipt signature that run.json
     /// announces is checked against the key run.json names, which proves integrity, not who signed
@@ -66,7 +71,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Err(e) => anyhow::bail!("cannot open the run directory `{}`: {e}", args.run_dir.display()),
     };
     let signers = match &args.allowed_signers {
-        Some(p) => Some(runbook_host::run::Signers::load(p).map_err(anyhow::Error::msg)?),
+        Some(p) => Some(runbook_host::run::Signers::load(p, args.allow_software_keys).map_err(anyhow::Error::msg)?),
         None => None,
     };
     let keys = super::sign::read_keys(&args.key)?;

@@ -123,6 +123,8 @@ pub struct Config {
     pub lock_timeout: Duration,
     /// Where approvals must be signed: the `allowed_signers` file of the keys that may sign them.
     pub allowed_signers: Option<PathBuf>,
+    /// Accept software keys in `allowed_signers` (see [`Signers::load`]).
+    pub allow_software_keys: bool,
     /// The tools the client allows at all, when given on the command line; else from the client's
     /// permission rules (see [`permissions`]).
     pub allowlist: Option<Vec<String>>,
@@ -147,7 +149,7 @@ impl Config {
                 self.profile,
                 self.keep_working,
                 self.lock_timeout,
-                &self.allowed_signers,
+                (&self.allowed_signers, self.allow_software_keys),
                 &self.allowlist,
                 &self.settings
             )
@@ -276,7 +278,7 @@ pub fn resume(policy: Arc<Policy>, cfg: &Config, session: &str, timing: &mut Tim
     let st = load_state(&cfg.runs, session)?;
     let (mut run, r) = Run::resume(policy, &cfg.runs, &st.run_id, st.t0_ms, Some(&st.pin), guard(cfg))?;
     if let Some(p) = &cfg.allowed_signers {
-        run.require_signed_approvals(Signers::load(p)?)?;
+        run.require_signed_approvals(Signers::load(p, cfg.allow_software_keys)?)?;
     }
     if let Some(k) = &cfg.receipt_key {
         run.sign_receipts_with(k.clone())?;
@@ -506,7 +508,7 @@ fn create(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<(Answer, R
         available: None,
     };
     // A signers file that cannot be used refuses the session before its run begins.
-    let signers = cfg.allowed_signers.as_deref().map(Signers::load).transpose()?;
+    let signers = cfg.allowed_signers.as_deref().map(|p| Signers::load(p, cfg.allow_software_keys)).transpose()?;
     let (mut run, a) = Run::create_with(policy, &doc, claim, &cfg.runs, ADAPTER, guard(cfg), cfg.receipt_key.clone())?;
     if let Some(sg) = signers {
         run.require_signed_approvals(sg)?;
