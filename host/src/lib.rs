@@ -13,6 +13,7 @@ pub mod clock;
 pub mod dsse;
 pub mod faults;
 pub mod fetch;
+pub mod listen;
 pub mod oci;
 pub mod oci_registry;
 pub mod private;

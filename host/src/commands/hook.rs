@@ -63,6 +63,10 @@ pub struct Args {
     /// (said on stderr whenever the file is loaded). Without it, only FIDO `sk-` keys are accepted
     #[arg(long, global = true)]
     pub allow_software_keys: bool,
+    /// For `hook serve`: exit once no session has been open and no event has come for this many
+    /// seconds (0: never). The next SessionStart starts a server again
+    #[arg(long, default_value_t = 600, global = true)]
+    pub idle_exit_secs: u64,
     /// Decide through the resident hook server on 127.0.0.1:PORT (started when none answers); for
     /// `hook serve`, the port to listen on (0: any free port); for `install`, the server mode's port
     /// (default: a free port chosen now)
@@ -407,6 +411,7 @@ fn server_args(a: &Args, port: u16) -> Vec<String> {
         v.push("--allow-software-keys".into());
     }
     v.extend(["--lock-timeout-ms".into(), a.lock_timeout_ms.to_string()]);
+    v.extend(["--idle-exit-secs".into(), a.idle_exit_secs.to_string()]);
     v
 }
 
@@ -440,7 +445,8 @@ fn through_server(a: &Args, port: u16, payload: &[u8]) -> Result<Option<String>>
 fn serve(a: &Args) -> Result<ExitCode> {
     let policy = super::policy()?;
     let port = a.port.unwrap_or(0);
-    server::serve(policy, config(a)?, port, |port| eprintln!("runbook-host hook serve: listening on 127.0.0.1:{port} for {}", a.runs.display()))?;
+    let idle_exit = (a.idle_exit_secs > 0).then(|| std::time::Duration::from_secs(a.idle_exit_secs));
+    server::serve(policy, config(a)?, port, idle_exit, |port| eprintln!("runbook-host hook serve: listening on 127.0.0.1:{port} for {}", a.runs.display()))?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -16,16 +16,12 @@ use axum::http::{header, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use axum::Router;
 use sha2::{Digest, Sha256};
-use std::future::Future;
 use std::io::Write;
-use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tower_http::compression::CompressionLayer;
 
 #[derive(clap::Args)]
@@ -85,7 +81,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
         std::io::stdout().flush()?;
         eprintln!("serving {} (module {}); Ctrl-C stops", args.dir.display(), runbook_host::module_sha256());
         let app = Router::new().fallback(serve).with_state(Arc::new(Site { root, port })).layer(CompressionLayer::new());
-        axum::serve(IdleLimited { inner: listener, idle: args.open_timeout }, app).await.context("serving the playground")?;
+        let limits = runbook_host::listen::Limits { max_connections: 64, idle_timeout: Some(args.open_timeout), ..Default::default() };
+        runbook_host::listen::serve(listener, app, limits, std::future::pending()).await.context("serving the playground")?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -162,91 +159,6 @@ async fn answer(site: &Site, req: Request) -> Response {
             r
         }
         _ => plain(StatusCode::NOT_FOUND),
-    }
-}
-
-/// The listener, each of whose connections is closed once it has been idle (no byte read or written) for
-/// `idle`.
-struct IdleLimited {
-    inner: tokio::net::TcpListener,
-    idle: Duration,
-}
-
-impl axum::serve::Listener for IdleLimited {
-    type Io = IdleLimitedIo;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        let (io, addr) = axum::serve::Listener::accept(&mut self.inner).await;
-        (IdleLimitedIo { io, idle: self.idle, deadline: Box::pin(tokio::time::sleep(self.idle)) }, addr)
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.inner.local_addr()
-    }
-}
-
-struct IdleLimitedIo {
-    io: tokio::net::TcpStream,
-    idle: Duration,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-}
-
-impl IdleLimitedIo {
-    /// After a poll of the stream: progress moves the deadline on; no progress past the deadline is an error
-    /// (and, before it, registers the task to be woken when it passes).
-    fn after<T>(&mut self, cx: &mut TaskContext<'_>, polled: Poll<std::io::Result<T>>, progress: impl Fn(&T) -> bool) -> Poll<std::io::Result<T>> {
-        match polled {
-            Poll::Ready(Ok(v)) => {
-                if progress(&v) {
-                    self.deadline.as_mut().reset(tokio::time::Instant::now() + self.idle);
-                }
-                Poll::Ready(Ok(v))
-            }
-            Poll::Pending => match self.deadline.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "the connection was idle too long"))),
-                Poll::Pending => Poll::Pending,
-            },
-            err => err,
-        }
-    }
-}
-
-impl AsyncRead for IdleLimitedIo {
-    fn poll_read(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut this.io).poll_read(cx, buf);
-        let grew = buf.filled().len() > before;
-        this.after(cx, polled, |_: &()| grew)
-    }
-}
-
-impl AsyncWrite for IdleLimitedIo {
-    fn poll_write(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.io).poll_write(cx, data);
-        this.after(cx, polled, |n: &usize| *n > 0)
-    }
-
-    fn poll_write_vectored(self: Pin<&mut Self>, cx: &mut TaskContext<'_>, bufs: &[std::io::IoSlice<'_>]) -> Poll<std::io::Result<usize>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
-        this.after(cx, polled, |n: &usize| *n > 0)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.io).poll_flush(cx);
-        this.after(cx, polled, |_: &()| false)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 

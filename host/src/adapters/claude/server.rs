@@ -137,6 +137,8 @@ struct Shared {
     sessions: Mutex<HashMap<String, Arc<Mutex<Slot>>>>,
     shutdown: tokio::sync::Notify,
     decided: std::sync::atomic::AtomicU64,
+    /// When the last admitted request came (for the idle exit).
+    last_request: Mutex<Instant>,
 }
 
 fn log(msg: impl std::fmt::Display) {
@@ -379,6 +381,7 @@ async fn on_hook(State(sh): State<Arc<Shared>>, uri: Uri, headers: HeaderMap, bo
     if let Err(r) = sh.admit(&uri, &headers) {
         return refused(r);
     }
+    *sh.last_request.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
     let declared = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let body: Option<Bytes> = match declared {
         Some(n) if n > BODY_LIMIT as u64 => None,
@@ -434,9 +437,10 @@ async fn on_shutdown(State(sh): State<Arc<Shared>>, uri: Uri, headers: HeaderMap
     StatusCode::OK.into_response()
 }
 
-/// Serves until asked to shut down. `port` 0 takes any free port. `ready` is called with the port once
-/// the server answers.
-pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, ready: impl FnOnce(u16)) -> Result<()> {
+/// Serves until asked to shut down, or (with `idle_exit`) until no session has been open and no event has
+/// come for that long: a server started by a session does not outlive its use (a day of tests once left
+/// four running). `port` 0 takes any free port. `ready` is called with the port once the server answers.
+pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Duration>, ready: impl FnOnce(u16)) -> Result<()> {
     let dir = checked_server_dir(&cfg.runs)?;
     let serve_lock = open_nofollow(&dir.join("serve.lock"), true).context("cannot open the server's lock")?;
     if serve_lock.try_lock().is_err() {
@@ -461,6 +465,7 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, ready: impl FnOnce(u16
             sessions: Mutex::new(HashMap::new()),
             shutdown: tokio::sync::Notify::new(),
             decided: Default::default(),
+            last_request: Mutex::new(Instant::now()),
         });
         let t = Instant::now();
         let sh = shared.clone();
@@ -471,8 +476,24 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, ready: impl FnOnce(u16
         let app =
             Router::new().route(HOOK_PATH, post(on_hook)).route(STATUS_PATH, get(on_status)).route(SHUTDOWN_PATH, post(on_shutdown)).with_state(shared.clone());
         ready(port);
+        if let Some(idle) = idle_exit {
+            let sh = shared.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep((idle / 4).clamp(Duration::from_millis(100), Duration::from_secs(30))).await;
+                    // A session being decided (its slot locked) counts as open.
+                    let open = sh.sessions.lock().unwrap_or_else(|p| p.into_inner()).values().any(|s| s.try_lock().map_or(true, |g| g.open.is_some()));
+                    let quiet = sh.last_request.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
+                    if !open && quiet >= idle {
+                        log(format_args!("no open session and no event for {} s: exiting", quiet.as_secs()));
+                        sh.shutdown.notify_one();
+                        return;
+                    }
+                }
+            });
+        }
         let sh = shared.clone();
-        axum::serve(listener, app).with_graceful_shutdown(async move { sh.shutdown.notified().await }).await?;
+        crate::listen::serve(listener, app, crate::listen::Limits::default(), async move { sh.shutdown.notified().await }).await?;
         let _ = std::fs::remove_file(dir.join("server.json"));
         drop(serve_lock);
         Ok(())

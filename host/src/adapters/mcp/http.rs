@@ -12,7 +12,6 @@
 
 use super::{handler, next_exit, signalled, Hub, Said};
 use crate::EndReason;
-use axum::serve::ListenerExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use std::net::SocketAddr;
@@ -67,11 +66,10 @@ pub async fn serve(hub: Arc<Hub>, bound: Bound, mut said: mpsc::UnboundedReceive
     );
     // TCP_NODELAY on every connection: rmcp answers a POST as an SSE stream written in several small
     // pieces, and with Nagle's algorithm the last one waits for the client's delayed ACK (about 40 ms a
-    // call on Linux loopback; benches/RESULTS.md section 10).
-    let listener = bound.listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(stop.clone().cancelled_owned());
+    // call on Linux loopback; benches/RESULTS.md section 10). No idle deadline: an SSE stream may be
+    // quiet for as long as a tool runs (rmcp's keep-alive events aside).
+    let limits = crate::listen::Limits { idle_timeout: None, nodelay: true, ..Default::default() };
+    let server = crate::listen::serve(bound.listener, app, limits, stop.clone().cancelled_owned());
     let mut server = tokio::spawn(async move { server.await });
     let upstream = &hub.base.upstream;
     let reason = tokio::select! {
