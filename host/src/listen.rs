@@ -64,10 +64,10 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router, limits: Limit
     let mut next = 0u64;
     tokio::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => break,
             r = listener.accept() => match r {
-                Ok((s, _)) => s,
+                Ok(accepted) => accepted,
                 // Out of file descriptors and the like: wait a little rather than spin.
                 Err(_) => {
                     tokio::time::sleep(Duration::from_millis(20)).await;
@@ -98,7 +98,10 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router, limits: Limit
             let (app, c) = (app.clone(), c.clone());
             async move {
                 c.busy.fetch_add(1, Ordering::AcqRel);
-                let mut resp = app.oneshot(req.map(axum::body::Body::new)).await.unwrap_or_else(|e| match e {});
+                // The peer's address, for a handler that asks the kernel who is on the other end.
+                let mut req = req.map(axum::body::Body::new);
+                req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                let mut resp = app.oneshot(req).await.unwrap_or_else(|e| match e {});
                 if resp.status().is_success() {
                     c.served.store(true, Ordering::Release);
                 } else if resp.status().is_client_error() {

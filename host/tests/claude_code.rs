@@ -145,12 +145,18 @@ fn denies_and_completes(p: &Path, s: &Path, mode: &str) {
         for f in [".claude/settings.local.json", ".runbook/runs/.hook/server/token"] {
             assert_eq!(std::fs::metadata(p.join(f)).unwrap().permissions().mode() & 0o777, 0o600, "{f}");
         }
+        // The session was bound to its client, the CLI's own process, at its first event after SessionStart
+        // (issue 28, item 2): every later event came from it, so none was refused.
+        let log = std::fs::read_to_string(p.join(".runbook/runs/.hook/server/log")).unwrap();
+        let session = r.json["session_id"].as_str().unwrap();
+        assert!(log.contains(&format!("session {session} is bound to its client (pid ")), "{log}");
+        assert!(!log.contains("refused"), "{log}");
         // The server the SessionStart started decided the session's events and closed it at SessionEnd.
         let o = Command::new(BIN).args(["hook", "status", "--json"]).current_dir(p).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let st: Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(st["pid"], server_json(p)["pid"]);
-        assert_eq!(st["sessions"], json!([]), "{st}");
+        assert_eq!(st["open"], json!(0), "{st}");
         // SessionStart, 2 PreToolUse, PostToolUse, PostToolUseFailure? no: 1 PostToolUse, Stop, SessionEnd.
         assert!(st["decided"].as_u64().unwrap() >= 6, "{st}");
     }

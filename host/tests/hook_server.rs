@@ -111,7 +111,16 @@ impl Server {
     }
 
     fn status(&self) -> Value {
-        let mut r = self.agent.get(&format!("{}/status", self.url())).header("Authorization", &format!("Bearer {}", self.token)).call().unwrap();
+        self.status_at(&format!("{}/status", self.url()))
+    }
+
+    /// The status with one session's (`?session=`).
+    fn status_of(&self, session: &str) -> Value {
+        self.status_at(&format!("{}/status?session={session}", self.url()))
+    }
+
+    fn status_at(&self, url: &str) -> Value {
+        let mut r = self.agent.get(url).header("Authorization", &format!("Bearer {}", self.token)).call().unwrap();
         assert_eq!(r.status().as_u16(), 200);
         serde_json::from_str(&r.body_mut().read_to_string().unwrap()).unwrap()
     }
@@ -471,6 +480,178 @@ fn a_server_with_no_open_session_exits_after_its_idle_time() {
     assert!(!w.runs().join(".hook/server/server.json").exists());
 }
 
+/// Whether the tests run as root (CI does): only root can start a process as another user.
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").unwrap().lines().any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+}
+
+/// Posts `payload` with `token` from a child process (python3): the status and the body. The child is what
+/// the agent's shell would start; as another user with `as_uid` (setpriv); with `orphan`, from a grandchild
+/// whose parent has exited (a double fork, as a daemon makes), so it descends from no client.
+fn post_from_child(url: &str, token: &str, payload: &str, as_uid: Option<u32>, orphan: bool) -> (u16, String) {
+    const POST: &str = r#"
+import os, sys, time, urllib.request, urllib.error
+url, token, body, orphan = sys.argv[1], sys.argv[2], sys.argv[3].encode(), sys.argv[4] == "1"
+def post():
+    req = urllib.request.Request(url, data=body if body else None, headers={"Authorization": "Bearer " + token, "Content-Type": "application/json"})
+    try:
+        r = urllib.request.urlopen(req, timeout=20); code, text = r.status, r.read()
+    except urllib.error.HTTPError as e:
+        code, text = e.code, e.read()
+    return ("%d\n" % code).encode() + text
+if not orphan:
+    sys.stdout.buffer.write(post()); sys.exit(0)
+r, w = os.pipe()
+if os.fork() == 0:
+    if os.fork() != 0:
+        os._exit(0)
+    time.sleep(0.2)  # the middle process has exited and been reaped: this one descends from no client
+    os.write(w, post()); os._exit(0)
+os.close(w)
+os.wait()
+out = b""
+while True:
+    b = os.read(r, 65536)
+    if not b: break
+    out += b
+sys.stdout.buffer.write(out)
+"#;
+    let mut c = match as_uid {
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            // Debian's interpreter by its path: another user may not be able to enter a per-user install.
+            c.args([&format!("--reuid={u}"), &format!("--regid={u}"), "--clear-groups", "/usr/bin/python3"]);
+            c
+        }
+        None => Command::new("python3"),
+    };
+    let o = c.args(["-c", POST, url, token, payload, if orphan { "1" } else { "0" }]).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    let (code, body) = text.split_once('\n').unwrap_or_else(|| panic!("{text}{}", String::from_utf8_lossy(&o.stderr)));
+    (code.trim().parse().unwrap(), body.to_string())
+}
+
+/// Issue 28, item 2 and F8: the server hears each session only from its own client. A session is bound
+/// to the first process that sends an event after SessionStart, which must be the SessionStart's sender or
+/// one of its ancestors (Claude Code runs the SessionStart command hook, then posts every later event
+/// itself); here this test process plays the client. A process it starts (what the agent's shell runs)
+/// holding the right token is refused and logged, for its own session and another's: its forged
+/// PreToolUse, SessionEnd and Stop decide and end nothing. The server lists no sessions. And, as root, a
+/// request from another user carrying the token is refused whatever it names (F1).
+#[test]
+fn only_a_sessions_own_client_is_heard() {
+    let w = work("srv-peer");
+    let server = Server::start(&w, &[]);
+    for s in ["sess-own", "sess-other"] {
+        assert_eq!(server.hook(start(s)).code, 0);
+        allowed(server.hook(pre(s, "Bash", bash("kubectl -n payments get pods"), "p1")));
+    }
+    let me = std::process::id() as u64;
+    assert_eq!(server.status_of("sess-own")["session"]["client"], me);
+    assert!(server.status().get("sessions").is_none());
+    let before = (w.events("sess-own").len(), w.events("sess-other").len());
+    let forged = [
+        pre("sess-own", "Bash", bash("kubectl -n payments get pods"), "f1"),
+        pre("sess-other", "Bash", bash("kubectl -n payments get pods"), "f2"),
+        base("sess-other", "SessionEnd"),
+        base("sess-own", "Stop"),
+    ];
+    for f in &forged {
+        let (code, body) = post_from_child(&server.url(), &server.token, &f.to_string(), None, false);
+        assert_eq!(code, 403, "{f}: {body}\n{}", server.log());
+        assert!(body.contains("belongs to its client (pid "), "{body}");
+    }
+    // Nothing was decided or ended: both sessions go on with their client.
+    assert_eq!((w.events("sess-own").len(), w.events("sess-other").len()), before);
+    assert_eq!(server.status_of("sess-other")["session"]["finished"], false);
+    allowed(server.hook(pre("sess-other", "Bash", bash("kubectl -n payments get pods"), "p2")));
+    // A SessionStart from a process the client started is what its own SessionStart hook is: answered,
+    // and the session stays bound to the client (that process's next event is still refused).
+    let (code, body) = post_from_child(&server.url(), &server.token, &start("sess-own").to_string(), None, false);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(server.status_of("sess-own")["session"]["client"], me);
+    // From a process that descends from no client (a double fork): refused while the client runs.
+    let (code, body) = post_from_child(&server.url(), &server.token, &start("sess-own").to_string(), None, true);
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("which is running"), "{body}");
+    let (code, body) = post_from_child(&server.url(), &server.token, &base("sess-own", "SessionEnd").to_string(), None, true);
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(w.events("sess-own").len(), before.0, "nothing was recorded");
+    assert!(server.log().contains("refused (403): session sess-other belongs to its client"), "{}", server.log());
+    // `hook status` shows each session of the runs directory, asked of the server one by one.
+    let o = Command::new(BIN).args(["hook", "status", "--port", &server.port.to_string()]).current_dir(&w.0).output().unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{text}{}", String::from_utf8_lossy(&o.stderr));
+    for s in ["sess-own", "sess-other"] {
+        assert!(text.contains(&format!("session {s}: run ")) && text.contains(&format!("client pid {me}")), "{text}");
+    }
+    if is_root() {
+        // Another user with the token (F1: `nobody` once captured it): refused, for events and the status.
+        for (url, payload) in [
+            (server.url(), pre("sess-own", "Bash", bash("kubectl -n payments get pods"), "n1").to_string()),
+            (format!("{}/status", server.url()), String::new()),
+        ] {
+            let (code, body) = post_from_child(&url, &server.token, &payload, Some(65534), false);
+            assert_eq!(code, 403, "{url}: {body}");
+            assert!(body.contains("another user (uid 65534)"), "{body}");
+        }
+        assert_eq!(w.events("sess-own").len(), before.0);
+    } else {
+        eprintln!("(not root: the other-user half of this test needs root to start a process as nobody)");
+    }
+}
+
+/// Issue 28, F1: while the server is down, another user binds its port. The SessionStart command hook used
+/// to send the bearer token to whatever answered (`GET /runbook-hook/status`, polling). Now it checks who
+/// owns the listening socket first: another user's listener never sees the token, and the session is
+/// refused (exit 2), so nothing decides its events.
+#[test]
+fn a_port_squatted_by_another_user_is_sent_no_token() {
+    if !is_root() {
+        eprintln!("(skipped: needs root to start a listener as another user)");
+        return;
+    }
+    const SQUAT: &str = r#"
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        print(self.command, self.path, dict(self.headers), self.rfile.read(n), flush=True)
+        self.send_response(200); self.send_header("Content-Type", "application/json"); self.end_headers(); self.wfile.write(b"{}")
+    do_GET = do_POST = answer
+    def log_message(self, *a): pass
+s = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+print("listening", flush=True)
+s.serve_forever()
+"#;
+    let w = work("srv-squat");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let mut squatter = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", SQUAT, &port.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = squatter.stdout.take().unwrap();
+    let mut first = [0u8; 10];
+    out.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"listening\n");
+    // The SessionStart command hook, as Claude Code runs it in server mode (`hook --port PORT`).
+    let s = "sess-squat";
+    let o = w.hook_with(&["--port", &port.to_string()], start(s).to_string().as_bytes());
+    assert_eq!(o.code, 2, "{}", o.stdout);
+    assert!(o.stderr.contains(&format!("127.0.0.1:{port} is held by a process of uid 65534")), "{}", o.stderr);
+    // The same for a later event of a command-mode session: denied, the token unsent.
+    let o = w.hook_with(&["--port", &port.to_string()], pre(s, "Bash", bash("kubectl -n payments get pods"), "q1").to_string().as_bytes());
+    assert_ne!(o.code, 0, "{}", o.stdout);
+    let _ = squatter.kill();
+    let _ = squatter.wait();
+    let mut seen = String::new();
+    out.read_to_string(&mut seen).unwrap();
+    let token = std::fs::read_to_string(w.runs().join(".hook/server/token")).unwrap_or_default();
+    assert!(!seen.contains("Authorization") && (token.trim().is_empty() || !seen.contains(token.trim())), "the squatter saw: {seen}");
+    assert!(!w.runs().join(format!(".hook/{s}.json")).exists(), "no run began");
+}
+
 #[test]
 fn twelve_parallel_calls_of_one_session_are_decided_one_at_a_time() {
     let w = work("srv-parallel");
@@ -553,8 +734,15 @@ fn a_killed_server_loses_nothing_and_the_next_resumes_every_open_run() {
     // The next server resumes both runs from their bundles, each checked by replay.
     let server = Server::start(&w, &[]);
     let st = server.status();
-    let steps: Vec<(String, String)> =
-        st["sessions"].as_array().unwrap().iter().map(|x| (x["session"].as_str().unwrap().into(), x["step"].as_str().unwrap().into())).collect();
+    assert_eq!(st["open"], 2, "{st}");
+    assert!(st.get("sessions").is_none(), "the server lists no sessions (F8): {st}");
+    let steps: Vec<(String, String)> = ["sess-a", "sess-b"]
+        .iter()
+        .map(|s| {
+            let x = server.status_of(s)["session"].clone();
+            (x["session"].as_str().unwrap().into(), x["step"].as_str().unwrap().into())
+        })
+        .collect();
     assert_eq!(steps, [("sess-a".into(), "check-age".into()), ("sess-b".into(), "inspect".into())], "{st}");
     assert!(server.log().contains("resumed session sess-a"), "{}", server.log());
     // Nothing the client was told about was lost: the runs go on from where they were.
@@ -593,17 +781,30 @@ fn a_session_start_with_other_options_replaces_the_server_and_its_sessions_go_on
         let v: Value = serde_json::from_slice(&std::fs::read(w.runs().join(".hook/server/server.json")).unwrap()).unwrap();
         v["pid"].as_u64().unwrap()
     };
+    // The later events, as Claude Code's http hooks post them: from the client (here, this test).
+    let client = agent();
+    let post = |payload: Value| {
+        let token = std::fs::read_to_string(w.runs().join(".hook/server/token")).unwrap();
+        let mut r = client
+            .post(&format!("http://127.0.0.1:{port}/runbook-hook"))
+            .header("Authorization", &format!("Bearer {}", token.trim()))
+            .content_type("application/json")
+            .send(payload.to_string().as_bytes())
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        Out { code: 0, stdout: r.body_mut().read_to_string().unwrap(), stderr: String::new() }
+    };
     let get = bash("kubectl -n payments get pods");
     let o = via(&[], start("s1"));
     assert!(o.code == 0 && o.stdout.contains("supervising"), "{}", o.stderr);
     let first = pid();
-    allowed(via(&[], pre("s1", "Bash", get.clone(), "o1")));
+    allowed(post(pre("s1", "Bash", get.clone(), "o1")));
     assert_eq!(via(&[], start("s2")).code, 0);
     assert_eq!(pid(), first, "the same options: the same server");
     assert_eq!(via(&["--keep-working"], start("s3")).code, 0);
     let second = pid();
     assert_ne!(second, first, "other options: a new server");
-    allowed(via(&["--keep-working"], pre("s1", "Bash", get, "o2")));
+    allowed(post(pre("s1", "Bash", get, "o2")));
     assert_eq!(w.events("s1").len(), 3, "s1 went on in the new server");
     let stop = Command::new(BIN).args(["hook", "stop"]).current_dir(&w.0).output().unwrap();
     assert!(stop.status.success(), "{}", String::from_utf8_lossy(&stop.stderr));

@@ -471,24 +471,31 @@ fn status(a: &Args, s: &StatusArgs) -> Result<ExitCode> {
     }
     let v: Value = serde_json::from_str(&body)?;
     outln!("hook server pid {} on 127.0.0.1:{}, since {}, {} events decided", v["pid"], v["port"], v["started"].as_str().unwrap_or("?"), v["decided"]);
-    let sessions = v["sessions"].as_array().cloned().unwrap_or_default();
-    if sessions.is_empty() {
-        outln!("no open session");
-    }
-    for x in sessions {
+    // The server lists no sessions (issue 28, F8): the sessions are the ones this runs directory holds.
+    let mut shown = 0;
+    for session in runbook_host::adapters::claude::sessions(&a.runs) {
+        let (_, body) = c.status_of(Some(&session)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let x = serde_json::from_str::<Value>(&body)?["session"].clone();
+        if x.is_null() {
+            continue;
+        }
+        shown += 1;
         if x["busy"] == true {
-            outln!("  session {}: deciding an event now", x["session"].as_str().unwrap_or("?"));
+            outln!("  session {session}: deciding an event now");
             continue;
         }
         outln!(
-            "  session {}: run {}, step {}{}, {} events, last: {}",
-            x["session"].as_str().unwrap_or("?"),
+            "  session {session}: run {}, step {}{}, {} events, last: {}{}",
             x["run_id"].as_str().unwrap_or("?"),
             x["step"].as_str().unwrap_or("(none)"),
             if x["finished"] == true { " (finished)" } else { "" },
             x["events"],
-            x["last"].as_str().unwrap_or("(none yet)")
+            x["last"].as_str().unwrap_or("(none yet)"),
+            x["client"].as_u64().map(|p| format!(", client pid {p}")).unwrap_or_default()
         );
+    }
+    if shown == 0 {
+        outln!("no open session");
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -15,6 +15,7 @@
 //! ```
 
 pub mod claude;
+pub mod peer;
 pub mod permissions;
 pub mod server;
 
@@ -473,6 +474,20 @@ fn state_path(runs: &Path, session: &str) -> PathBuf {
 /// file's place is not a session: it is replaced when the session starts, never followed.
 fn has_state(runs: &Path, session: &str) -> bool {
     std::fs::symlink_metadata(state_path(runs, session)).is_ok_and(|m| m.is_file())
+}
+
+/// The sessions whose state this runs directory holds (`.hook/<session>.json`), sorted.
+pub fn sessions(runs: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(hook_dir(runs))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).filter(|s| crate::bundle::is_safe_name(s)).map(str::to_string))
+                .filter(|s| has_state(runs, s))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
 }
 
 fn start(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<Answer> {

@@ -16,12 +16,13 @@
 //! that address and port, it carries no `Origin` (a web page, DNS rebinding) and its bearer token is
 //! the server's; anything else is answered 401/403 and logged, never decided.
 
+use super::peer;
 use super::{check_not_broken, claude, create, decide, has_state, hook_dir, lock, open_nofollow, resume, Answer, Config, HookEvent, Timing};
 use crate::run::Run;
 use crate::{bundle, Policy};
 use anyhow::{anyhow, bail, Context, Result};
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -30,6 +31,7 @@ use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -118,6 +120,54 @@ struct Open {
     allowed: HashSet<String>,
     last: Option<String>,
     events: u64,
+    /// The client process the session is bound to (issue 28, item 2): the first process to send an event
+    /// after SessionStart, which must be the SessionStart's sender or one of its ancestors (Claude Code
+    /// runs the SessionStart command hook, then posts every later event itself). Every later event must
+    /// come from it. None until then (and after a server restart, until the session's next event).
+    client: Option<peer::Proc>,
+    /// The SessionStart's sender and its ancestors.
+    chain: Vec<peer::Proc>,
+}
+
+/// Who sent a request, as the kernel says ([`peer`]).
+#[derive(Clone, Copy, Debug)]
+struct Who {
+    proc: Option<peer::Proc>,
+}
+
+/// Binds the session to its client, or says why this request is not its client's.
+fn bind(open: &mut Open, ev: &HookEvent, who: Who, session: &str) -> std::result::Result<(), String> {
+    let Some(p) = who.proc else {
+        return Err("the process that sent it cannot be found (its socket is in no process this server may inspect)".into());
+    };
+    if matches!(ev, HookEvent::SessionStart { .. }) {
+        let mut chain = vec![p];
+        chain.extend(peer::ancestors(p));
+        if let Some(c) = open.client {
+            if peer::alive(c) {
+                // `/clear`, compaction, `--resume` in the same client: its own hook, started by it.
+                if !chain.contains(&c) {
+                    return Err(format!("session {session} belongs to its client ({c}), which is running, and {p} was not started by it"));
+                }
+                open.chain = chain;
+                return Ok(());
+            }
+            // Its client has ended (a `--resume` in a new one): the next event binds again.
+            open.client = None;
+        }
+        open.chain = chain;
+        return Ok(());
+    }
+    match open.client {
+        Some(c) if c == p => Ok(()),
+        Some(c) => Err(format!("session {session} belongs to its client ({c}); this request comes from {p}")),
+        None if open.chain.is_empty() || open.chain.contains(&p) => {
+            open.client = Some(p);
+            log(format_args!("session {session} is bound to its client ({p})"));
+            Ok(())
+        }
+        None => Err(format!("session {session} was started by {}; {p} is neither it nor one of its ancestors", open.chain[0])),
+    }
 }
 
 #[derive(Default)]
@@ -139,6 +189,8 @@ struct Shared {
     decided: std::sync::atomic::AtomicU64,
     /// When the last admitted request came (for the idle exit).
     last_request: Mutex<Instant>,
+    /// This server's user: a request from another is refused whatever it carries.
+    uid: u32,
 }
 
 fn log(msg: impl std::fmt::Display) {
@@ -194,8 +246,22 @@ impl Shared {
         Ok(())
     }
 
-    /// Decides one event (blocking: the run's writes are synchronous and durable).
-    fn handle(&self, ev: &HookEvent) -> Result<Answer> {
+    /// Who is on the other end of `peer`'s connection; refused (403) when the kernel lists no such
+    /// connection or it is another user's: a token another user captured decides nothing (issue 28, F1).
+    fn who(&self, peer: std::net::SocketAddr) -> std::result::Result<Who, (StatusCode, String)> {
+        let server = std::net::SocketAddr::from(peer::loopback(self.port));
+        let Some((uid, proc)) = peer::asking(server, peer) else {
+            return Err((StatusCode::FORBIDDEN, format!("the kernel lists no connection from {peer} to this server")));
+        };
+        if uid != self.uid {
+            return Err((StatusCode::FORBIDDEN, format!("a request from another user (uid {uid}) is never decided, token or not")));
+        }
+        Ok(Who { proc })
+    }
+
+    /// Decides one event (blocking: the run's writes are synchronous and durable). The inner Err is a
+    /// refusal (403): the request is not the session's client's, and nothing is decided or recorded.
+    fn handle(&self, ev: &HookEvent, who: Who) -> Result<std::result::Result<Answer, String>> {
         let session = ev.session();
         if !bundle::is_safe_name(session) {
             bail!("`{session}` is not a usable session id");
@@ -219,7 +285,7 @@ impl Shared {
                     answer = Some(note);
                     run
                 };
-                Ok(Open { run, _lock: lock, allowed: HashSet::new(), last: None, events: 0 })
+                Ok(Open { run, _lock: lock, allowed: HashSet::new(), last: None, events: 0, client: None, chain: Vec::new() })
             })();
             match opened {
                 Ok(o) => g.open = Some(o),
@@ -233,6 +299,9 @@ impl Shared {
             }
         }
         let open = g.open.as_mut().expect("opened above");
+        if let Err(why) = bind(open, ev, who, session) {
+            return Ok(Err(why));
+        }
         let answer = match (ev, answer) {
             (HookEvent::SessionStart { .. }, Some(note)) => note,
             // A resumed session (`--resume`, `/clear`, compaction) keeps its run.
@@ -259,7 +328,7 @@ impl Shared {
             drop(g);
             self.forget(session, &slot);
         }
-        Ok(answer)
+        Ok(Ok(answer))
     }
 
     fn forget(&self, session: &str, slot: &Arc<Mutex<Slot>>) {
@@ -290,7 +359,7 @@ impl Shared {
             let opened = (|| -> Result<Option<Open>> {
                 let lock = lock(&self.cfg.runs, session, false, self.cfg.lock_timeout)?;
                 let run = resume(self.policy.clone(), &self.cfg, session, &mut Timing::default())?;
-                Ok((!run.finished()).then(|| Open { run, _lock: lock, allowed: HashSet::new(), last: None, events: 0 }))
+                Ok((!run.finished()).then(|| Open { run, _lock: lock, allowed: HashSet::new(), last: None, events: 0, client: None, chain: Vec::new() }))
             })();
             match opened {
                 Ok(Some(o)) => {
@@ -308,33 +377,30 @@ impl Shared {
         n
     }
 
-    fn status(&self) -> Value {
-        let slots: Vec<(String, Arc<Mutex<Slot>>)> = {
-            let m = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-            let mut v: Vec<_> = m.iter().map(|(k, s)| (k.clone(), s.clone())).collect();
-            v.sort_by(|a, b| a.0.cmp(&b.0));
-            v
-        };
-        let sessions: Vec<Value> = slots
-            .iter()
-            .filter_map(|(session, slot)| {
-                // A session being decided right now is shown as busy rather than waited for.
-                let Ok(mut g) = slot.try_lock() else {
-                    return Some(json!({"session": session, "busy": true}));
-                };
-                let o = g.open.as_mut()?;
-                let st = o.run.state().ok();
-                Some(json!({
-                    "session": session,
-                    "run_id": o.run.run_id(),
-                    "step": st.as_ref().and_then(|s| s.step.clone()),
-                    "finished": o.run.finished(),
-                    "events": o.events,
-                    "last": o.last,
-                }))
-            })
-            .collect();
-        json!({
+    /// The server's status, with one session's when `session` names an open one. Which sessions are open
+    /// is never listed: a token holder learns nothing of the sessions it does not already name (F8).
+    fn status(&self, session: Option<&str>) -> Value {
+        let slots: Vec<Arc<Mutex<Slot>>> = self.sessions.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
+        let open = slots.iter().filter(|s| s.try_lock().map_or(true, |g| g.open.is_some())).count();
+        let one = session.and_then(|name| {
+            let slot = self.sessions.lock().unwrap_or_else(|p| p.into_inner()).get(name).cloned()?;
+            // A session being decided right now is shown as busy rather than waited for.
+            let Ok(mut g) = slot.try_lock() else {
+                return Some(json!({"session": name, "busy": true}));
+            };
+            let o = g.open.as_mut()?;
+            let st = o.run.state().ok();
+            Some(json!({
+                "session": name,
+                "run_id": o.run.run_id(),
+                "step": st.as_ref().and_then(|s| s.step.clone()),
+                "finished": o.run.finished(),
+                "events": o.events,
+                "last": o.last,
+                "client": o.client.map(|c| c.pid),
+            }))
+        });
+        let mut v = json!({
             "schema": SERVER_SCHEMA,
             "pid": std::process::id(),
             "port": self.port,
@@ -342,8 +408,12 @@ impl Shared {
             "started": self.started,
             "config": self.config,
             "decided": self.decided.load(std::sync::atomic::Ordering::Relaxed),
-            "sessions": sessions,
-        })
+            "open": open,
+        });
+        if session.is_some() {
+            v["session"] = one.unwrap_or(Value::Null);
+        }
+        v
     }
 }
 
@@ -375,7 +445,7 @@ fn json_answer(v: Option<Value>) -> Response {
     }
 }
 
-async fn on_hook(State(sh): State<Arc<Shared>>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+async fn on_hook(State(sh): State<Arc<Shared>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
     // Who asks is checked before anything is read, and a body declared over the bound is refused
     // before it is read: no request that will not be decided makes the server buffer it.
     if let Err(r) = sh.admit(&uri, &headers) {
@@ -400,8 +470,14 @@ async fn on_hook(State(sh): State<Arc<Shared>>, uri: Uri, headers: HeaderMap, bo
     };
     let event = ev.name();
     let worker = sh.clone();
-    match tokio::task::spawn_blocking(move || worker.handle(&ev)).await {
-        Ok(Ok(answer)) => {
+    let handled = tokio::task::spawn_blocking(move || match worker.who(peer) {
+        Ok(who) => worker.handle(&ev, who).map(|r| r.map_err(|why| (StatusCode::FORBIDDEN, why))),
+        Err(r) => Ok(Err(r)),
+    })
+    .await;
+    match handled {
+        Ok(Ok(Err(r))) => refused(r),
+        Ok(Ok(Ok(answer))) => {
             // After the decision was recorded, before the client hears it.
             crate::faults::point("answer", "before");
             json_answer(claude::render(event, &answer))
@@ -417,20 +493,29 @@ async fn on_hook(State(sh): State<Arc<Shared>>, uri: Uri, headers: HeaderMap, bo
     }
 }
 
-async fn on_status(State(sh): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+async fn on_status(State(sh): State<Arc<Shared>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, uri: Uri, headers: HeaderMap) -> Response {
     if let Err(r) = sh.admit(&uri, &headers) {
         return refused(r);
     }
+    // `?session=ID`: that session's status; no listing of sessions is ever given (issue 28, F8).
+    let session = uri.query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("session="))).map(str::to_string);
     let worker = sh.clone();
-    match tokio::task::spawn_blocking(move || worker.status()).await {
-        Ok(v) => json_answer(Some(v)),
+    match tokio::task::spawn_blocking(move || worker.who(peer).map(|_| worker.status(session.as_deref()))).await {
+        Ok(Ok(v)) => json_answer(Some(v)),
+        Ok(Err(r)) => refused(r),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
 
-async fn on_shutdown(State(sh): State<Arc<Shared>>, uri: Uri, headers: HeaderMap) -> Response {
+async fn on_shutdown(State(sh): State<Arc<Shared>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, uri: Uri, headers: HeaderMap) -> Response {
     if let Err(r) = sh.admit(&uri, &headers) {
         return refused(r);
+    }
+    let worker = sh.clone();
+    match tokio::task::spawn_blocking(move || worker.who(peer)).await {
+        Ok(Ok(_)) => {}
+        Ok(Err(r)) => return refused(r),
+        Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
     log("shutting down on request");
     sh.shutdown.notify_one();
@@ -466,6 +551,7 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Dura
             shutdown: tokio::sync::Notify::new(),
             decided: Default::default(),
             last_request: Mutex::new(Instant::now()),
+            uid: crate::private::euid(),
         });
         let t = Instant::now();
         let sh = shared.clone();
@@ -517,19 +603,43 @@ impl Client {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
+    /// Refuses a listener on the port that is another user's: the token is never sent to a process some
+    /// other user bound there while the server was down (issue 28, F1: `nobody` captured it that way).
+    fn check_listener(&self) -> std::result::Result<(), ureq::Error> {
+        match peer::listener_uid(peer::loopback(self.port)) {
+            Ok(Some(uid)) if uid != crate::private::euid() => Err(ureq::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("127.0.0.1:{} is held by a process of uid {uid}, not of this user: the hook server's token is not sent to it", self.port),
+            ))),
+            _ => Ok(()),
+        }
+    }
+
     /// POSTs a hook payload; the status and the body.
     pub fn hook(&self, payload: &[u8]) -> std::result::Result<(u16, String), ureq::Error> {
+        self.check_listener()?;
         let mut r =
             self.agent.post(&self.url(HOOK_PATH)).header("Authorization", &format!("Bearer {}", self.token)).content_type("application/json").send(payload)?;
         Ok((r.status().as_u16(), r.body_mut().read_to_string()?))
     }
 
     pub fn status(&self) -> std::result::Result<(u16, String), ureq::Error> {
-        let mut r = self.agent.get(&self.url(STATUS_PATH)).header("Authorization", &format!("Bearer {}", self.token)).call()?;
+        self.status_of(None)
+    }
+
+    /// The server's status, with `session`'s when given.
+    pub fn status_of(&self, session: Option<&str>) -> std::result::Result<(u16, String), ureq::Error> {
+        self.check_listener()?;
+        let path = match session {
+            Some(s) => format!("{STATUS_PATH}?session={s}"),
+            None => STATUS_PATH.to_string(),
+        };
+        let mut r = self.agent.get(&self.url(&path)).header("Authorization", &format!("Bearer {}", self.token)).call()?;
         Ok((r.status().as_u16(), r.body_mut().read_to_string()?))
     }
 
     pub fn shutdown(&self) -> std::result::Result<u16, ureq::Error> {
+        self.check_listener()?;
         let r = self.agent.post(&self.url(SHUTDOWN_PATH)).header("Authorization", &format!("Bearer {}", self.token)).send_empty()?;
         Ok(r.status().as_u16())
     }
@@ -558,6 +668,10 @@ impl Client {
 /// changed permission rule) is stopped first: its open sessions resume in the new one. Waits up to `wait`.
 pub fn ensure(runs: &Path, port: u16, config: &str, wait: Duration, start: impl FnOnce(&Path) -> Result<()>) -> Result<Client> {
     let client = Client::new(runs, port, Duration::from_secs(30))?;
+    // Another user's process on the port: fail closed, the token unsent (the session's events are denied).
+    if let Err(e) = client.check_listener() {
+        bail!("{e}");
+    }
     if client.serving(runs).as_deref() == Some(config) {
         return Ok(client);
     }

@@ -1,0 +1,152 @@
+//! Who is on the other end of a loopback connection, from the kernel (issue 28, items 2 and 3): the TCP
+//! socket's owner uid and inode from `/proc/net/tcp`, the process that holds the inode from
+//! `/proc/<pid>/fd`, and that process's ancestry from `/proc/<pid>/stat`. A bearer token says only that
+//! its holder read a file or an environment; these say which process and which user asks.
+//!
+//! Linux only, like the rest of the host's process handling. A process is named by its pid and its start
+//! time (clock ticks since boot), so a pid reused by a later process is never taken for the first.
+
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4};
+
+/// A process: its pid and its start time, which together name it for as long as the machine is up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Proc {
+    pub pid: u32,
+    pub start: u64,
+}
+
+impl std::fmt::Display for Proc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "pid {}", self.pid)
+    }
+}
+
+/// `/proc/net/tcp`'s spelling of an IPv4 socket address: the address as the kernel's raw 32-bit value
+/// (little-endian on the machines this runs on) and the port, both in hex.
+fn proc_addr(a: SocketAddrV4) -> String {
+    format!("{:08X}:{:04X}", u32::from_le_bytes(a.ip().octets()), a.port())
+}
+
+/// The sockets of `/proc/net/tcp` whose local and remote addresses are these, with the state wanted
+/// (`0A` listen, `01` established): (uid, inode) of the first.
+fn tcp_line(local: &str, remote: Option<&str>, state: &str) -> std::io::Result<Option<(u32, u64)>> {
+    let table = std::fs::read_to_string("/proc/net/tcp")?;
+    for line in table.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 10 || f[1] != local || f[3] != state || remote.is_some_and(|r| f[2] != r) {
+            continue;
+        }
+        if let (Ok(uid), Ok(inode)) = (f[7].parse::<u32>(), f[9].parse::<u64>()) {
+            return Ok(Some((uid, inode)));
+        }
+    }
+    Ok(None)
+}
+
+/// The uid of whoever listens on `addr` (TCP, IPv4), if anyone does.
+pub fn listener_uid(addr: SocketAddrV4) -> std::io::Result<Option<u32>> {
+    Ok(tcp_line(&proc_addr(addr), Some("00000000:0000"), "0A")?.map(|(uid, _)| uid))
+}
+
+/// The other end of a connection this process accepted on `server` from `peer`: the peer socket's owner
+/// uid and inode (both ends are on this machine: loopback).
+pub fn peer_socket(server: SocketAddr, peer: SocketAddr) -> std::io::Result<Option<(u32, u64)>> {
+    let (SocketAddr::V4(server), SocketAddr::V4(peer)) = (server, peer) else { return Ok(None) };
+    tcp_line(&proc_addr(peer), Some(&proc_addr(server)), "01")
+}
+
+/// The process holding the socket `inode` among the processes of `uid` that this process may inspect
+/// (a scan of `/proc/*/fd`). A socket shared by several processes (inherited) is attributed to the first
+/// found: a descendant that inherited it is one more reason to refuse, never a way in (see the server).
+pub fn socket_holder(uid: u32, inode: u64) -> Option<Proc> {
+    use std::os::unix::fs::MetadataExt;
+    let needle = format!("socket:[{inode}]");
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if e.metadata().map(|m| m.uid()).ok() != Some(uid) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(e.path().join("fd")) else { continue };
+        for fd in fds.flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l.as_os_str() == needle.as_str()) {
+                return stat(pid).map(|(start, _)| Proc { pid, start });
+            }
+        }
+    }
+    None
+}
+
+/// (start time, parent pid) of `pid`, from `/proc/<pid>/stat` (the command name in parentheses may hold
+/// anything, so the fields are counted from its closing one).
+fn stat(pid: u32) -> Option<(u64, u32)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // After the name: state(0) ppid(1) ... starttime is field 22 of the line, index 19 here.
+    Some((f.get(19)?.parse().ok()?, f.get(1)?.parse().ok()?))
+}
+
+/// The process `pid` names now, if it is alive.
+pub fn process(pid: u32) -> Option<Proc> {
+    stat(pid).map(|(start, _)| Proc { pid, start })
+}
+
+/// Whether `p` is still the process it was (alive, not a reused pid).
+pub fn alive(p: Proc) -> bool {
+    process(p.pid) == Some(p)
+}
+
+/// The ancestors of `p`, nearest first, up to (not including) pid 1.
+pub fn ancestors(p: Proc) -> Vec<Proc> {
+    let mut out = Vec::new();
+    let mut pid = p.pid;
+    while let Some((_, ppid)) = stat(pid) {
+        if ppid <= 1 || out.len() > 256 {
+            break;
+        }
+        match process(ppid) {
+            Some(a) => out.push(a),
+            None => break,
+        }
+        pid = ppid;
+    }
+    out
+}
+
+/// Who asks on a connection accepted on `server` from `peer`: the uid, and the process when it can be
+/// found. None when the kernel lists no such connection.
+pub fn asking(server: SocketAddr, peer: SocketAddr) -> Option<(u32, Option<Proc>)> {
+    let (uid, inode) = peer_socket(server, peer).ok()??;
+    Some((uid, socket_holder(uid, inode)))
+}
+
+/// The loopback address a server listens on for `port`.
+pub fn loopback(port: u16) -> SocketAddrV4 {
+    SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_is_found_behind_its_own_connection_and_its_listener() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let server = l.local_addr().unwrap();
+        let SocketAddr::V4(v4) = server else { unreachable!() };
+        assert_eq!(listener_uid(v4).unwrap(), Some(crate::private::euid()));
+        let c = std::net::TcpStream::connect(server).unwrap();
+        let (_accepted, peer) = l.accept().unwrap();
+        assert_eq!(peer, c.local_addr().unwrap());
+        let (uid, who) = asking(server, peer).unwrap();
+        assert_eq!(uid, crate::private::euid());
+        let me = process(std::process::id()).unwrap();
+        assert_eq!(who, Some(me));
+        assert!(alive(me));
+        let up = ancestors(me);
+        assert_eq!(up.first().map(|p| p.pid), Some(std::os::unix::process::parent_id()));
+        // Nobody listens on a port just released.
+        drop(l);
+        assert_eq!(listener_uid(v4).unwrap(), None);
+    }
+}
