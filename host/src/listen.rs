@@ -46,6 +46,11 @@ impl Default for Limits {
     }
 }
 
+/// Which accepted connection a request came on (a request extension, with axum's `ConnectInfo` of the
+/// peer's address): never reused, so a handler may remember what it learnt about a connection by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConnId(pub u64);
+
 /// One open connection, as the cap sees it.
 struct Conn {
     /// Answered 2xx at least once: it is a client's, and does not give way.
@@ -101,6 +106,7 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router, limits: Limit
                 // The peer's address, for a handler that asks the kernel who is on the other end.
                 let mut req = req.map(axum::body::Body::new);
                 req.extensions_mut().insert(axum::extract::ConnectInfo(peer));
+                req.extensions_mut().insert(ConnId(id));
                 let mut resp = app.oneshot(req).await.unwrap_or_else(|e| match e {});
                 if resp.status().is_success() {
                     c.served.store(true, Ordering::Release);

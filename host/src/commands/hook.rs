@@ -67,9 +67,10 @@ pub struct Args {
     /// seconds (0: never). The next SessionStart starts a server again
     #[arg(long, default_value_t = 600, global = true)]
     pub idle_exit_secs: u64,
-    /// Decide through the resident hook server on 127.0.0.1:PORT (started when none answers); for
-    /// `hook serve`, the port to listen on (0: any free port); for `install`, the server mode's port
-    /// (default: a free port chosen now)
+    /// Decide through the resident hook server on 127.0.0.1:PORT (started when none answers): the
+    /// server mode's SessionStart (later events come from the client itself, to which the server binds
+    /// the session); for `hook serve`, the port to listen on (0: any free port); for `install`, the
+    /// server mode's port (default: a free port chosen now)
     #[arg(long, global = true)]
     pub port: Option<u16>,
 }

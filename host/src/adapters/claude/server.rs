@@ -26,6 +26,7 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{header, HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::Extension;
 use axum::Router;
 use serde_json::{json, Value};
 use std::collections::{HashMap, HashSet};
@@ -191,6 +192,8 @@ struct Shared {
     last_request: Mutex<Instant>,
     /// This server's user: a request from another is refused whatever it carries.
     uid: u32,
+    /// Who was found behind each connection so far (a connection's socket does not change hands).
+    known: Mutex<HashMap<crate::listen::ConnId, Who>>,
 }
 
 fn log(msg: impl std::fmt::Display) {
@@ -248,7 +251,12 @@ impl Shared {
 
     /// Who is on the other end of `peer`'s connection; refused (403) when the kernel lists no such
     /// connection or it is another user's: a token another user captured decides nothing (issue 28, F1).
-    fn who(&self, peer: std::net::SocketAddr) -> std::result::Result<Who, (StatusCode, String)> {
+    /// Asked once per connection (reading `/proc/net/tcp` costs about a millisecond whatever it holds);
+    /// later requests on a kept-alive connection reuse the answer.
+    fn who(&self, peer: std::net::SocketAddr, conn: crate::listen::ConnId) -> std::result::Result<Who, (StatusCode, String)> {
+        if let Some(w) = self.known.lock().unwrap_or_else(|p| p.into_inner()).get(&conn) {
+            return Ok(*w);
+        }
         let server = std::net::SocketAddr::from(peer::loopback(self.port));
         let Some((uid, proc)) = peer::asking(server, peer) else {
             return Err((StatusCode::FORBIDDEN, format!("the kernel lists no connection from {peer} to this server")));
@@ -256,7 +264,15 @@ impl Shared {
         if uid != self.uid {
             return Err((StatusCode::FORBIDDEN, format!("a request from another user (uid {uid}) is never decided, token or not")));
         }
-        Ok(Who { proc })
+        let who = Who { proc };
+        if proc.is_some() {
+            let mut m = self.known.lock().unwrap_or_else(|p| p.into_inner());
+            if m.len() >= 4096 {
+                m.clear();
+            }
+            m.insert(conn, who);
+        }
+        Ok(who)
     }
 
     /// Decides one event (blocking: the run's writes are synchronous and durable). The inner Err is a
@@ -445,7 +461,14 @@ fn json_answer(v: Option<Value>) -> Response {
     }
 }
 
-async fn on_hook(State(sh): State<Arc<Shared>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, uri: Uri, headers: HeaderMap, body: Body) -> Response {
+async fn on_hook(
+    State(sh): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(conn): Extension<crate::listen::ConnId>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     // Who asks is checked before anything is read, and a body declared over the bound is refused
     // before it is read: no request that will not be decided makes the server buffer it.
     if let Err(r) = sh.admit(&uri, &headers) {
@@ -470,7 +493,7 @@ async fn on_hook(State(sh): State<Arc<Shared>>, ConnectInfo(peer): ConnectInfo<S
     };
     let event = ev.name();
     let worker = sh.clone();
-    let handled = tokio::task::spawn_blocking(move || match worker.who(peer) {
+    let handled = tokio::task::spawn_blocking(move || match worker.who(peer, conn) {
         Ok(who) => worker.handle(&ev, who).map(|r| r.map_err(|why| (StatusCode::FORBIDDEN, why))),
         Err(r) => Ok(Err(r)),
     })
@@ -493,26 +516,38 @@ async fn on_hook(State(sh): State<Arc<Shared>>, ConnectInfo(peer): ConnectInfo<S
     }
 }
 
-async fn on_status(State(sh): State<Arc<Shared>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, uri: Uri, headers: HeaderMap) -> Response {
+async fn on_status(
+    State(sh): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(conn): Extension<crate::listen::ConnId>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     if let Err(r) = sh.admit(&uri, &headers) {
         return refused(r);
     }
     // `?session=ID`: that session's status; no listing of sessions is ever given (issue 28, F8).
     let session = uri.query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("session="))).map(str::to_string);
     let worker = sh.clone();
-    match tokio::task::spawn_blocking(move || worker.who(peer).map(|_| worker.status(session.as_deref()))).await {
+    match tokio::task::spawn_blocking(move || worker.who(peer, conn).map(|_| worker.status(session.as_deref()))).await {
         Ok(Ok(v)) => json_answer(Some(v)),
         Ok(Err(r)) => refused(r),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
 
-async fn on_shutdown(State(sh): State<Arc<Shared>>, ConnectInfo(peer): ConnectInfo<SocketAddr>, uri: Uri, headers: HeaderMap) -> Response {
+async fn on_shutdown(
+    State(sh): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    Extension(conn): Extension<crate::listen::ConnId>,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     if let Err(r) = sh.admit(&uri, &headers) {
         return refused(r);
     }
     let worker = sh.clone();
-    match tokio::task::spawn_blocking(move || worker.who(peer)).await {
+    match tokio::task::spawn_blocking(move || worker.who(peer, conn)).await {
         Ok(Ok(_)) => {}
         Ok(Err(r)) => return refused(r),
         Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
@@ -552,6 +587,7 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Dura
             decided: Default::default(),
             last_request: Mutex::new(Instant::now()),
             uid: crate::private::euid(),
+            known: Default::default(),
         });
         let t = Instant::now();
         let sh = shared.clone();
