@@ -85,6 +85,7 @@ START = '{"type":"start","at":0,"run_id":"c","profile":"R2","allowlist":["*"],"r
 
 
 def test_compiled_code_is_cached_between_processes_and_a_bad_cache_entry_is_compiled_over(tmp_path: Path) -> None:
+    import hashlib
     import os
     import subprocess
     import sys
@@ -100,12 +101,29 @@ def test_compiled_code_is_cached_between_processes_and_a_bad_cache_entry_is_comp
         return r.stdout.strip()
 
     assert decide() == "allow"
-    entries = list((tmp_path / "cache").iterdir())
-    assert len(entries) == 1 and entries[0].suffix == ".cwasm", entries
+    entries = sorted((tmp_path / "cache").iterdir())
+    assert [e.name.split(".", 1)[1] for e in entries] == ["cwasm", "cwasm.sha256"], entries
+    code, digest = entries
     assert (tmp_path / "cache").stat().st_mode & 0o077 == 0, "the cache directory is private to its user"
+    assert code.stat().st_mode & 0o777 == 0o600
+    pristine = code.read_bytes()
+    assert digest.read_text() == hashlib.sha256(pristine).hexdigest()
     assert decide() == "allow"  # from the cache
-    entries[0].write_bytes(b"not compiled code")  # a truncated or foreign entry: compiled again, then rewritten
+    code.write_bytes(b"not compiled code")  # a truncated or foreign entry: compiled again, then rewritten
     assert decide() == "allow"
-    assert entries[0].read_bytes() != b"not compiled code"
+    assert code.read_bytes() == pristine
+    # Issue 28, F10: one byte patched in the middle (it would still deserialize): not run, compiled over.
+    patched = bytearray(pristine)
+    patched[len(patched) // 2] ^= 0xFF
+    code.write_bytes(bytes(patched))
+    assert decide() == "allow"
+    assert code.read_bytes() == pristine
+    # A cache directory other users can write is neither read nor written.
+    code.write_bytes(bytes(patched))
+    digest.write_text(hashlib.sha256(bytes(patched)).hexdigest())
+    os.chmod(tmp_path / "cache", 0o777)
+    assert decide() == "allow"
+    assert code.read_bytes() == bytes(patched), "nothing written to a cache others can write"
+    os.chmod(tmp_path / "cache", 0o700)
     env["RUNBOOK_POLICY_CACHE"] = ""  # no cache at all
     assert decide() == "allow"

@@ -371,11 +371,59 @@ def _cache_dir() -> Optional[str]:
     return os.path.join(base, "runbook-policy-python")
 
 
+def _not_own(path: str, st: os.stat_result, sticky_ok: bool) -> Optional[str]:
+    """Why ``path`` is not this user's own (owned by it or root, writable by no one else), or None."""
+    import stat as _stat
+
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"{path} belongs to uid {st.st_uid}, not to this user"
+    sticky = _stat.S_ISDIR(st.st_mode) and st.st_mode & _stat.S_ISVTX
+    if st.st_mode & 0o022 and not (sticky_ok and sticky):
+        return f"{path} is writable by other users (mode {st.st_mode & 0o7777:o})"
+    return None
+
+
+def _private_dir(where: str) -> Optional[str]:
+    """Why the cache directory ``where`` may not hold code this process runs: it, or a directory above it
+    (a sticky one such as /tmp aside), is another user's or writable by others. None when it is private."""
+    p = os.path.abspath(where)
+    first = True
+    while True:
+        try:
+            why = _not_own(p, os.stat(p), sticky_ok=not first)
+            first = False
+            if why:
+                return why
+        except FileNotFoundError:
+            first = False
+        parent = os.path.dirname(p)
+        if parent == p:
+            return None
+        p = parent
+
+
+def _read_own(path: str, limit: int) -> bytes:
+    """A cache file's bytes, only when it is this user's own and a regular file (no symbolic link)."""
+    import stat as _stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        why = _not_own(path, st, sticky_ok=False) or (None if _stat.S_ISREG(st.st_mode) else f"{path} is not a regular file")
+        if why:
+            raise PermissionError(why)
+        if st.st_size > limit:
+            raise PermissionError(f"{path} is larger than {limit} bytes")
+        return f.read(limit + 1)
+
+
 def _precompiled(engine: wasmtime.Engine, data: bytes, sha: str) -> wc.Component:
     """The component compiled for ``engine``: read from the cache when an earlier process compiled these
     bytes with this wasmtime and these settings (about 3 s of Cranelift saved per process), else compiled and
-    written there (atomically). A cache that cannot be read or written is only slower, never wrong: any
-    failure falls back to compiling the checked bytes."""
+    written there (atomically). Compiled code is machine code this process runs, so a cached file is used
+    only from a directory and a file that are this user's own and only when its bytes hash to the digest
+    written beside it (``<key>.cwasm.sha256``; issue 28, F10): a planted or altered file is compiled over. A
+    cache that cannot be read or written is only slower, never wrong."""
     try:
         import importlib.metadata
 
@@ -383,13 +431,17 @@ def _precompiled(engine: wasmtime.Engine, data: bytes, sha: str) -> wc.Component
     except Exception:  # noqa: BLE001 - no version, no cache
         runtime = None
     where = _cache_dir() if runtime else None
+    if where and _private_dir(where):
+        where = None  # another user could write it: neither read nor written
     path = None
     if where:
         key = hashlib.sha256(f"{sha}|wasmtime {runtime}|nan-canonicalization|fuel|stack {MAX_WASM_STACK}|{os.uname().machine}".encode()).hexdigest()
         path = os.path.join(where, f"{key}.cwasm")
         try:
-            return wc.Component.deserialize_file(engine, path)
-        except Exception:  # noqa: BLE001 - absent, stale or unreadable: compile instead
+            code = _read_own(path, 256 << 20)
+            if _read_own(path + ".sha256", 64).decode() == hashlib.sha256(code).hexdigest():
+                return wc.Component.deserialize(engine, code)
+        except Exception:  # noqa: BLE001 - absent, altered, another's or unreadable: compile instead
             pass
     try:
         component = wc.Component(engine, data)
@@ -398,12 +450,15 @@ def _precompiled(engine: wasmtime.Engine, data: bytes, sha: str) -> wc.Component
     if path:
         try:
             os.makedirs(where, mode=0o700, exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(component.serialize())
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
+            code = component.serialize()
+            for target, content in ((path, code), (path + ".sha256", hashlib.sha256(code).hexdigest().encode())):
+                tmp = f"{target}.{os.getpid()}.tmp"
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(content)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, target)
         except OSError:
             pass
     return component
