@@ -52,6 +52,7 @@ fuzz_target!(init: { policy(); }, |data: &[u8]| {
         keep_working: false,
         lock_timeout: std::time::Duration::from_millis(100),
         allowed_signers: None,
+        allow_software_keys: false,
         allowlist: None,
         settings: Vec::new(),
     };
