@@ -516,6 +516,18 @@ async fn on_hook(
     }
 }
 
+/// The checks every request but an event's passes before it is answered: [`Shared::admit`], then who
+/// asks ([`Shared::who`], off the runtime: it reads `/proc`).
+async fn admitted(sh: &Arc<Shared>, peer: SocketAddr, conn: crate::listen::ConnId, uri: &Uri, headers: &HeaderMap) -> std::result::Result<(), Response> {
+    sh.admit(uri, headers).map_err(refused)?;
+    let worker = sh.clone();
+    match tokio::task::spawn_blocking(move || worker.who(peer, conn)).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(r)) => Err(refused(r)),
+        Err(_) => Err(StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+    }
+}
+
 async fn on_status(
     State(sh): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
@@ -523,15 +535,14 @@ async fn on_status(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = sh.admit(&uri, &headers) {
-        return refused(r);
+    if let Err(r) = admitted(&sh, peer, conn, &uri, &headers).await {
+        return r;
     }
     // `?session=ID`: that session's status; no listing of sessions is ever given (issue 28, F8).
     let session = uri.query().and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("session="))).map(str::to_string);
     let worker = sh.clone();
-    match tokio::task::spawn_blocking(move || worker.who(peer, conn).map(|_| worker.status(session.as_deref()))).await {
-        Ok(Ok(v)) => json_answer(Some(v)),
-        Ok(Err(r)) => refused(r),
+    match tokio::task::spawn_blocking(move || worker.status(session.as_deref())).await {
+        Ok(v) => json_answer(Some(v)),
         Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
     }
 }
@@ -543,14 +554,8 @@ async fn on_shutdown(
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
-    if let Err(r) = sh.admit(&uri, &headers) {
-        return refused(r);
-    }
-    let worker = sh.clone();
-    match tokio::task::spawn_blocking(move || worker.who(peer, conn)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(r)) => return refused(r),
-        Err(_) => return StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    if let Err(r) = admitted(&sh, peer, conn, &uri, &headers).await {
+        return r;
     }
     log("shutting down on request");
     sh.shutdown.notify_one();
