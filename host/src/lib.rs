@@ -19,6 +19,7 @@ pub mod oci_registry;
 pub mod private;
 pub mod registry;
 pub mod run;
+pub mod service;
 pub mod sshsig;
 pub mod verify;
 pub mod wire;

@@ -39,6 +39,8 @@ enum Command {
     Playground(commands::playground::Args),
     /// The tool-call hook for agent CLIs (Claude Code): one process per hook event
     Hook(commands::hook::Args),
+    /// Separated mode: the enforcement as its own system user (install, run, status, uninstall)
+    Service(commands::service::Args),
     /// Make an ed25519 key pair for signing documents, the component and receipts
     Keygen(commands::sign::KeygenArgs),
     /// Sign a runbook document (or the component) with a DSSE envelope beside it, `<FILE>.dsse.json`
@@ -67,6 +69,7 @@ fn main() -> ExitCode {
         Command::Export(a) => commands::verify::export(a),
         Command::Playground(a) => commands::playground::run(a),
         Command::Hook(a) => commands::hook::run(a),
+        Command::Service(a) => commands::service::run_command(a),
         Command::Keygen(a) => commands::sign::keygen(a),
         Command::Sign(a) => commands::sign::sign(a),
     };

@@ -73,6 +73,15 @@ pub struct Args {
     /// server mode's port (default: a free port chosen now)
     #[arg(long, global = true)]
     pub port: Option<u16>,
+    /// Separated mode: hand the event to the runbook-host service on 127.0.0.1:PORT (`runbook-host
+    /// service install`), which must be held by `--service-user`; nothing is started, and a service that
+    /// does not answer, or a port held by anyone else, denies. For `install`: write the separated mode's
+    /// hooks (http hooks with no token, to that port)
+    #[arg(long, value_name = "PORT", global = true, conflicts_with = "port")]
+    pub service: Option<u16>,
+    /// The service's system user (separated mode)
+    #[arg(long, default_value = "runbook-host", global = true)]
+    pub service_user: String,
 }
 
 #[derive(clap::Subcommand)]
@@ -262,12 +271,25 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
     let local = local_settings(&i.settings);
     let mut token_edit: Option<Value> = None;
     let message = if install {
-        if a.runbook.is_none() {
+        if a.runbook.is_none() && a.service.is_none() {
             bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
         }
         let command = hook_command(a)?;
         let (http, why) = choose_mode(i.mode);
-        if http {
+        if let Some(port) = a.service {
+            // Separated mode: the service decides with its own options; the client only forwards.
+            let exe = std::env::current_exe().and_then(|e| e.canonicalize()).context("cannot find this executable's path")?;
+            let start_command = format!("{} hook --service {port} --service-user {}", quote(&exe.to_string_lossy()), quote(&a.service_user));
+            let url = format!("http://127.0.0.1:{port}{}", server::HOOK_PATH);
+            hook::claude::install(&mut settings, &hook::claude::Mode::Http { start_command: &start_command, url: &url, token: false })
+                .map_err(anyhow::Error::msg)?;
+            if let Some(mut l) = read_settings(&local, true)? {
+                if remove_token(&mut l) {
+                    token_edit = Some(l);
+                }
+            }
+            format!("installed in `{shown}` (separated mode): SessionStart runs {start_command}; every other event is posted to {url}, no token (the service knows its clients by uid)")
+        } else if http {
             let port = match a.port {
                 Some(p) if p != 0 => p,
                 // A free port now; the server binds it at the first SessionStart (one that is taken by
@@ -276,7 +298,8 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
             };
             let start_command = format!("{command} --port {port}");
             let url = format!("http://127.0.0.1:{port}{}", server::HOOK_PATH);
-            hook::claude::install(&mut settings, &hook::claude::Mode::Http { start_command: &start_command, url: &url }).map_err(anyhow::Error::msg)?;
+            hook::claude::install(&mut settings, &hook::claude::Mode::Http { start_command: &start_command, url: &url, token: true })
+                .map_err(anyhow::Error::msg)?;
             // The token the http hooks send, in the personal settings' `env` (Claude Code fills the
             // header from its environment; allowedEnvVars names the one variable it may use).
             std::fs::create_dir_all(&a.runs).with_context(|| format!("cannot create the runs directory {}", a.runs.display()))?;
@@ -358,7 +381,7 @@ fn remove_token(settings: &mut Value) -> bool {
     true
 }
 
-fn config(a: &Args) -> Result<hook::Config> {
+pub fn config(a: &Args) -> Result<hook::Config> {
     let project = std::env::var_os("CLAUDE_PROJECT_DIR").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("."));
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let settings = super::registry::settings(&a.registry, &a.registry_ca, &a.require_signature)?;
@@ -443,11 +466,26 @@ fn through_server(a: &Args, port: u16, payload: &[u8]) -> Result<Option<String>>
     Ok((!body.trim().is_empty()).then(|| body.trim().to_string()))
 }
 
+/// A hook event handed to the separated mode's service: sent only to a listener of the service's user
+/// (a squatter on the port gets nothing, and the event is denied).
+fn through_service(a: &Args, port: u16, payload: &[u8]) -> Result<Option<String>> {
+    let user = runbook_host::service::lookup_user(&a.service_user)?
+        .ok_or_else(|| anyhow::anyhow!("there is no user `{}`: is the runbook-host service installed (`runbook-host service install`)?", a.service_user))?;
+    let client = server::Client::service(port, user.uid, std::time::Duration::from_secs(30));
+    let (status, body) = client.hook(payload).map_err(|e| anyhow::anyhow!("the runbook-host service on 127.0.0.1:{port}: {e}"))?;
+    if status != 200 {
+        bail!("the runbook-host service answered {status}: {}", body.trim());
+    }
+    Ok((!body.trim().is_empty()).then(|| body.trim().to_string()))
+}
+
 fn serve(a: &Args) -> Result<ExitCode> {
     let policy = super::policy()?;
     let port = a.port.unwrap_or(0);
     let idle_exit = (a.idle_exit_secs > 0).then(|| std::time::Duration::from_secs(a.idle_exit_secs));
-    server::serve(policy, config(a)?, port, idle_exit, |port| eprintln!("runbook-host hook serve: listening on 127.0.0.1:{port} for {}", a.runs.display()))?;
+    server::serve(policy, config(a)?, port, idle_exit, server::Access::Personal, |port| {
+        eprintln!("runbook-host hook serve: listening on 127.0.0.1:{port} for {}", a.runs.display())
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -530,6 +568,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         let ev = hook::claude::parse(&input).map_err(anyhow::Error::msg)?;
         if let Some(port) = a.port {
             return Ok((ev.name().to_string(), through_server(&a, port, &input)?));
+        }
+        if let Some(port) = a.service {
+            return Ok((ev.name().to_string(), through_service(&a, port, &input)?));
         }
         let t_load = std::time::Instant::now();
         let policy = super::policy()?;

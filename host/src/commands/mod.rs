@@ -16,6 +16,7 @@ pub mod playground;
 pub mod registry;
 pub mod replay;
 pub mod run;
+pub mod service;
 pub mod sign;
 pub mod verify;
 

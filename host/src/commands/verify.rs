@@ -32,8 +32,9 @@ pub struct Args {
     pub allow_software_keys: bool,
     /// The public key (PEM) the run's receipt must be signed by (`receipt.dsse.json`, written by a host
     /// given `--signing-key`); repeat to accept several. Without it, a receipt signature that run.json
-    /// announces is checked against the key run.json names, which proves integrity, not who signed
-    #[arg(long, value_name = "KEY")]
+    /// announces is checked against the key run.json names, which proves integrity, not who signed.
+    /// `--host-key` names the same check for a separated-mode service's key (`<state>/host.pub`)
+    #[arg(long, value_name = "KEY", visible_alias = "host-key")]
     pub key: Vec<PathBuf>,
 }
 

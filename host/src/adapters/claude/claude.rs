@@ -80,7 +80,9 @@ pub enum Mode<'a> {
     Command { command: &'a str },
     /// The resident server at `url` for every event but SessionStart, which Claude Code runs only as a
     /// command (`start_command`): it starts the server when none answers and opens the session in it.
-    Http { start_command: &'a str, url: &'a str },
+    /// `token`: the http hooks send the server's token (personal mode); the separated mode's service knows
+    /// its clients by uid and takes none.
+    Http { start_command: &'a str, url: &'a str, token: bool },
 }
 
 /// Merges our hooks into a settings document. Idempotent, and one hook of ours per event: a group of
@@ -117,11 +119,12 @@ pub fn install(settings: &mut Value, mode: &Mode) -> Result<(), String> {
             Mode::Http { start_command, .. } if event == "SessionStart" => {
                 json!({"type": "command", "command": start_command, "timeout": HOOK_TIMEOUT_S, "onFailure": "block"})
             }
-            Mode::Http { url, .. } => json!({
+            Mode::Http { url, token: true, .. } => json!({
                 "type": "http", "url": url, "timeout": HOOK_TIMEOUT_S, "onFailure": "block",
                 "headers": {"Authorization": format!("Bearer ${}", super::server::TOKEN_ENV)},
                 "allowedEnvVars": [super::server::TOKEN_ENV],
             }),
+            Mode::Http { url, token: false, .. } => json!({"type": "http", "url": url, "timeout": HOOK_TIMEOUT_S, "onFailure": "block"}),
         };
         let mut group = json!({"hooks": [hook]});
         if let Some(m) = matcher {
@@ -271,7 +274,7 @@ mod tests {
         assert_eq!(s, json!({}));
         // The server mode replaces the command hooks (SessionStart stays a command) and adds
         // PermissionRequest; going back to command mode removes it again.
-        let http = Mode::Http { start_command: "/abs/runbook-host hook --port 4000", url: "http://127.0.0.1:4000/runbook-hook" };
+        let http = Mode::Http { start_command: "/abs/runbook-host hook --port 4000", url: "http://127.0.0.1:4000/runbook-hook", token: true };
         install(&mut s, &Mode::Command { command: "/abs/runbook-host hook" }).unwrap();
         install(&mut s, &http).unwrap();
         let before = s.clone();

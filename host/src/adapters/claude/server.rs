@@ -133,7 +133,19 @@ struct Open {
 /// Who sent a request, as the kernel says ([`peer`]).
 #[derive(Clone, Copy, Debug)]
 struct Who {
+    uid: u32,
     proc: Option<peer::Proc>,
+}
+
+/// Who may ask the server what.
+#[derive(Clone, Debug)]
+pub enum Access {
+    /// Personal mode: the server's own user, holding the token (read from the runs directory).
+    Personal,
+    /// Separated mode (`runbook-host service`): events only from these client uids, which send no token (a
+    /// secret the client sends is one the agent, the client's user, can read: the kernel's word on the
+    /// connection's uid replaces it); status and shutdown only from root and the service's own user.
+    Service { clients: Vec<u32> },
 }
 
 /// Binds the session to its client, or says why this request is not its client's.
@@ -179,7 +191,9 @@ struct Slot {
 struct Shared {
     policy: Arc<Policy>,
     cfg: Config,
-    token: String,
+    /// The bearer token every request carries (personal mode only).
+    token: Option<String>,
+    access: Access,
     port: u16,
     runs: PathBuf,
     started: String,
@@ -190,7 +204,7 @@ struct Shared {
     decided: std::sync::atomic::AtomicU64,
     /// When the last admitted request came (for the idle exit).
     last_request: Mutex<Instant>,
-    /// This server's user: a request from another is refused whatever it carries.
+    /// This server's user.
     uid: u32,
     /// Who was found behind each connection so far (a connection's socket does not change hands).
     known: Mutex<HashMap<crate::listen::ConnId, Who>>,
@@ -237,12 +251,16 @@ impl Shared {
         if host != format!("127.0.0.1:{}", self.port) && host != format!("localhost:{}", self.port) {
             return Err((StatusCode::FORBIDDEN, format!("Host `{host}` is not this server's (127.0.0.1:{})", self.port)));
         }
+        let Some(token) = &self.token else {
+            // Separated mode: who asks is the kernel's to say ([`Shared::who`]).
+            return Ok(());
+        };
         let auth: Vec<&[u8]> = headers.get_all(header::AUTHORIZATION).iter().map(|a| a.as_bytes()).collect();
         let given = match auth.as_slice() {
             [one] => one.strip_prefix(b"Bearer ").unwrap_or(b""),
             _ => b"",
         };
-        if !constant_time_eq(given, self.token.as_bytes()) {
+        if !constant_time_eq(given, token.as_bytes()) {
             let why = if given.is_empty() { "no bearer token" } else { "a wrong bearer token" };
             return Err((StatusCode::UNAUTHORIZED, format!("{why}: the hook configuration passes ${TOKEN_ENV} (see `runbook-host hook install`)")));
         }
@@ -253,19 +271,36 @@ impl Shared {
     /// connection or it is another user's: a token another user captured decides nothing (issue 28, F1).
     /// Asked once per connection (reading `/proc/net/tcp` costs about a millisecond whatever it holds);
     /// later requests on a kept-alive connection reuse the answer.
-    fn who(&self, peer: std::net::SocketAddr, conn: crate::listen::ConnId) -> std::result::Result<Who, (StatusCode, String)> {
-        if let Some(w) = self.known.lock().unwrap_or_else(|p| p.into_inner()).get(&conn) {
-            return Ok(*w);
-        }
-        let server = std::net::SocketAddr::from(peer::loopback(self.port));
-        let Some((uid, proc)) = peer::asking(server, peer) else {
-            return Err((StatusCode::FORBIDDEN, format!("the kernel lists no connection from {peer} to this server")));
+    /// `admin`: the request is for the server itself (status, shutdown) rather than an event.
+    fn who(&self, peer: std::net::SocketAddr, conn: crate::listen::ConnId, admin: bool) -> std::result::Result<Who, (StatusCode, String)> {
+        let known = self.known.lock().unwrap_or_else(|p| p.into_inner()).get(&conn).copied();
+        let who = match known {
+            Some(w) => w,
+            None => {
+                let server = std::net::SocketAddr::from(peer::loopback(self.port));
+                let Some((uid, proc)) = peer::asking(server, peer) else {
+                    return Err((StatusCode::FORBIDDEN, format!("the kernel lists no connection from {peer} to this server")));
+                };
+                Who { uid, proc }
+            }
         };
-        if uid != self.uid {
-            return Err((StatusCode::FORBIDDEN, format!("a request from another user (uid {uid}) is never decided, token or not")));
+        let uid = who.uid;
+        match &self.access {
+            Access::Personal if uid != self.uid => {
+                return Err((StatusCode::FORBIDDEN, format!("a request from another user (uid {uid}) is never decided, token or not")));
+            }
+            Access::Service { .. } if admin && uid != 0 && uid != self.uid => {
+                return Err((StatusCode::FORBIDDEN, format!("uid {uid} asked for the service itself: only root and the service's user may")));
+            }
+            Access::Service { clients } if !admin && !clients.contains(&uid) => {
+                return Err((StatusCode::FORBIDDEN, format!("uid {uid} is not a client of this service (`runbook-host service install --client USER`)")));
+            }
+            _ => {}
         }
-        let who = Who { proc };
-        if proc.is_some() {
+        if known.is_some() {
+            return Ok(who);
+        }
+        if who.proc.is_some() {
             let mut m = self.known.lock().unwrap_or_else(|p| p.into_inner());
             if m.len() >= 4096 {
                 m.clear();
@@ -281,6 +316,10 @@ impl Shared {
         let session = ev.session();
         if !bundle::is_safe_name(session) {
             bail!("`{session}` is not a usable session id");
+        }
+        if who.proc.is_none() {
+            // Refused before the session is opened: a request from no findable process begins no run.
+            return Ok(Err("the process that sent it cannot be found (its socket is in no process this server may inspect)".into()));
         }
         let slot = self.slot(session);
         let mut g = lock_slot(&slot);
@@ -493,7 +532,7 @@ async fn on_hook(
     };
     let event = ev.name();
     let worker = sh.clone();
-    let handled = tokio::task::spawn_blocking(move || match worker.who(peer, conn) {
+    let handled = tokio::task::spawn_blocking(move || match worker.who(peer, conn, false) {
         Ok(who) => worker.handle(&ev, who).map(|r| r.map_err(|why| (StatusCode::FORBIDDEN, why))),
         Err(r) => Ok(Err(r)),
     })
@@ -521,7 +560,7 @@ async fn on_hook(
 async fn admitted(sh: &Arc<Shared>, peer: SocketAddr, conn: crate::listen::ConnId, uri: &Uri, headers: &HeaderMap) -> std::result::Result<(), Response> {
     sh.admit(uri, headers).map_err(refused)?;
     let worker = sh.clone();
-    match tokio::task::spawn_blocking(move || worker.who(peer, conn)).await {
+    match tokio::task::spawn_blocking(move || worker.who(peer, conn, true)).await {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(r)) => Err(refused(r)),
         Err(_) => Err(StatusCode::INTERNAL_SERVER_ERROR.into_response()),
@@ -565,14 +604,17 @@ async fn on_shutdown(
 /// Serves until asked to shut down, or (with `idle_exit`) until no session has been open and no event has
 /// come for that long: a server started by a session does not outlive its use (a day of tests once left
 /// four running). `port` 0 takes any free port. `ready` is called with the port once the server answers.
-pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Duration>, ready: impl FnOnce(u16)) -> Result<()> {
+pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Duration>, access: Access, ready: impl FnOnce(u16)) -> Result<()> {
     let dir = checked_server_dir(&cfg.runs)?;
     let serve_lock = open_nofollow(&dir.join("serve.lock"), true).context("cannot open the server's lock")?;
     if serve_lock.try_lock().is_err() {
         let at = read_info(&cfg.runs).map(|i| format!(" (pid {}, port {})", i.pid, i.port)).unwrap_or_default();
         bail!("a hook server already serves {}{at}", cfg.runs.display());
     }
-    let token = token(&cfg.runs, true)?;
+    let token = match access {
+        Access::Personal => Some(token(&cfg.runs, true)?),
+        Access::Service { .. } => None,
+    };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await.with_context(|| format!("cannot listen on 127.0.0.1:{port}"))?;
@@ -584,6 +626,7 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Dura
             config,
             cfg,
             token,
+            access,
             port,
             runs,
             started: crate::bundle::now_rfc3339(),
@@ -597,7 +640,15 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Dura
         let t = Instant::now();
         let sh = shared.clone();
         let resumed = tokio::task::spawn_blocking(move || sh.resume_open()).await?;
-        log(format_args!("listening on 127.0.0.1:{port} (pid {}); {resumed} open sessions resumed in {} ms", std::process::id(), t.elapsed().as_millis()));
+        let mode = match &shared.access {
+            Access::Personal => "personal mode".to_string(),
+            Access::Service { clients } => format!("separated mode, clients uid {clients:?}"),
+        };
+        log(format_args!(
+            "listening on 127.0.0.1:{port} (pid {}, {mode}); {resumed} open sessions resumed in {} ms",
+            std::process::id(),
+            t.elapsed().as_millis()
+        ));
         let info = json!({"schema": SERVER_SCHEMA, "pid": std::process::id(), "port": port, "runs": shared.runs.to_string_lossy(), "started": shared.started});
         super::write_atomic(&dir.join("server.json"), format!("{info}\n").as_bytes())?;
         let app =
@@ -631,27 +682,49 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Dura
 pub struct Client {
     agent: ureq::Agent,
     port: u16,
-    token: String,
+    /// Personal mode: the token sent. Separated mode: none (the service knows its clients by uid).
+    token: Option<String>,
+    /// The uid the listener must be: this user's own (personal) or the service's.
+    server_uid: u32,
 }
 
 impl Client {
+    fn agent(timeout: Duration) -> ureq::Agent {
+        ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).max_redirects(0).build().into()
+    }
+
+    /// The personal-mode server of `runs`.
     pub fn new(runs: &Path, port: u16, timeout: Duration) -> Result<Client> {
-        let config = ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).max_redirects(0).build();
-        Ok(Client { agent: config.into(), port, token: token(runs, true)? })
+        Ok(Client { agent: Self::agent(timeout), port, token: Some(token(runs, true)?), server_uid: crate::private::euid() })
+    }
+
+    /// The separated-mode service on `port`, which must be held by `service_uid`.
+    pub fn service(port: u16, service_uid: u32, timeout: Duration) -> Client {
+        Client { agent: Self::agent(timeout), port, token: None, server_uid: service_uid }
+    }
+
+    fn authorized(&self, r: ureq::RequestBuilder<ureq::typestate::WithBody>) -> ureq::RequestBuilder<ureq::typestate::WithBody> {
+        match &self.token {
+            Some(t) => r.header("Authorization", &format!("Bearer {t}")),
+            None => r,
+        }
     }
 
     fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
     }
 
-    /// Refuses a listener on the port that is another user's: the token is never sent to a process some
-    /// other user bound there while the server was down (issue 28, F1: `nobody` captured it that way).
-    fn check_listener(&self) -> std::result::Result<(), ureq::Error> {
+    /// Refuses a listener on the port that is not the server's user's: neither the token nor an event is
+    /// ever sent to a process some other user bound there while the server was down (issue 28, F1:
+    /// `nobody` captured the token that way).
+    pub fn check_listener(&self) -> std::result::Result<(), ureq::Error> {
+        let refuse = |why: String| Err(ureq::Error::Io(std::io::Error::new(std::io::ErrorKind::PermissionDenied, why)));
         match peer::listener_uid(peer::loopback(self.port)) {
-            Ok(Some(uid)) if uid != crate::private::euid() => Err(ureq::Error::Io(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                format!("127.0.0.1:{} is held by a process of uid {uid}, not of this user: the hook server's token is not sent to it", self.port),
-            ))),
+            Ok(Some(uid)) if uid != self.server_uid => {
+                let whose = if self.token.is_some() { "this user".to_string() } else { format!("the service's user (uid {})", self.server_uid) };
+                refuse(format!("127.0.0.1:{} is held by a process of uid {uid}, not of {whose}: nothing is sent to it", self.port))
+            }
+            Ok(None) if self.token.is_none() => refuse(format!("nothing listens on 127.0.0.1:{}: the runbook-host service is not running", self.port)),
             _ => Ok(()),
         }
     }
@@ -659,8 +732,7 @@ impl Client {
     /// POSTs a hook payload; the status and the body.
     pub fn hook(&self, payload: &[u8]) -> std::result::Result<(u16, String), ureq::Error> {
         self.check_listener()?;
-        let mut r =
-            self.agent.post(&self.url(HOOK_PATH)).header("Authorization", &format!("Bearer {}", self.token)).content_type("application/json").send(payload)?;
+        let mut r = self.authorized(self.agent.post(&self.url(HOOK_PATH))).content_type("application/json").send(payload)?;
         Ok((r.status().as_u16(), r.body_mut().read_to_string()?))
     }
 
@@ -675,13 +747,17 @@ impl Client {
             Some(s) => format!("{STATUS_PATH}?session={s}"),
             None => STATUS_PATH.to_string(),
         };
-        let mut r = self.agent.get(&self.url(&path)).header("Authorization", &format!("Bearer {}", self.token)).call()?;
+        let mut r = self.agent.get(&self.url(&path));
+        if let Some(t) = &self.token {
+            r = r.header("Authorization", &format!("Bearer {t}"));
+        }
+        let mut r = r.call()?;
         Ok((r.status().as_u16(), r.body_mut().read_to_string()?))
     }
 
     pub fn shutdown(&self) -> std::result::Result<u16, ureq::Error> {
         self.check_listener()?;
-        let r = self.agent.post(&self.url(SHUTDOWN_PATH)).header("Authorization", &format!("Bearer {}", self.token)).send_empty()?;
+        let r = self.authorized(self.agent.post(&self.url(SHUTDOWN_PATH))).send_empty()?;
         Ok(r.status().as_u16())
     }
 
