@@ -126,12 +126,26 @@ pub fn run(project: &Path, scratch: &Path, turns: &Value, prompt: &str) -> CliRu
 
 /// [`run`] with more arguments for the CLI (`--resume SESSION`, say).
 pub fn run_with(project: &Path, scratch: &Path, turns: &Value, prompt: &str, extra: &[&str]) -> CliRun {
+    run_as(None, project, scratch, turns, prompt, extra)
+}
+
+/// [`run_with`] as another user (`setpriv`; the test runs as root), who must be able to write the
+/// project and `scratch/home`.
+pub fn run_as(user: Option<&str>, project: &Path, scratch: &Path, turns: &Value, prompt: &str, extra: &[&str]) -> CliRun {
     let home = scratch.join("home");
     std::fs::create_dir_all(&home).unwrap();
     let api = ScriptedApi::start(scratch, turns);
     let (out, err) = (scratch.join("claude.stdout"), scratch.join("claude.stderr"));
     let t = Instant::now();
-    let mut child = Command::new(claude())
+    let mut cmd = match user {
+        None => Command::new(claude()),
+        Some(u) => {
+            let mut c = Command::new("setpriv");
+            c.args([format!("--reuid={u}"), format!("--regid={u}"), "--init-groups".into()]).arg(claude());
+            c
+        }
+    };
+    let mut child = cmd
         .args(["-p", prompt, "--output-format", "json", "--max-turns", &MAX_TURNS.to_string()])
         .args(["--tools", "Bash", "--allowedTools", "Bash", "--permission-prompts", "none", "--strict-mcp-config"])
         .args(extra)
