@@ -231,6 +231,9 @@ fn the_agents_user_is_a_client_only() {
     let (code, _, err) = setup.install(&["--runbook", &agents_copy.to_string_lossy()]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("belongs to a client"), "{err}");
+    let (code, _, err) = setup.install(&["--runbook", "no-such-runbook@1.0.0", "--registry", &top.join("src").to_string_lossy()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the service could not run `no-such-runbook@1.0.0`"), "{err}");
     let (code, _, err) = setup.install(&["--runbook", &rb, "--runs", "/tmp/x"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--runs is the service's own"), "{err}");

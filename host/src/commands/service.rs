@@ -220,6 +220,15 @@ fn install(i: &InstallArgs) -> Result<ExitCode> {
     }
     let client_uids: Vec<u32> = clients.iter().map(|c| c.1).collect();
     let hook = hook_args(&i.hook, &client_uids)?;
+    // The runbook must resolve now (pinned, signed where a signature is required, linted): a service that
+    // could run no session is refused at install rather than at every SessionStart. Root's cache is not used.
+    {
+        let h = HookOptions::try_parse_from(&hook).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut settings = super::registry::settings(&h.a.registry, &h.a.registry_ca, &h.a.require_signature)?;
+        settings.cache = None;
+        let reference = h.a.runbook.as_deref().unwrap_or_default();
+        runbook_host::registry::resolve_with(reference, &settings).map_err(|e| anyhow::anyhow!("the service could not run `{reference}`: {e}"))?;
+    }
     let mut running = false;
     if let Ok(Some(uid)) = runbook_host::adapters::claude::peer::listener_uid(runbook_host::adapters::claude::peer::loopback(i.port)) {
         running = svc::lookup_user(&i.user)?.is_some_and(|u| u.uid == uid);
