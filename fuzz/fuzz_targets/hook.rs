@@ -54,6 +54,7 @@ fuzz_target!(init: { policy(); }, |data: &[u8]| {
         allowed_signers: None,
         allow_software_keys: false,
         allowlist: None,
+        client: hook::Client::Claude,
         settings: Vec::new(),
     };
     let p = policy();

@@ -82,6 +82,25 @@ pub struct Args {
     /// The service's system user (separated mode)
     #[arg(long, default_value = "runbook-host", global = true)]
     pub service_user: String,
+    /// The agent CLI: `claude` (Claude Code) or `qwen` (Qwen Code: its tool names are mapped to the
+    /// canonical ones a runbook is written in, and `install` writes `.qwen/settings.json`)
+    #[arg(long, value_enum, default_value = "claude", global = true)]
+    pub client: ClientName,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ClientName {
+    Claude,
+    Qwen,
+}
+
+impl ClientName {
+    fn client(self) -> hook::Client {
+        match self {
+            ClientName::Claude => hook::Client::Claude,
+            ClientName::Qwen => hook::Client::Qwen,
+        }
+    }
 }
 
 #[derive(clap::Subcommand)]
@@ -123,9 +142,9 @@ pub enum InstallMode {
 
 #[derive(clap::Args)]
 pub struct InstallArgs {
-    /// The client's settings file
-    #[arg(long, default_value = ".claude/settings.json")]
-    pub settings: PathBuf,
+    /// The client's settings file (default: `.claude/settings.json`, or `.qwen/settings.json` for `--client qwen`)
+    #[arg(long)]
+    pub settings: Option<PathBuf>,
     /// Print the resulting settings instead of writing them
     #[arg(long)]
     pub print: bool,
@@ -190,6 +209,9 @@ fn hook_command(a: &Args) -> Result<String> {
     }
     if a.lock_timeout_ms != 10_000 {
         c.push(format!("--lock-timeout-ms {}", a.lock_timeout_ms));
+    }
+    if a.client == ClientName::Qwen {
+        c.push("--client qwen".into());
     }
     Ok(c.join(" "))
 }
@@ -263,12 +285,17 @@ fn choose_mode(m: InstallMode) -> (bool, String) {
 }
 
 fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
-    let shown = i.settings.display();
-    let Some(mut settings) = read_settings(&i.settings, !install)? else {
+    let path = i.settings.clone().unwrap_or_else(|| match a.client {
+        ClientName::Claude => PathBuf::from(".claude/settings.json"),
+        ClientName::Qwen => PathBuf::from(".qwen/settings.json"),
+    });
+    let settings_path = path.as_path();
+    let shown = settings_path.display();
+    let Some(mut settings) = read_settings(settings_path, !install)? else {
         eprintln!("runbook-host hook: nothing to uninstall: `{shown}` does not exist");
         return Ok(ExitCode::from(1));
     };
-    let local = local_settings(&i.settings);
+    let local = local_settings(settings_path);
     let mut token_edit: Option<Value> = None;
     let message = if install {
         if a.runbook.is_none() && a.service.is_none() {
@@ -276,7 +303,16 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
         }
         let command = hook_command(a)?;
         let (http, why) = choose_mode(i.mode);
-        if let Some(port) = a.service {
+        if a.client == ClientName::Qwen {
+            // Qwen Code: command hooks that fail closed by themselves (it has no `onFailure`, and runs the
+            // tool when a hook is missing, crashes or times out).
+            if a.service.is_some() || i.mode == InstallMode::Http {
+                bail!("--client qwen is installed in command mode only (the server mode and separated mode are Claude Code's for now)");
+            }
+            let command = hook::qwen::fail_closed(&command);
+            hook::claude::install(&mut settings, &hook::claude::Mode::CommandNoOnFailure { command: &command }).map_err(anyhow::Error::msg)?;
+            format!("installed in `{shown}` (Qwen Code, command mode; a failure to answer is a deny): {command}")
+        } else if let Some(port) = a.service {
             // Separated mode: the service decides with its own options; the client only forwards.
             let exe = std::env::current_exe().and_then(|e| e.canonicalize()).context("cannot find this executable's path")?;
             let start_command = format!("{} hook --service {port} --service-user {}", quote(&exe.to_string_lossy()), quote(&a.service_user));
@@ -304,7 +340,7 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
             // header from its environment; allowedEnvVars names the one variable it may use).
             std::fs::create_dir_all(&a.runs).with_context(|| format!("cannot create the runs directory {}", a.runs.display()))?;
             let token = server::token(&a.runs, true)?;
-            let mut l = if local == i.settings { settings.clone() } else { read_settings(&local, false)?.unwrap_or_default() };
+            let mut l = if local == settings_path { settings.clone() } else { read_settings(&local, false)?.unwrap_or_default() };
             let env = l
                 .as_object_mut()
                 .ok_or_else(|| anyhow::anyhow!("`{}` is not a JSON object", local.display()))?
@@ -349,13 +385,13 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if let Some(l) = &token_edit {
-        if local == i.settings {
+        if local == settings_path {
             settings = l.clone();
         } else {
             write_settings(&local, l, true)?;
         }
     }
-    let deleted = write_settings(&i.settings, &settings, local == i.settings)?;
+    let deleted = write_settings(settings_path, &settings, local == settings_path)?;
     eprintln!("runbook-host hook: {message}{deleted}");
     // A running server decides with the options it was started with: it is stopped, and the next
     // SessionStart of a server-mode install starts one with the new options (its open sessions resume).
@@ -401,7 +437,12 @@ pub fn config(a: &Args) -> Result<hook::Config> {
         allowed_signers: a.allowed_signers.clone(),
         allow_software_keys: a.allow_software_keys,
         allowlist: a.allowlist.clone(),
-        settings: hook::permissions::settings_files(&project, home.as_deref()),
+        // Claude Code's permission rules; Qwen Code's are not read (its deny rules are its own to apply).
+        settings: match a.client {
+            ClientName::Claude => hook::permissions::settings_files(&project, home.as_deref()),
+            ClientName::Qwen => Vec::new(),
+        },
+        client: a.client.client(),
     })
 }
 
@@ -565,7 +606,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(String, Option<String>)> {
         let mut input = Vec::new();
         std::io::stdin().take(16 << 20).read_to_end(&mut input).context("reading the hook payload")?;
-        let ev = hook::claude::parse(&input).map_err(anyhow::Error::msg)?;
+        let ev = a.client.client().parse(&input).map_err(anyhow::Error::msg)?;
         if let Some(port) = a.port {
             return Ok((ev.name().to_string(), through_server(&a, port, &input)?));
         }

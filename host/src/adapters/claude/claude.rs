@@ -78,6 +78,9 @@ pub const HOOK_TIMEOUT_S: u64 = 30;
 pub enum Mode<'a> {
     /// A process per event: `command` is the whole command line.
     Command { command: &'a str },
+    /// A process per event for a client without `onFailure` (Qwen Code): the command line fails closed by
+    /// itself ([`super::qwen::fail_closed`]).
+    CommandNoOnFailure { command: &'a str },
     /// The resident server at `url` for every event but SessionStart, which Claude Code runs only as a
     /// command (`start_command`): it starts the server when none answers and opens the session in it.
     /// `token`: the http hooks send the server's token (personal mode); the separated mode's service knows
@@ -95,7 +98,7 @@ pub fn install(settings: &mut Value, mode: &Mode) -> Result<(), String> {
     let hooks = settings.as_object_mut().unwrap().entry("hooks").or_insert_with(|| json!({}));
     let hooks = hooks.as_object_mut().ok_or("`hooks` in the settings file is not an object")?;
     let events: Vec<_> = match mode {
-        Mode::Command { .. } => EVENTS.to_vec(),
+        Mode::Command { .. } | Mode::CommandNoOnFailure { .. } => EVENTS.to_vec(),
         Mode::Http { .. } => EVENTS.iter().chain(SERVER_EVENTS).copied().collect(),
     };
     // Events of ours the chosen mode does not use (PermissionRequest when going back to command mode).
@@ -116,6 +119,7 @@ pub fn install(settings: &mut Value, mode: &Mode) -> Result<(), String> {
         // hook (the default is 600 s); a decision takes milliseconds.
         let hook = match mode {
             Mode::Command { command } => json!({"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S, "onFailure": "block"}),
+            Mode::CommandNoOnFailure { command } => json!({"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}),
             Mode::Http { start_command, .. } if event == "SessionStart" => {
                 json!({"type": "command", "command": start_command, "timeout": HOOK_TIMEOUT_S, "onFailure": "block"})
             }

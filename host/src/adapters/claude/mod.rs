@@ -17,6 +17,7 @@
 pub mod claude;
 pub mod peer;
 pub mod permissions;
+pub mod qwen;
 pub mod server;
 
 use crate::registry;
@@ -95,6 +96,31 @@ impl HookEvent {
     }
 }
 
+/// Which agent CLI the hook answers (issue 30). Their answers are written alike (Qwen Code reads Claude
+/// Code's shapes); their payloads differ in the tool vocabulary.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Client {
+    #[default]
+    Claude,
+    Qwen,
+}
+
+impl Client {
+    pub fn parse(self, bytes: &[u8]) -> Result<HookEvent, String> {
+        match self {
+            Client::Claude => claude::parse(bytes),
+            Client::Qwen => qwen::parse(bytes),
+        }
+    }
+    /// The client as the run's `agent` names it.
+    pub fn agent(self) -> &'static str {
+        match self {
+            Client::Claude => "claude-code",
+            Client::Qwen => "qwen-code",
+        }
+    }
+}
+
 /// What the hook answers the client.
 #[derive(Debug, PartialEq)]
 pub enum Answer {
@@ -131,6 +157,8 @@ pub struct Config {
     pub allowlist: Option<Vec<String>>,
     /// The client's settings files (deny rules remove tools from the claim's allowlist).
     pub settings: Vec<PathBuf>,
+    /// The agent CLI whose hook this is.
+    pub client: Client,
 }
 
 impl Config {
@@ -152,7 +180,7 @@ impl Config {
                 self.lock_timeout,
                 (&self.allowed_signers, self.allow_software_keys),
                 &self.allowlist,
-                &self.settings
+                (&self.settings, self.client)
             )
         );
         hex::encode(Sha256::digest(text.as_bytes()))
@@ -267,7 +295,7 @@ fn guard(cfg: &Config) -> Guard {
     for p in &cfg.guard_paths {
         g.add_path(p);
     }
-    for name in [".claude/settings", server::TOKEN_ENV, server::HOOK_PATH] {
+    for name in [".claude/settings", ".qwen/settings", server::TOKEN_ENV, server::HOOK_PATH] {
         g.add_name(name);
     }
     g
@@ -519,7 +547,7 @@ fn create(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<(Answer, R
         allowlist: allowlist(cfg, &env_v)?,
         risk_ceiling: Risk::Irreversible,
         coverage: Coverage::Complete,
-        agent: format!("claude-code:{session}"),
+        agent: format!("{}:{session}", cfg.client.agent()),
         available: None,
     };
     // A signers file that cannot be used refuses the session before its run begins.
