@@ -86,12 +86,16 @@ pub struct Args {
     /// canonical ones a runbook is written in, and `install` writes `.qwen/settings.json`)
     #[arg(long, value_enum, default_value = "claude", global = true)]
     pub client: ClientName,
+    /// The event the payload is of, for a client whose payloads do not name it (Copilot; `install` writes it)
+    #[arg(long, global = true)]
+    pub event: Option<String>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum ClientName {
     Claude,
     Qwen,
+    Copilot,
 }
 
 impl ClientName {
@@ -99,6 +103,7 @@ impl ClientName {
         match self {
             ClientName::Claude => hook::Client::Claude,
             ClientName::Qwen => hook::Client::Qwen,
+            ClientName::Copilot => hook::Client::Copilot,
         }
     }
 }
@@ -210,8 +215,10 @@ fn hook_command(a: &Args) -> Result<String> {
     if a.lock_timeout_ms != 10_000 {
         c.push(format!("--lock-timeout-ms {}", a.lock_timeout_ms));
     }
-    if a.client == ClientName::Qwen {
-        c.push("--client qwen".into());
+    match a.client {
+        ClientName::Claude => {}
+        ClientName::Qwen => c.push("--client qwen".into()),
+        ClientName::Copilot => c.push("--client copilot".into()),
     }
     Ok(c.join(" "))
 }
@@ -288,7 +295,11 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
     let path = i.settings.clone().unwrap_or_else(|| match a.client {
         ClientName::Claude => PathBuf::from(".claude/settings.json"),
         ClientName::Qwen => PathBuf::from(".qwen/settings.json"),
+        ClientName::Copilot => PathBuf::from(hook::copilot::HOOKS_FILE),
     });
+    if a.client == ClientName::Copilot {
+        return copilot_edit(a, &path, i, install);
+    }
     let settings_path = path.as_path();
     let shown = settings_path.display();
     let Some(mut settings) = read_settings(settings_path, !install)? else {
@@ -403,6 +414,72 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// `hook --client copilot install|uninstall`: the project's `.github/hooks/runbook-host.json` (the whole
+/// file is ours), and the project trusted in Copilot's `config.json` (it loads a project's hooks only in a
+/// trusted folder, silently skipping them otherwise).
+fn copilot_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result<ExitCode> {
+    let shown = path.display();
+    if !install {
+        // Ours when any entry's command is `runbook-host hook ...` (Copilot's `bash` or `command` key).
+        let ours = runbook_host::bundle::read_path_bounded(path, runbook_host::bundle::MAX_SMALL_FILE_BYTES)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+            .and_then(|v| v["hooks"].as_object().cloned())
+            .is_some_and(|h| {
+                h.values()
+                    .filter_map(Value::as_array)
+                    .flatten()
+                    .filter_map(|e| e["bash"].as_str().or_else(|| e["command"].as_str()))
+                    .any(hook::claude::is_hook_command)
+            });
+        if !ours {
+            eprintln!("runbook-host hook: nothing to uninstall: `{shown}` holds no `runbook-host hook` entry");
+            return Ok(ExitCode::from(1));
+        }
+        std::fs::remove_file(path).with_context(|| format!("cannot remove `{shown}`"))?;
+        eprintln!("runbook-host hook: removed `{shown}` (the project stays trusted in Copilot's config.json)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.runbook.is_none() {
+        bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
+    }
+    if a.service.is_some() || i.mode == InstallMode::Http {
+        bail!("--client copilot is installed in command mode only (the server and separated modes are Claude Code's for now)");
+    }
+    let file = hook::copilot::hooks_file(&hook_command(a)?);
+    if i.print {
+        print!("{}", serde_json::to_string_pretty(&file)? + "\n");
+        return Ok(ExitCode::SUCCESS);
+    }
+    write_settings(path, &file, false)?;
+    // The folder Copilot is started in: the project (the directory `.github/` is in).
+    let project = absolute(Path::new("."))?;
+    let home = std::env::var_os("COPILOT_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".copilot")))
+        .context("neither COPILOT_HOME nor HOME is set: cannot find Copilot's config.json to trust the project")?;
+    let config = home.join("config.json");
+    let mut c = read_settings(&config, false)?.unwrap_or_default();
+    let trusted = c
+        .as_object_mut()
+        .with_context(|| format!("`{}` is not a JSON object", config.display()))?
+        .entry("trustedFolders")
+        .or_insert_with(|| serde_json::json!([]));
+    let list = trusted.as_array_mut().with_context(|| format!("`trustedFolders` in `{}` is not a list", config.display()))?;
+    let p = Value::String(project.to_string_lossy().into_owned());
+    let newly = !list.contains(&p);
+    if newly {
+        list.push(p);
+        write_settings(&config, &c, true)?;
+    }
+    eprintln!(
+        "runbook-host hook: installed `{shown}` (Copilot CLI, command mode: {} events){}",
+        hook::copilot::EVENTS.len(),
+        if newly { format!("; trusted {} in `{}` (Copilot skips an untrusted project's hooks)", project.display(), config.display()) } else { String::new() }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Removes the server token from a settings document's `env` (and an `env` left empty); whether it did.
 fn remove_token(settings: &mut Value) -> bool {
     let Some(env) = settings.get_mut("env").and_then(Value::as_object_mut) else {
@@ -440,7 +517,7 @@ pub fn config(a: &Args) -> Result<hook::Config> {
         // Claude Code's permission rules; Qwen Code's are not read (its deny rules are its own to apply).
         settings: match a.client {
             ClientName::Claude => hook::permissions::settings_files(&project, home.as_deref()),
-            ClientName::Qwen => Vec::new(),
+            ClientName::Qwen | ClientName::Copilot => Vec::new(),
         },
         client: a.client.client(),
     })
@@ -606,7 +683,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(String, Option<String>)> {
         let mut input = Vec::new();
         std::io::stdin().take(16 << 20).read_to_end(&mut input).context("reading the hook payload")?;
-        let ev = a.client.client().parse(&input).map_err(anyhow::Error::msg)?;
+        let ev = a.client.client().parse(a.event.as_deref(), &input).map_err(anyhow::Error::msg)?;
         if let Some(port) = a.port {
             return Ok((ev.name().to_string(), through_server(&a, port, &input)?));
         }
@@ -618,7 +695,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         timing.load_us = t_load.elapsed().as_micros();
         let cfg = config(&a)?;
         let answer = hook::handle(policy, &cfg, &ev, &mut timing)?;
-        Ok((ev.name().to_string(), hook::claude::render(ev.name(), &answer).map(|v| v.to_string())))
+        Ok((ev.name().to_string(), a.client.client().render(ev.name(), &answer).map(|v| v.to_string())))
     }))
     .unwrap_or_else(|_| Err(anyhow::anyhow!("the hook panicked")));
     if std::env::var_os("RUNBOOK_HOOK_TIMING").is_some() {
@@ -645,6 +722,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Err(e) => {
             // Fail closed: exit 2 blocks the tool call (or the stop) and shows the reason.
             eprintln!("runbook-host hook: denied (fail closed): {e:#}");
+            if a.client == ClientName::Copilot {
+                // Copilot drops the stderr of an exit 2; a decision on stdout carries the reason.
+                let reason = format!("runbook-host hook: denied (fail closed): {e:#}");
+                println!("{}", serde_json::json!({"permissionDecision": "deny", "permissionDecisionReason": reason}));
+            }
             Ok(ExitCode::from(2))
         }
     }

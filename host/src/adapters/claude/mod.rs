@@ -15,6 +15,7 @@
 //! ```
 
 pub mod claude;
+pub mod copilot;
 pub mod peer;
 pub mod permissions;
 pub mod qwen;
@@ -103,13 +104,25 @@ pub enum Client {
     #[default]
     Claude,
     Qwen,
+    Copilot,
 }
 
 impl Client {
-    pub fn parse(self, bytes: &[u8]) -> Result<HookEvent, String> {
+    /// Parses a payload; `event` is the event the command line names (Copilot's payloads do not).
+    pub fn parse(self, event: Option<&str>, bytes: &[u8]) -> Result<HookEvent, String> {
         match self {
             Client::Claude => claude::parse(bytes),
             Client::Qwen => qwen::parse(bytes),
+            Client::Copilot => {
+                copilot::parse(event.ok_or("a Copilot hook names its event: `--event preToolUse` (see `hook --client copilot install`)")?, bytes)
+            }
+        }
+    }
+    /// The JSON written on stdout for an answer.
+    pub fn render(self, event: &str, answer: &Answer) -> Option<Value> {
+        match self {
+            Client::Claude | Client::Qwen => claude::render(event, answer),
+            Client::Copilot => copilot::render(event, answer),
         }
     }
     /// The client as the run's `agent` names it.
@@ -117,6 +130,7 @@ impl Client {
         match self {
             Client::Claude => "claude-code",
             Client::Qwen => "qwen-code",
+            Client::Copilot => "copilot-cli",
         }
     }
 }
@@ -295,7 +309,7 @@ fn guard(cfg: &Config) -> Guard {
     for p in &cfg.guard_paths {
         g.add_path(p);
     }
-    for name in [".claude/settings", ".qwen/settings", server::TOKEN_ENV, server::HOOK_PATH] {
+    for name in [".claude/settings", ".qwen/settings", copilot::HOOKS_FILE, server::TOKEN_ENV, server::HOOK_PATH] {
         g.add_name(name);
     }
     g

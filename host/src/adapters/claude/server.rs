@@ -523,7 +523,7 @@ async fn on_hook(
         log(format_args!("refused (413): a body over {BODY_LIMIT} bytes"));
         return (StatusCode::PAYLOAD_TOO_LARGE, format!("runbook-host hook serve: a hook payload is at most {BODY_LIMIT} bytes\n")).into_response();
     };
-    let ev = match sh.cfg.client.parse(&body) {
+    let ev = match sh.cfg.client.parse(None, &body) {
         Ok(ev) => ev,
         Err(e) => {
             log(format_args!("bad payload: {e}"));
