@@ -55,6 +55,7 @@ pub fn all_streams() -> Vec<(PathBuf, PathBuf)> {
     assert!(out.len() >= 9, "the bundled examples are there");
     out
 }
+pub mod chat_cli;
 pub mod claude_cli;
 pub mod hooks;
 pub mod mcp;

@@ -1,0 +1,121 @@
+//! Driving an agent CLI whose model speaks OpenAI Chat Completions (Qwen Code, Copilot CLI) offline: a
+//! scripted API on loopback (host/tests/common/chat_api.py) plays the model, the CLI runs with a
+//! timeout, and what it sent back to the model is read from the API's request log.
+#![allow(dead_code)]
+
+use super::repo;
+use serde_json::{json, Value};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The scripted model (killed when dropped).
+pub struct ChatApi {
+    child: Child,
+    pub port: u16,
+    log: PathBuf,
+}
+
+impl ChatApi {
+    /// Starts the API playing `turns` (`{"tool_use": [{"name", "input"}]}` / `{"text"}`), its script and
+    /// request log in `dir`.
+    pub fn start(dir: &Path, turns: &Value) -> ChatApi {
+        let script = dir.join("script.json");
+        let log = dir.join("requests.ndjson");
+        std::fs::write(&script, turns.to_string()).unwrap();
+        let mut child = Command::new("python3")
+            .arg(repo().join("host/tests/common/chat_api.py"))
+            .arg(&script)
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 runs chat_api.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        ChatApi { port: line.trim().parse().expect("chat_api.py printed its port"), child, log }
+    }
+
+    pub fn requests(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.log).unwrap_or_default().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+}
+
+impl Drop for ChatApi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct CliRun {
+    pub code: Option<i32>,
+    pub output: String,
+    /// The tool results the CLI sent back to the model, in order.
+    pub tool_results: Vec<String>,
+}
+
+/// Runs `cmd` (its environment already set) to the end, at most 120 s, while `api` plays the model.
+pub fn run(mut cmd: Command, api: &ChatApi) -> CliRun {
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let t = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed() > Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("{cmd:?} did not finish within 120 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    let tool_results = api
+        .requests()
+        .last()
+        .map(|r| r["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").map(|m| m["content"].to_string()).collect())
+        .unwrap_or_default();
+    CliRun { code: o.status.code(), output: format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)), tool_results }
+}
+
+/// The model's turns: `touch pwned` (which the say-hello runbook does not allow), `echo hello`, an answer,
+/// the shell tool named as the client names it.
+pub fn script(shell_tool: &str) -> Value {
+    json!([
+        {"tool_use": [{"name": shell_tool, "input": {"command": "touch pwned", "description": "make a file"}}]},
+        {"tool_use": [{"name": shell_tool, "input": {"command": "echo hello", "description": "say hello"}}]},
+        {"text": "Said hello."}
+    ])
+}
+
+/// A scratch project holding the say-hello runbook (the Claude Code tests' own) as `runbook.yaml`, and a
+/// scratch directory beside it.
+pub fn project(root: &Path) -> (PathBuf, PathBuf) {
+    let (p, s) = (root.join("project"), root.join("scratch"));
+    std::fs::create_dir_all(&p).unwrap();
+    std::fs::create_dir_all(&s).unwrap();
+    std::fs::copy(repo().join("host/tests/claude/say-hello.yaml"), p.join("runbook.yaml")).unwrap();
+    (p, s)
+}
+
+/// The latest run of `project`: its events and its report, after `verify latest` passed.
+pub fn latest_verified(project: &Path, bin: &str) -> (Vec<Value>, Value) {
+    let runs = project.join(".runbook/runs");
+    let l: Value = serde_json::from_slice(&std::fs::read(runs.join("latest.json")).unwrap()).unwrap();
+    let dir = runs.join(l["path"].as_str().unwrap());
+    let events = std::fs::read_to_string(dir.join("events.ndjson")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let report = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
+    let v = Command::new(bin).args(["verify", "latest"]).current_dir(project).output().unwrap();
+    assert!(v.status.success(), "{}{}", String::from_utf8_lossy(&v.stdout), String::from_utf8_lossy(&v.stderr));
+    (events, report)
+}
+
+/// The shell invocations of a run: (tool, command, decision).
+pub fn invokes(events: &[Value]) -> Vec<(String, String, String)> {
+    events
+        .iter()
+        .filter(|e| e["event"]["type"] == "invoke")
+        .map(|e| {
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (s(&e["event"]["tool"]), s(&e["event"]["arguments"]["command"]), s(&e["decision"]["decision"]))
+        })
+        .collect()
+}
