@@ -234,7 +234,7 @@ fn the_agents_user_is_a_client_only() {
     let (code, _, err) = setup.install(&["--runbook", "no-such-runbook@1.0.0", "--registry", &top.join("src").to_string_lossy()]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("the service could not run `no-such-runbook@1.0.0`"), "{err}");
-    let (code, _, err) = setup.install(&["--runbook", &rb, "--runs", "/tmp/x"]);
+    let (code, _, err) = setup.install(&["--runbook", &rb, "--runs", "elsewhere"]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--runs is the service's own"), "{err}");
     assert!(!state.exists(), "a refused install makes nothing");
