@@ -52,17 +52,20 @@ pub const FUEL_PER_CALL: u64 = 20_000_000_000;
 /// The most linear memory one instance may grow to.
 pub const MEMORY_CAP: usize = 1 << 30;
 
-/// Calls into the component made by this process (every export, constructors included): what the
-/// tests hold the one-call-per-event design to.
-static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Calls into the component made on this thread (every export, constructors included): what the tests
+/// hold the one-call-per-event design to. Per thread, because concurrent sessions (the hook server, the
+/// test harness's parallel tests) each decide on their own thread and must not count one another's calls.
+std::thread_local! {
+    static CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
-/// How many calls into the component this process has made so far.
+/// How many calls into the component this thread has made so far.
 pub fn component_calls() -> u64 {
-    CALLS.load(std::sync::atomic::Ordering::Relaxed)
+    CALLS.with(|c| c.get())
 }
 
 fn count_call() {
-    CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    CALLS.with(|c| c.set(c.get() + 1));
 }
 
 /// Hex SHA-256 of [`COMPONENT`], computed by the build script (a unit test checks it against the bytes).

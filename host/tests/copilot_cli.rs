@@ -66,7 +66,7 @@ fn copilot_cli_is_governed_by_the_runbook_claude_code_runs() {
     assert!(events[0]["event"]["agent"].as_str().unwrap().starts_with("copilot-cli:"), "{}", events[0]);
     let want = [("Bash", "touch pwned", "deny"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
     assert_eq!(chat_cli::invokes(&events), want);
-    assert_eq!(report["outcome"], "completed", "{report}");
+    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
 
     // Without the hook the same script runs the command: the hook is what blocked it.
     let said = hook_cli(&p, &home, &["--client", "copilot", "uninstall"]);

@@ -20,12 +20,14 @@ fn qwen() -> PathBuf {
 }
 
 /// `qwen -p PROMPT --approval-mode yolo` in `project` (yolo: Qwen Code runs tools without asking, so
-/// whatever is blocked is blocked by the hook), HOME in `scratch`, no telemetry, no update check.
+/// whatever is blocked is blocked by the hook), HOME in `scratch`, no telemetry, no update check. The shell
+/// runs without a pseudo-terminal: through node-pty, Qwen Code now and then loses a fast command's output
+/// (`Output: (empty)` for `echo hello`; seen once in CI), and the run then fails its assert, rightly.
 fn run(project: &Path, scratch: &Path) -> CliRun {
     let home = scratch.join("home");
     std::fs::create_dir_all(home.join(".qwen")).unwrap();
     let user = json!({"security": {"auth": {"selectedType": "openai"}}, "privacy": {"usageStatisticsEnabled": false},
-        "telemetry": {"enabled": false}, "general": {"enableAutoUpdate": false}});
+        "telemetry": {"enabled": false}, "general": {"enableAutoUpdate": false}, "tools": {"shell": {"enableInteractiveShell": false}}});
     std::fs::write(home.join(".qwen/settings.json"), user.to_string()).unwrap();
     let api = ChatApi::start(scratch, &chat_cli::script("run_shell_command"));
     let mut cmd = Command::new(qwen());
@@ -61,7 +63,7 @@ fn qwen_code_is_governed_by_the_runbook_claude_code_runs() {
     assert!(!p.join("pwned").exists(), "the denied command ran: {}", r.output);
     assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
     assert!(r.tool_results[0].contains("undeclared-tool"), "{}", r.tool_results[0]);
-    assert!(r.tool_results[1].contains("hello"), "{}", r.tool_results[1]);
+    assert!(r.tool_results[1].contains("Output: hello"), "{}", r.tool_results[1]);
 
     // The run: the client named, the shell as `Bash`, the same decisions as under Claude Code, completed at
     // the client's Stop (Qwen Code sends no SessionEnd in a one-shot session), and it verifies.
@@ -69,7 +71,7 @@ fn qwen_code_is_governed_by_the_runbook_claude_code_runs() {
     assert!(events[0]["event"]["agent"].as_str().unwrap().starts_with("qwen-code:"), "{}", events[0]);
     let want = [("Bash", "touch pwned", "deny"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
     assert_eq!(chat_cli::invokes(&events), want);
-    assert_eq!(report["outcome"], "completed", "{report}");
+    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
 
     // Without the hook the same script runs the command: the hook is what blocked it.
     let said = hook_cli(Path::new(BIN), &p, &["--client", "qwen", "uninstall"]);
