@@ -6,7 +6,7 @@
 #![no_main]
 mod common;
 use libfuzzer_sys::fuzz_target;
-use runbook_host::adapters::claude as hook;
+use runbook_host::adapters::hooks as hook;
 use std::sync::Arc;
 
 /// The process's one policy (the bundle writer uses the same one for the receipt): compiled in `init`, so

@@ -52,10 +52,10 @@ pub const FUEL_PER_CALL: u64 = 20_000_000_000;
 /// The most linear memory one instance may grow to.
 pub const MEMORY_CAP: usize = 1 << 30;
 
-/// Calls into the component made on this thread (every export, constructors included): what the tests
-/// hold the one-call-per-event design to. Per thread, because concurrent sessions (the hook server, the
-/// test harness's parallel tests) each decide on their own thread and must not count one another's calls.
 std::thread_local! {
+    /// Calls into the component made on this thread (every export, constructors included): what the
+    /// tests hold the one-call-per-event design to. Per thread, because concurrent sessions (the hook
+    /// server, the test harness's parallel tests) each decide on their own thread.
     static CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 

@@ -32,7 +32,7 @@ pub const DEFAULT_PORT: u16 = 914;
 pub const CAP_NET_BIND_SERVICE: u32 = 10;
 /// `CAP_DAC_READ_SEARCH` and `CAP_SYS_PTRACE`: list `/proc/<pid>/fd` of the clients' processes (a 0500
 /// directory of the process's user) and read its links, to find which process holds a connection's socket
-/// (the session's own client, [`crate::adapters::claude::peer`]). The kernel grants this to the process's
+/// (the session's own client, [`crate::adapters::hooks::peer`]). The kernel grants this to the process's
 /// own user or to these two capabilities, nothing narrower. They let the service read any file and
 /// inspect any process; it writes only where file permissions (and the unit's `ProtectSystem=strict`)
 /// let it.

@@ -385,7 +385,7 @@ fn installed_hook_works_from_a_subdirectory_and_uninstall_needs_no_options() {
     let command = format!("{} hook --runbook {project}/runbook.yaml --registry {project}/.runbook/registry --runs {project}/.runbook/runs", canonical(BIN));
     assert_eq!(err, format!("runbook-host hook: installed in `.claude/settings.json` (command mode, as asked): {command}\n"));
     let v: Value = serde_json::from_slice(&std::fs::read(&settings).unwrap()).unwrap();
-    for (event, _) in runbook_host::adapters::claude::claude::EVENTS {
+    for (event, _) in runbook_host::adapters::hooks::claude::EVENTS {
         let h = &v["hooks"][event][0]["hooks"][0];
         assert_eq!((h["command"].as_str(), h["onFailure"].as_str(), h["timeout"].as_u64()), (Some(command.as_str()), Some("block"), Some(30)), "{event}: {v}");
     }

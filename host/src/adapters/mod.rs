@@ -1,7 +1,7 @@
 //! Adapters: each translates one client's protocol to [`crate::run::Run`] and back, and nothing else.
 //!
 //! - [`mcp`]: the MCP stdio proxy (`runbook-host run`); sees MCP tool calls only (coverage `["shell"]`).
-//! - [`claude`]: the Claude Code hook (`runbook-host hook`); sees every invocation, the shell included.
+//! - [`hooks`]: the hook of every agent CLI (`runbook-host hook --client ...`); sees every invocation, the shell included.
 
-pub mod claude;
+pub mod hooks;
 pub mod mcp;

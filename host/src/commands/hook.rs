@@ -4,10 +4,10 @@
 //! server mode's SessionStart (a command hook by Claude Code's rules) reaches it. It fails closed: any
 //! error answers exit 2 with the reason on stderr, which the client treats as a block. `hook install` /
 //! `hook uninstall` write or remove the client's hook configuration; `hook status` and `hook stop` ask
-//! the server. The adapter lives in the library (`runbook_host::adapters::claude`).
+//! the server. The adapter lives in the library (`runbook_host::adapters::hooks`).
 
-use runbook_host::adapters::claude as hook;
-use runbook_host::adapters::claude::server;
+use runbook_host::adapters::hooks as hook;
+use runbook_host::adapters::hooks::server;
 use runbook_host::registry;
 use runbook_host::shell_quote as quote;
 
@@ -630,7 +630,7 @@ fn status(a: &Args, s: &StatusArgs) -> Result<ExitCode> {
     outln!("hook server pid {} on 127.0.0.1:{}, since {}, {} events decided", v["pid"], v["port"], v["started"].as_str().unwrap_or("?"), v["decided"]);
     // The server lists no sessions (issue 28, F8): the sessions are the ones this runs directory holds.
     let mut shown = 0;
-    for session in runbook_host::adapters::claude::sessions(&a.runs) {
+    for session in runbook_host::adapters::hooks::sessions(&a.runs) {
         let (_, body) = c.status_of(Some(&session)).map_err(|e| anyhow::anyhow!("{e}"))?;
         let x = serde_json::from_str::<Value>(&body)?["session"].clone();
         if x.is_null() {

@@ -4,7 +4,7 @@
 //! does not run); `run` is the service itself, as its user; `status` asks it; `uninstall` undoes `install`
 //! and keeps the evidence. The layout and the checks live in the library (`runbook_host::service`).
 
-use runbook_host::adapters::claude::server;
+use runbook_host::adapters::hooks::server;
 use runbook_host::service::{self as svc, Layout};
 use runbook_host::shell_quote as quote;
 
@@ -230,7 +230,7 @@ fn install(i: &InstallArgs) -> Result<ExitCode> {
         runbook_host::registry::resolve_with(reference, &settings).map_err(|e| anyhow::anyhow!("the service could not run `{reference}`: {e}"))?;
     }
     let mut running = false;
-    if let Ok(Some(uid)) = runbook_host::adapters::claude::peer::listener_uid(runbook_host::adapters::claude::peer::loopback(i.port)) {
+    if let Ok(Some(uid)) = runbook_host::adapters::hooks::peer::listener_uid(runbook_host::adapters::hooks::peer::loopback(i.port)) {
         running = svc::lookup_user(&i.user)?.is_some_and(|u| u.uid == uid);
         if !running {
             bail!("127.0.0.1:{} is already held by uid {uid}: choose another --port", i.port);

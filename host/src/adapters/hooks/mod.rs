@@ -1,5 +1,7 @@
-//! The Claude Code hook adapter (DESIGN 5, 9.19-9.24): a thin translation between the client's hook
-//! payloads and [`Run`], in two modes that decide the same way, byte for byte:
+//! The hook adapter of every agent CLI (DESIGN 5, 9.19-9.24; issue 30): one driver, and per client a
+//! file that translates its payloads to a client-neutral [`HookEvent`] in the canonical tool vocabulary
+//! (Claude Code's names and argument shapes) and renders the [`Answer`] in its own shape. The driver is a
+//! thin translation between those events and [`Run`], in two modes that decide the same way, byte for byte:
 //!
 //! - **command** (`runbook-host hook`): one process per hook event. Between processes the run lives in
 //!   its bundle; a process resumes it by a full replay checked link by link ([`Run::resume`]) under the
