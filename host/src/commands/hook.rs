@@ -82,8 +82,9 @@ pub struct Args {
     /// The service's system user (separated mode)
     #[arg(long, default_value = "runbook-host", global = true)]
     pub service_user: String,
-    /// The agent CLI: `claude` (Claude Code) or `qwen` (Qwen Code: its tool names are mapped to the
-    /// canonical ones a runbook is written in, and `install` writes `.qwen/settings.json`)
+    /// The agent CLI: `claude` (Claude Code), `qwen` (Qwen Code), `copilot` (GitHub Copilot CLI) or
+    /// `gemini` (Gemini CLI); each client's tool names are mapped to the canonical ones a runbook is
+    /// written in, and `install` writes the client's own configuration
     #[arg(long, value_enum, default_value = "claude", global = true)]
     pub client: ClientName,
     /// The event the payload is of, for a client whose payloads do not name it (Copilot; `install` writes it)
@@ -96,6 +97,7 @@ pub enum ClientName {
     Claude,
     Qwen,
     Copilot,
+    Gemini,
 }
 
 impl ClientName {
@@ -104,6 +106,7 @@ impl ClientName {
             ClientName::Claude => hook::Client::Claude,
             ClientName::Qwen => hook::Client::Qwen,
             ClientName::Copilot => hook::Client::Copilot,
+            ClientName::Gemini => hook::Client::Gemini,
         }
     }
 }
@@ -147,7 +150,8 @@ pub enum InstallMode {
 
 #[derive(clap::Args)]
 pub struct InstallArgs {
-    /// The client's settings file (default: `.claude/settings.json`, or `.qwen/settings.json` for `--client qwen`)
+    /// The client's settings file (default: `.claude/settings.json`, `.qwen/settings.json`,
+    /// `.github/hooks/runbook-host.json` or `.gemini/settings.json`, by `--client`)
     #[arg(long)]
     pub settings: Option<PathBuf>,
     /// Print the resulting settings instead of writing them
@@ -219,6 +223,7 @@ fn hook_command(a: &Args) -> Result<String> {
         ClientName::Claude => {}
         ClientName::Qwen => c.push("--client qwen".into()),
         ClientName::Copilot => c.push("--client copilot".into()),
+        ClientName::Gemini => c.push("--client gemini".into()),
     }
     Ok(c.join(" "))
 }
@@ -296,9 +301,13 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
         ClientName::Claude => PathBuf::from(".claude/settings.json"),
         ClientName::Qwen => PathBuf::from(".qwen/settings.json"),
         ClientName::Copilot => PathBuf::from(hook::copilot::HOOKS_FILE),
+        ClientName::Gemini => PathBuf::from(".gemini/settings.json"),
     });
     if a.client == ClientName::Copilot {
         return copilot_edit(a, &path, i, install);
+    }
+    if a.client == ClientName::Gemini {
+        return gemini_edit(a, &path, i, install);
     }
     let settings_path = path.as_path();
     let shown = settings_path.display();
@@ -480,6 +489,74 @@ fn copilot_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result
     Ok(ExitCode::SUCCESS)
 }
 
+/// `hook --client gemini install|uninstall`: our hooks merged into the project's `.gemini/settings.json`,
+/// the command failing closed (Gemini CLI runs the tool when a hook exits 1, dies or prints nothing), and
+/// the project trusted in Gemini CLI's `trustedFolders.json` (it loads a project's hooks only in a trusted
+/// folder; `gemini -p` in an untrusted one exits without running anything).
+fn gemini_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result<ExitCode> {
+    let shown = path.display();
+    let Some(mut settings) = read_settings(path, !install)? else {
+        eprintln!("runbook-host hook: nothing to uninstall: `{shown}` does not exist");
+        return Ok(ExitCode::from(1));
+    };
+    if !install {
+        let n = hook::gemini::uninstall(&mut settings);
+        if n == 0 {
+            eprintln!("runbook-host hook: nothing to uninstall: `{shown}` holds no `runbook-host hook` entry");
+            return Ok(ExitCode::from(1));
+        }
+        let deleted = write_settings(path, &settings, false)?;
+        eprintln!("runbook-host hook: removed {n} hook entries from `{shown}`{deleted} (the project stays trusted in Gemini CLI's trustedFolders.json)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.runbook.is_none() {
+        bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
+    }
+    if a.service.is_some() || i.mode == InstallMode::Http {
+        bail!("--client gemini is installed in command mode only (Gemini CLI has no http hooks)");
+    }
+    let command = hook::qwen::fail_closed(&hook_command(a)?);
+    hook::gemini::install(&mut settings, &command).map_err(anyhow::Error::msg)?;
+    if i.print {
+        print!("{}", serde_json::to_string_pretty(&settings)? + "\n");
+        return Ok(ExitCode::SUCCESS);
+    }
+    write_settings(path, &settings, false)?;
+    // The folder Gemini CLI is started in: the one `.gemini/` is in.
+    let abs = absolute(path)?;
+    let project = abs.parent().and_then(Path::parent).context("the settings file has no project folder")?.to_path_buf();
+    let trust = match std::env::var_os("GEMINI_CLI_TRUSTED_FOLDERS_PATH") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::var_os("GEMINI_CLI_HOME")
+            .or_else(|| std::env::var_os("HOME"))
+            .map(|h| PathBuf::from(h).join(".gemini/trustedFolders.json"))
+            .context("neither GEMINI_CLI_HOME nor HOME is set: cannot find Gemini CLI's trustedFolders.json to trust the project")?,
+    };
+    let mut t = read_settings(&trust, false)?.unwrap_or_default();
+    let folders = t.as_object_mut().with_context(|| format!("`{}` is not a JSON object", trust.display()))?;
+    let key = project.to_string_lossy().into_owned();
+    let said = match folders.get(&key).and_then(Value::as_str) {
+        Some("TRUST_FOLDER") => String::new(),
+        // The user's own choice stands: Gemini CLI then refuses to start there, which blocks everything.
+        Some(other) => {
+            format!("; {} is `{other}` in `{}`, left as it is: Gemini CLI will not run there until it is trusted", project.display(), trust.display())
+        }
+        None => {
+            folders.insert(key, "TRUST_FOLDER".into());
+            if let Some(d) = trust.parent() {
+                std::fs::create_dir_all(d)?;
+            }
+            write_settings(&trust, &t, false)?;
+            format!("; trusted {} in `{}` (Gemini CLI loads a project's hooks only in a trusted folder)", project.display(), trust.display())
+        }
+    };
+    eprintln!(
+        "runbook-host hook: installed in `{shown}` (Gemini CLI, command mode: {} events; a failure to answer is a deny): {command}{said}",
+        hook::gemini::EVENTS.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Removes the server token from a settings document's `env` (and an `env` left empty); whether it did.
 fn remove_token(settings: &mut Value) -> bool {
     let Some(env) = settings.get_mut("env").and_then(Value::as_object_mut) else {
@@ -517,7 +594,7 @@ pub fn config(a: &Args) -> Result<hook::Config> {
         // Claude Code's permission rules; Qwen Code's are not read (its deny rules are its own to apply).
         settings: match a.client {
             ClientName::Claude => hook::permissions::settings_files(&project, home.as_deref()),
-            ClientName::Qwen | ClientName::Copilot => Vec::new(),
+            ClientName::Qwen | ClientName::Copilot | ClientName::Gemini => Vec::new(),
         },
         client: a.client.client(),
     })

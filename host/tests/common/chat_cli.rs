@@ -1,6 +1,7 @@
-//! Driving an agent CLI whose model speaks OpenAI Chat Completions (Qwen Code, Copilot CLI) offline: a
-//! scripted API on loopback (host/tests/common/chat_api.py) plays the model, the CLI runs with a
-//! timeout, and what it sent back to the model is read from the API's request log.
+//! Driving an agent CLI offline: a scripted model API on loopback plays the model (OpenAI Chat
+//! Completions for Qwen Code and Copilot CLI, host/tests/common/chat_api.py; Gemini's for Gemini CLI,
+//! host/tests/common/gemini_api.py), the CLI runs with a timeout, and what it sent back to the model is
+//! read from the API's request log.
 #![allow(dead_code)]
 
 use super::repo;
@@ -21,11 +22,16 @@ impl ChatApi {
     /// Starts the API playing `turns` (`{"tool_use": [{"name", "input"}]}` / `{"text"}`), its script and
     /// request log in `dir`.
     pub fn start(dir: &Path, turns: &Value) -> ChatApi {
+        Self::start_program(dir, turns, "chat_api.py")
+    }
+
+    /// The same with another scripted API of host/tests/common/ (`gemini_api.py`).
+    pub fn start_program(dir: &Path, turns: &Value, program: &str) -> ChatApi {
         let script = dir.join("script.json");
         let log = dir.join("requests.ndjson");
         std::fs::write(&script, turns.to_string()).unwrap();
         let mut child = Command::new("python3")
-            .arg(repo().join("host/tests/common/chat_api.py"))
+            .arg(repo().join("host/tests/common").join(program))
             .arg(&script)
             .arg(&log)
             .stdout(Stdio::piped())
@@ -71,7 +77,18 @@ pub fn run(mut cmd: Command, api: &ChatApi) -> CliRun {
     let tool_results = api
         .requests()
         .last()
-        .map(|r| r["messages"].as_array().unwrap().iter().filter(|m| m["role"] == "tool").map(|m| m["content"].to_string()).collect())
+        .map(|r| match r["messages"].as_array() {
+            Some(messages) => messages.iter().filter(|m| m["role"] == "tool").map(|m| m["content"].to_string()).collect(),
+            // Gemini: the function responses among the parts of the conversation.
+            None => r["contents"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|c| c["parts"].as_array().cloned().unwrap_or_default())
+                .filter(|p| p.get("functionResponse").is_some())
+                .map(|p| p["functionResponse"]["response"].to_string())
+                .collect(),
+        })
         .unwrap_or_default();
     CliRun { code: o.status.code(), output: format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)), tool_results }
 }

@@ -148,7 +148,7 @@ pub fn install(settings: &mut Value, mode: &Mode) -> Result<(), String> {
 /// Whether a hook group is one [`install`] wrote: a single command hook running `runbook-host hook`,
 /// whatever path names the binary and whatever options follow (so `uninstall` needs none of them), or a
 /// single `http` hook posting to a loopback server's [`super::server::HOOK_PATH`].
-fn ours(group: &Value) -> bool {
+pub(super) fn ours(group: &Value) -> bool {
     let Some([h]) = group["hooks"].as_array().map(Vec::as_slice) else {
         return false;
     };

@@ -18,6 +18,7 @@
 
 pub mod claude;
 pub mod copilot;
+pub mod gemini;
 pub mod peer;
 pub mod permissions;
 pub mod qwen;
@@ -107,6 +108,7 @@ pub enum Client {
     Claude,
     Qwen,
     Copilot,
+    Gemini,
 }
 
 impl Client {
@@ -115,6 +117,7 @@ impl Client {
         match self {
             Client::Claude => claude::parse(bytes),
             Client::Qwen => qwen::parse(bytes),
+            Client::Gemini => gemini::parse(bytes),
             Client::Copilot => {
                 copilot::parse(event.ok_or("a Copilot hook names its event: `--event preToolUse` (see `hook --client copilot install`)")?, bytes)
             }
@@ -125,6 +128,7 @@ impl Client {
         match self {
             Client::Claude | Client::Qwen => claude::render(event, answer),
             Client::Copilot => copilot::render(event, answer),
+            Client::Gemini => gemini::render(event, answer),
         }
     }
     /// The client as the run's `agent` names it.
@@ -133,6 +137,7 @@ impl Client {
             Client::Claude => "claude-code",
             Client::Qwen => "qwen-code",
             Client::Copilot => "copilot-cli",
+            Client::Gemini => "gemini-cli",
         }
     }
 }

@@ -1,0 +1,125 @@
+//! The hook under the real Gemini CLI (issue 30; `bash host/tests/gemini/setup` installs it, pinned),
+//! offline: a scripted Gemini API on loopback plays the model ([`common::chat_cli`], `gemini_api.py`) and
+//! asks for shell commands; the CLI runs the hooks `runbook-host hook --client gemini install` merged into
+//! the project's `.gemini/settings.json`, in the folder that install trusted. The runbook is the one the
+//! Claude Code tests run (say-hello), unchanged: Gemini CLI's `run_shell_command` is decided as `Bash`.
+
+mod common;
+
+use common::chat_cli::{self, ChatApi, CliRun};
+use common::hooks::BIN;
+use common::{repo, Tmp};
+use serde_json::{json, Value};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn gemini() -> PathBuf {
+    let p = repo().join("host/tests/gemini/node_modules/.bin/runbook-gemini");
+    assert!(p.is_file(), "Gemini CLI is not installed ({} is missing): run `bash host/tests/gemini/setup` first", p.display());
+    p
+}
+
+/// `gemini -p PROMPT --approval-mode yolo` in `project` (yolo: Gemini CLI runs tools without asking, so
+/// whatever is blocked is blocked by the hook), HOME the one `install` ran with (its trusted folders), an
+/// API key for the scripted API, no telemetry, no update check, the shell without a pseudo-terminal.
+fn run(project: &Path, home: &Path, scratch: &Path) -> CliRun {
+    let user = json!({"security": {"auth": {"selectedType": "gemini-api-key"}},
+        "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
+        "privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false},
+        "tools": {"shell": {"enableInteractiveShell": false}}});
+    std::fs::create_dir_all(home.join(".gemini")).unwrap();
+    std::fs::write(home.join(".gemini/settings.json"), user.to_string()).unwrap();
+    let api = ChatApi::start_program(scratch, &chat_cli::script("run_shell_command"), "gemini_api.py");
+    let mut cmd = Command::new(gemini());
+    cmd.args(["--approval-mode", "yolo", "-m", "gemini-2.5-flash", "-p", "Say hello through the shell."])
+        .current_dir(project)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
+        .env("HOME", home)
+        .env("TERM", "dumb")
+        .env("GOOGLE_GEMINI_BASE_URL", format!("http://127.0.0.1:{}", api.port))
+        .env("GEMINI_API_KEY", "scripted");
+    chat_cli::run(cmd, &api)
+}
+
+fn hook_cli(bin: &Path, project: &Path, home: &Path, args: &[&str]) -> String {
+    let o = Command::new(bin)
+        .arg("hook")
+        .args(args)
+        .current_dir(project)
+        .env("HOME", home)
+        .env_remove("GEMINI_CLI_HOME")
+        .env_remove("GEMINI_CLI_TRUSTED_FOLDERS_PATH")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "hook {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn setup(t: &Tmp) -> (PathBuf, PathBuf, PathBuf) {
+    let (p, s) = chat_cli::project(&t.0);
+    let home = t.0.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    // A settings file of the user's own: install merges into it and uninstall leaves it as it was.
+    std::fs::create_dir_all(p.join(".gemini")).unwrap();
+    std::fs::write(p.join(".gemini/settings.json"), json!({"context": {"fileName": "NOTES.md"}}).to_string()).unwrap();
+    (p, s, home)
+}
+
+#[test]
+fn gemini_cli_is_governed_by_the_runbook_claude_code_runs() {
+    let t = Tmp::new("gemini-cli");
+    let (p, s, home) = setup(&t);
+    let said = hook_cli(Path::new(BIN), &p, &home, &["--runbook", "runbook.yaml", "--client", "gemini", "install"]);
+    assert!(said.contains("installed in `.gemini/settings.json` (Gemini CLI, command mode: 5 events; a failure to answer is a deny)"), "{said}");
+    assert!(said.contains("trusted"), "{said}");
+    let trusted: Value = serde_json::from_slice(&std::fs::read(home.join(".gemini/trustedFolders.json")).unwrap()).unwrap();
+    assert_eq!(trusted[p.canonicalize().unwrap().to_string_lossy().as_ref()], "TRUST_FOLDER", "{trusted}");
+    let settings: Value = serde_json::from_slice(&std::fs::read(p.join(".gemini/settings.json")).unwrap()).unwrap();
+    assert_eq!(settings["context"]["fileName"], "NOTES.md");
+    let before = settings["hooks"]["BeforeTool"][0]["hooks"][0]["command"].as_str().unwrap();
+    assert!(before.contains("--client gemini") && before.contains("exit 2"), "{before}");
+
+    let r = run(&p, &home, &s);
+    assert_eq!(r.code, Some(0), "{}", r.output);
+    assert!(!p.join("pwned").exists(), "the denied command ran: {}", r.output);
+    assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
+    assert!(r.tool_results[0].contains("undeclared-tool"), "{}", r.tool_results[0]);
+    assert!(r.tool_results[1].contains("Output: hello"), "{}", r.tool_results[1]);
+
+    // The run: the client named, the shell as `Bash`, the same decisions as under Claude Code, completed at
+    // AfterAgent (its Stop), and it verifies.
+    let (events, report) = chat_cli::latest_verified(&p, BIN);
+    assert!(events[0]["event"]["agent"].as_str().unwrap().starts_with("gemini-cli:"), "{}", events[0]);
+    let want = [("Bash", "touch pwned", "deny"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(chat_cli::invokes(&events), want);
+    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
+
+    // Without the hook the same script runs the command: the hook is what blocked it. The user's own
+    // settings are left as they were.
+    let said = hook_cli(Path::new(BIN), &p, &home, &["--client", "gemini", "uninstall"]);
+    assert!(said.contains("removed 5 hook entries"), "{said}");
+    let settings: Value = serde_json::from_slice(&std::fs::read(p.join(".gemini/settings.json")).unwrap()).unwrap();
+    assert_eq!(settings, json!({"context": {"fileName": "NOTES.md"}}));
+    let s2 = t.0.join("scratch2");
+    std::fs::create_dir_all(&s2).unwrap();
+    let r = run(&p, &home, &s2);
+    assert_eq!(r.code, Some(0), "{}", r.output);
+    assert!(p.join("pwned").exists(), "{}", r.output);
+}
+
+/// Gemini CLI runs the tool when a hook exits 1, dies or times out; the installed command turns a missing
+/// binary (and any other failure of ours) into an exit 2 with a reason, which it honours as a deny.
+#[test]
+fn a_missing_hook_binary_still_blocks_in_gemini_cli() {
+    let t = Tmp::new("gemini-missing");
+    let (p, s, home) = setup(&t);
+    let copy = t.0.join("bin/runbook-host");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::copy(BIN, &copy).unwrap();
+    hook_cli(&copy, &p, &home, &["--runbook", "runbook.yaml", "--client", "gemini", "install"]);
+    std::fs::remove_file(&copy).unwrap();
+    let r = run(&p, &home, &s);
+    assert!(!p.join("pwned").exists(), "{}", r.output);
+    assert!(r.tool_results.first().is_some_and(|x| x.contains("no answer from the hook, so the call is denied")), "{:?}\n{}", r.tool_results, r.output);
+}
