@@ -82,8 +82,8 @@ pub struct Args {
     /// The service's system user (separated mode)
     #[arg(long, default_value = "runbook-host", global = true)]
     pub service_user: String,
-    /// The agent CLI: `claude` (Claude Code), `qwen` (Qwen Code), `copilot` (GitHub Copilot CLI) or
-    /// `gemini` (Gemini CLI); each client's tool names are mapped to the canonical ones a runbook is
+    /// The agent CLI: `claude` (Claude Code), `qwen` (Qwen Code), `copilot` (GitHub Copilot CLI),
+    /// `gemini` (Gemini CLI) or `codex` (OpenAI Codex CLI); each client's tool names are mapped to the canonical ones a runbook is
     /// written in, and `install` writes the client's own configuration
     #[arg(long, value_enum, default_value = "claude", global = true)]
     pub client: ClientName,
@@ -98,6 +98,7 @@ pub enum ClientName {
     Qwen,
     Copilot,
     Gemini,
+    Codex,
 }
 
 impl ClientName {
@@ -107,6 +108,7 @@ impl ClientName {
             ClientName::Qwen => hook::Client::Qwen,
             ClientName::Copilot => hook::Client::Copilot,
             ClientName::Gemini => hook::Client::Gemini,
+            ClientName::Codex => hook::Client::Codex,
         }
     }
 }
@@ -151,7 +153,7 @@ pub enum InstallMode {
 #[derive(clap::Args)]
 pub struct InstallArgs {
     /// The client's settings file (default: `.claude/settings.json`, `.qwen/settings.json`,
-    /// `.github/hooks/runbook-host.json` or `.gemini/settings.json`, by `--client`)
+    /// `.github/hooks/runbook-host.json`, `.gemini/settings.json` or `.codex/hooks.json`, by `--client`)
     #[arg(long)]
     pub settings: Option<PathBuf>,
     /// Print the resulting settings instead of writing them
@@ -224,6 +226,7 @@ fn hook_command(a: &Args) -> Result<String> {
         ClientName::Qwen => c.push("--client qwen".into()),
         ClientName::Copilot => c.push("--client copilot".into()),
         ClientName::Gemini => c.push("--client gemini".into()),
+        ClientName::Codex => c.push("--client codex".into()),
     }
     Ok(c.join(" "))
 }
@@ -302,7 +305,11 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
         ClientName::Qwen => PathBuf::from(".qwen/settings.json"),
         ClientName::Copilot => PathBuf::from(hook::copilot::HOOKS_FILE),
         ClientName::Gemini => PathBuf::from(".gemini/settings.json"),
+        ClientName::Codex => PathBuf::from(hook::codex::HOOKS_FILE),
     });
+    if a.client == ClientName::Codex {
+        return codex_edit(a, &path, i, install);
+    }
     if a.client == ClientName::Copilot {
         return copilot_edit(a, &path, i, install);
     }
@@ -557,6 +564,129 @@ fn gemini_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result<
     Ok(ExitCode::SUCCESS)
 }
 
+/// Codex's user config (`$CODEX_HOME/config.toml`, else `~/.codex/config.toml`) and its document.
+fn codex_config() -> Result<(PathBuf, toml_edit::DocumentMut)> {
+    let home = std::env::var_os("CODEX_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".codex")))
+        .context("neither CODEX_HOME nor HOME is set: cannot find Codex's config.toml to trust the hooks")?;
+    let path = home.join("config.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("cannot read `{}`", path.display())),
+    };
+    let doc = text.parse::<toml_edit::DocumentMut>().with_context(|| format!("`{}` is not TOML", path.display()))?;
+    Ok((path, doc))
+}
+
+/// The `[hooks.state]` table of Codex's config, made (implicit, so only its entries show) when missing.
+fn codex_state(doc: &mut toml_edit::DocumentMut) -> Result<&mut toml_edit::Table> {
+    let hooks = doc.entry("hooks").or_insert_with(|| {
+        let mut t = toml_edit::Table::new();
+        t.set_implicit(true);
+        toml_edit::Item::Table(t)
+    });
+    let hooks = hooks.as_table_mut().context("`hooks` in Codex's config.toml is not a table")?;
+    let state = hooks.entry("state").or_insert_with(|| {
+        let mut t = toml_edit::Table::new();
+        t.set_implicit(true);
+        toml_edit::Item::Table(t)
+    });
+    state.as_table_mut().context("`hooks.state` in Codex's config.toml is not a table")
+}
+
+/// `hook --client codex install|uninstall`: our hooks merged into the project's `.codex/hooks.json`, the
+/// command failing closed (Codex runs the tool on every failure but a deny), and in Codex's user config the
+/// project trusted and each of our handlers trusted by its hash: Codex skips an untrusted hook silently.
+/// A project the user marked untrusted is refused, with the reason: the hooks would never run there.
+fn codex_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result<ExitCode> {
+    let shown = path.display();
+    let Some(mut doc) = read_settings(path, !install)? else {
+        eprintln!("runbook-host hook: nothing to uninstall: `{shown}` does not exist");
+        return Ok(ExitCode::from(1));
+    };
+    let abs = absolute(path)?;
+    let project = abs.parent().and_then(Path::parent).context("the hooks file has no project folder")?.to_path_buf();
+    // Codex keys its trust by the file's canonical path.
+    let key_path = |p: &Path| -> Result<String> {
+        let dir = p.parent().context("no folder")?.canonicalize().with_context(|| format!("cannot resolve {}", p.display()))?;
+        Ok(dir.join(p.file_name().context("no file name")?).to_string_lossy().into_owned())
+    };
+    let (config_path, mut config) = codex_config()?;
+    if !install {
+        let old = hook::codex::trust_entries(&key_path(&abs)?, &doc);
+        let n = hook::remove_hooks(&mut doc, hook::codex::EVENTS);
+        if n == 0 {
+            eprintln!("runbook-host hook: nothing to uninstall: `{shown}` holds no `runbook-host hook` entry");
+            return Ok(ExitCode::from(1));
+        }
+        let deleted = write_settings(path, &doc, false)?;
+        let state = codex_state(&mut config)?;
+        for (k, _) in &old {
+            state.remove(k);
+        }
+        std::fs::write(&config_path, config.to_string()).with_context(|| format!("cannot write `{}`", config_path.display()))?;
+        eprintln!(
+            "runbook-host hook: removed {n} hook entries from `{shown}`{deleted}, and their trust from `{}` (the project stays trusted)",
+            config_path.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.runbook.is_none() {
+        bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
+    }
+    if a.service.is_some() || i.mode == InstallMode::Http {
+        bail!("--client codex is installed in command mode only (Codex has no http hooks)");
+    }
+    let project_key = project.canonicalize().unwrap_or_else(|_| project.clone()).to_string_lossy().into_owned();
+    let level = config.get("projects").and_then(|p| p.get(&project_key)).and_then(|p| p.get("trust_level")).and_then(|v| v.as_str()).map(str::to_string);
+    if let Some(l) = level.as_deref().filter(|l| *l != "trusted") {
+        bail!(
+            "Codex's `{}` marks {project_key} `trust_level = \"{l}\"`: Codex reads no project hooks there, so every call would go unchecked; trust the project (or remove that line) and install again",
+            config_path.display()
+        );
+    }
+    let command = hook_command(a)?;
+    let pre = hook::qwen::fail_closed(&command);
+    hook::merge_hooks(&mut doc, hook::codex::hooks(&command, &pre), hook::codex::EVENTS).map_err(anyhow::Error::msg)?;
+    if i.print {
+        print!("{}", serde_json::to_string_pretty(&doc)? + "\n");
+        return Ok(ExitCode::SUCCESS);
+    }
+    write_settings(path, &doc, false)?;
+    let trust = hook::codex::trust_entries(&key_path(&abs)?, &doc);
+    if level.is_none() {
+        let projects = config.entry("projects").or_insert_with(|| {
+            let mut t = toml_edit::Table::new();
+            t.set_implicit(true);
+            toml_edit::Item::Table(t)
+        });
+        let projects = projects.as_table_mut().context("`projects` in Codex's config.toml is not a table")?;
+        let mut t = toml_edit::Table::new();
+        t.insert("trust_level", toml_edit::value("trusted"));
+        projects.insert(&project_key, toml_edit::Item::Table(t));
+    }
+    let state = codex_state(&mut config)?;
+    for (k, hash) in &trust {
+        let mut t = toml_edit::Table::new();
+        t.insert("trusted_hash", toml_edit::value(hash.as_str()));
+        state.insert(k, toml_edit::Item::Table(t));
+    }
+    if let Some(d) = config_path.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(&config_path, config.to_string()).with_context(|| format!("cannot write `{}`", config_path.display()))?;
+    eprintln!(
+        "runbook-host hook: installed in `{shown}` (Codex, command mode: {} events; a failure to answer a PreToolUse is a deny): {pre}; trusted {} hooks{} in `{}` (Codex skips an untrusted hook without a word)",
+        hook::codex::EVENTS.len(),
+        trust.len(),
+        if level.is_none() { format!(" and the project {project_key}") } else { String::new() },
+        config_path.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Removes the server token from a settings document's `env` (and an `env` left empty); whether it did.
 fn remove_token(settings: &mut Value) -> bool {
     let Some(env) = settings.get_mut("env").and_then(Value::as_object_mut) else {
@@ -594,7 +724,7 @@ pub fn config(a: &Args) -> Result<hook::Config> {
         // Claude Code's permission rules; Qwen Code's are not read (its deny rules are its own to apply).
         settings: match a.client {
             ClientName::Claude => hook::permissions::settings_files(&project, home.as_deref()),
-            ClientName::Qwen | ClientName::Copilot | ClientName::Gemini => Vec::new(),
+            ClientName::Qwen | ClientName::Copilot | ClientName::Gemini | ClientName::Codex => Vec::new(),
         },
         client: a.client.client(),
     })

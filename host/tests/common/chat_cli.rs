@@ -1,6 +1,6 @@
 //! Driving an agent CLI offline: a scripted model API on loopback plays the model (OpenAI Chat
 //! Completions for Qwen Code and Copilot CLI, host/tests/common/chat_api.py; Gemini's for Gemini CLI,
-//! host/tests/common/gemini_api.py), the CLI runs with a timeout, and what it sent back to the model is
+//! host/tests/common/gemini_api.py; OpenAI Responses for Codex, host/tests/common/responses_api.py), the CLI runs with a timeout, and what it sent back to the model is
 //! read from the API's request log.
 #![allow(dead_code)]
 
@@ -79,6 +79,10 @@ pub fn run(mut cmd: Command, api: &ChatApi) -> CliRun {
         .last()
         .map(|r| match r["messages"].as_array() {
             Some(messages) => messages.iter().filter(|m| m["role"] == "tool").map(|m| m["content"].to_string()).collect(),
+            // The Responses API (Codex): the function call outputs among the input items.
+            None if r["input"].is_array() => {
+                r["input"].as_array().unwrap().iter().filter(|i| i["type"] == "function_call_output").map(|i| i["output"].to_string()).collect()
+            }
             // Gemini: the function responses among the parts of the conversation.
             None => r["contents"]
                 .as_array()

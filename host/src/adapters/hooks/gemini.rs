@@ -151,41 +151,12 @@ pub fn hooks(command: &str) -> Value {
 /// Adds the hooks of `command` to a settings object (replacing ours from an earlier install, keeping
 /// everything else).
 pub fn install(settings: &mut Value, command: &str) -> Result<(), String> {
-    uninstall(settings);
-    let obj = settings.as_object_mut().ok_or("the settings file is not a JSON object")?;
-    let hooks = obj.entry("hooks").or_insert_with(|| json!({})).as_object_mut().ok_or("`hooks` in the settings file is not an object")?;
-    for (event, groups) in hooks_of(command) {
-        let list = hooks.entry(event.clone()).or_insert_with(|| json!([])).as_array_mut().ok_or(format!("`hooks.{event}` is not a list"))?;
-        list.extend(groups.as_array().into_iter().flatten().cloned());
-    }
-    Ok(())
+    super::merge_hooks(settings, hooks(command), EVENTS)
 }
 
 /// Removes every hook group of ours (whatever options it ran with); returns how many.
 pub fn uninstall(settings: &mut Value) -> usize {
-    let Some(hooks) = settings.get_mut("hooks").and_then(Value::as_object_mut) else { return 0 };
-    let mut removed = 0;
-    for event in EVENTS {
-        if let Some(list) = hooks.get_mut(*event).and_then(Value::as_array_mut) {
-            let before = list.len();
-            list.retain(|g| !super::claude::ours(g));
-            removed += before - list.len();
-            if list.is_empty() && before > 0 {
-                hooks.remove(*event);
-            }
-        }
-    }
-    if hooks.is_empty() && removed > 0 {
-        settings.as_object_mut().map(|o| o.remove("hooks"));
-    }
-    removed
-}
-
-fn hooks_of(command: &str) -> Map<String, Value> {
-    match hooks(command) {
-        Value::Object(m) => m,
-        _ => Map::new(),
-    }
+    super::remove_hooks(settings, EVENTS)
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@
 //! ```
 
 pub mod claude;
+pub mod codex;
 pub mod copilot;
 pub mod gemini;
 pub mod peer;
@@ -109,6 +110,7 @@ pub enum Client {
     Qwen,
     Copilot,
     Gemini,
+    Codex,
 }
 
 impl Client {
@@ -118,6 +120,7 @@ impl Client {
             Client::Claude => claude::parse(bytes),
             Client::Qwen => qwen::parse(bytes),
             Client::Gemini => gemini::parse(bytes),
+            Client::Codex => codex::parse(bytes),
             Client::Copilot => {
                 copilot::parse(event.ok_or("a Copilot hook names its event: `--event preToolUse` (see `hook --client copilot install`)")?, bytes)
             }
@@ -126,7 +129,7 @@ impl Client {
     /// The JSON written on stdout for an answer.
     pub fn render(self, event: &str, answer: &Answer) -> Option<Value> {
         match self {
-            Client::Claude | Client::Qwen => claude::render(event, answer),
+            Client::Claude | Client::Qwen | Client::Codex => claude::render(event, answer),
             Client::Copilot => copilot::render(event, answer),
             Client::Gemini => gemini::render(event, answer),
         }
@@ -138,8 +141,44 @@ impl Client {
             Client::Qwen => "qwen-code",
             Client::Copilot => "copilot-cli",
             Client::Gemini => "gemini-cli",
+            Client::Codex => "codex",
         }
     }
+}
+
+/// Merges `hooks` (`{EVENT: [group, ...]}`, the shape Claude Code, Gemini CLI and Codex share) into a
+/// settings object's `hooks`, after removing ours of an earlier install; ours go last in each event's
+/// list, so the user's own groups keep their places (Codex trusts a hook by its index).
+pub fn merge_hooks(settings: &mut Value, hooks: Value, events: &[&str]) -> Result<(), String> {
+    remove_hooks(settings, events);
+    let obj = settings.as_object_mut().ok_or("the settings file is not a JSON object")?;
+    let all = obj.entry("hooks").or_insert_with(|| json!({})).as_object_mut().ok_or("`hooks` in the settings file is not an object")?;
+    for (event, groups) in hooks.as_object().into_iter().flatten() {
+        let list = all.entry(event.clone()).or_insert_with(|| json!([])).as_array_mut().ok_or(format!("`hooks.{event}` is not a list"))?;
+        list.extend(groups.as_array().into_iter().flatten().cloned());
+    }
+    Ok(())
+}
+
+/// Removes every hook group of ours from `events` (whatever options it ran with), and a list or `hooks`
+/// left empty by that; returns how many.
+pub fn remove_hooks(settings: &mut Value, events: &[&str]) -> usize {
+    let Some(hooks) = settings.get_mut("hooks").and_then(Value::as_object_mut) else { return 0 };
+    let mut removed = 0;
+    for event in events {
+        if let Some(list) = hooks.get_mut(*event).and_then(Value::as_array_mut) {
+            let before = list.len();
+            list.retain(|g| !claude::ours(g));
+            removed += before - list.len();
+            if list.is_empty() && before > 0 {
+                hooks.remove(*event);
+            }
+        }
+    }
+    if hooks.is_empty() && removed > 0 {
+        settings.as_object_mut().map(|o| o.remove("hooks"));
+    }
+    removed
 }
 
 /// What the hook answers the client.
