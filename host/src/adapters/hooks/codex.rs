@@ -4,7 +4,8 @@
 //! | Codex tool (as its hooks name it) | canonical   | arguments                                      |
 //! |-----------------------------------|-------------|------------------------------------------------|
 //! | `Bash` (the model's `exec_command`) | `Bash`    | `{command}`; the result, a plain string (stdout and stderr merged, no exit code), becomes `{stdout, stderr: "", interrupted: false}` |
-//! | `apply_patch`                     | itself      | `{command: PATCH}`: one patch may touch several files, so it is no `Write` or `Edit` |
+//! | `apply_patch`                     | `codex:apply_patch` | `{command: PATCH}`: one patch may touch several files, so it is no `Write` or `Edit` |
+//! | any other (`view_image`)          | `codex:view_image` | its arguments                           |
 //! | `mcp__S__T`                       | itself      | the MCP tool's arguments                       |
 //!
 //! An answer of "allow" is not supported (it fails and the tool runs): we answer a pass with nothing.
@@ -37,9 +38,25 @@ fn timeout(event: &str) -> u64 {
     }
 }
 
+/// The canonical name of a tool as Codex's hooks name it: its shell (`Bash`) and MCP tools already are;
+/// any other is `codex:<tool>` (DESIGN 9.23).
+fn canonical_tool(name: &str) -> String {
+    match name {
+        "Bash" | "Read" | "Write" | "Edit" | "Glob" | "Grep" | "WebFetch" | "WebSearch" => name.into(),
+        mcp if mcp.starts_with("mcp__") => mcp.into(),
+        other => format!("codex:{other}"),
+    }
+}
+
 /// Parses one Codex hook payload: Claude Code's shape, and a shell result given Bash's fields.
 pub fn parse(bytes: &[u8]) -> Result<HookEvent, String> {
     let mut ev = super::claude::parse(bytes)?;
+    match &mut ev {
+        HookEvent::PreToolUse { tool, .. } | HookEvent::PostToolUse { tool, .. } | HookEvent::PermissionRequest { tool, .. } => {
+            *tool = canonical_tool(tool);
+        }
+        _ => {}
+    }
     if let HookEvent::PostToolUse { tool, response, .. } = &mut ev {
         if tool == "Bash" {
             if let Value::String(text) = response {
@@ -117,6 +134,9 @@ mod tests {
             "tool_response": {"content": [], "isError": true}});
         let HookEvent::PostToolUse { response, .. } = parse(mcp.to_string().as_bytes()).unwrap() else { panic!() };
         assert_eq!(response["isError"], true);
+        let patch = json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "apply_patch", "tool_input": {"command": "*** Begin Patch"}});
+        let HookEvent::PreToolUse { tool, .. } = parse(patch.to_string().as_bytes()).unwrap() else { panic!() };
+        assert_eq!(tool, "codex:apply_patch");
     }
 
     /// Hashes Codex 0.169.0 accepts (computed by an independent implementation that matched Codex's own

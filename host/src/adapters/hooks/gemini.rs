@@ -16,9 +16,11 @@
 //! | `write_file`        | `Write`     | `{file_path, content}` as they are                       |
 //! | `replace`           | `Edit`      | `{file_path, old_string, new_string}`, `allow_multiple` -> `replace_all` |
 //! | `read_file`         | `Read`      | `{file_path, ...}` as they are                           |
+//! | any other (`save_memory`) | `gemini:save_memory` | its arguments                                  |
 //! | an MCP tool (`mcp_S_T`) | `mcp__S__T` | its arguments; server and tool from `mcp_context`, so a `_` in either cannot shift the split |
 //!
-//! Any other tool keeps its own name, so a runbook must name it to allow it. Coverage: every tool passes
+//! Any other tool is `gemini:<its name>` (`gemini:save_memory`, DESIGN 9.23), so a runbook must name it
+//! so to allow it. Coverage: every tool passes
 //! BeforeTool, the shell and MCP tools included.
 //!
 //! Failures (observed in 0.61.0): a hook that exits 1, is killed by a signal, times out or exits 2 with
@@ -50,7 +52,7 @@ fn canonical(tool: &str, args: &Value, mcp: &Value) -> (String, Value) {
             }
             ("Edit".into(), Value::Object(out))
         }
-        other => (other.to_string(), args.clone()),
+        other => (format!("gemini:{other}"), args.clone()),
     }
 }
 
@@ -183,6 +185,13 @@ mod tests {
             panic!()
         };
         assert_eq!(tool, "mcp__my_srv__echo");
+        // A tool of Gemini CLI's own with no canonical name is named as the client's.
+        let HookEvent::PreToolUse { tool, .. } =
+            ev(json!({"session_id": "s1", "hook_event_name": "BeforeTool", "tool_name": "save_memory", "tool_input": {"fact": "x"}}))
+        else {
+            panic!()
+        };
+        assert_eq!(tool, "gemini:save_memory");
         let HookEvent::Stop { again, .. } =
             ev(json!({"session_id": "s1", "hook_event_name": "AfterAgent", "prompt_response": "done", "stop_hook_active": true}))
         else {

@@ -11,7 +11,7 @@
 //! | `read_file`         | `Read`    | `{file_path, offset, limit}`                       |
 //! | `mcp__S__T`         | `mcp__S__T` | the MCP tool's arguments                         |
 //!
-//! Any other tool keeps its own name, so a runbook must name it to allow it. Coverage: Qwen Code runs
+//! Any other tool is `qwen:<its name>` (`qwen:save_memory`), so a runbook must name it so to allow it. Coverage: Qwen Code runs
 //! PreToolUse for every tool, the shell and MCP tools included; it does not run SessionEnd in a one-shot
 //! (`-p`) session, so such a run ends at its Stop when it is at a terminal and stays open otherwise.
 //!
@@ -24,14 +24,17 @@
 use super::HookEvent;
 use serde_json::{json, Value};
 
-/// The canonical name of a Qwen Code tool.
-pub fn canonical_tool(name: &str) -> &str {
+/// The canonical name of a Qwen Code tool: one of Claude Code's, an MCP tool's own, or `qwen:<tool>`
+/// (DESIGN 9.23), so that a tool of Qwen Code's own is undeclared unless a runbook names it so.
+pub fn canonical_tool(name: &str) -> String {
     match name {
-        "run_shell_command" => "Bash",
-        "write_file" => "Write",
-        "edit" => "Edit",
-        "read_file" => "Read",
-        other => other,
+        "run_shell_command" => "Bash".into(),
+        "write_file" => "Write".into(),
+        "edit" => "Edit".into(),
+        "read_file" => "Read".into(),
+        mcp if mcp.starts_with("mcp__") => mcp.into(),
+        "Bash" | "Read" | "Write" | "Edit" | "Glob" | "Grep" | "WebFetch" | "WebSearch" => name.into(),
+        other => format!("qwen:{other}"),
     }
 }
 
@@ -45,7 +48,7 @@ pub fn parse(bytes: &[u8]) -> Result<HookEvent, String> {
             *response = shell_result(response);
         }
         HookEvent::PreToolUse { tool, .. } | HookEvent::PostToolUse { tool, .. } | HookEvent::PermissionRequest { tool, .. } => {
-            *tool = canonical_tool(tool).to_string();
+            *tool = canonical_tool(tool);
         }
         _ => {}
     }
@@ -115,6 +118,7 @@ mod tests {
         assert_eq!(p("read_file").0, "Read");
         assert_eq!(p("mcp__everything__echo").0, "mcp__everything__echo");
         assert_eq!(p("Bash").0, "Bash", "a name that is already canonical stays");
+        assert_eq!(p("save_memory").0, "qwen:save_memory", "a tool of Qwen Code's own");
     }
 
     #[test]
