@@ -17,7 +17,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-#[derive(clap::Args)]
+#[derive(Clone, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
     pub action: Option<Action>,
@@ -99,6 +99,47 @@ pub enum ClientName {
     Copilot,
     Gemini,
     Codex,
+    /// install/uninstall: every client above whose command is on PATH (`claude`, `codex`, `gemini`,
+    /// `copilot`, `qwen`), each said with where it was found
+    Auto,
+}
+
+/// The agent CLIs `--client auto` looks for, by the command each installs.
+const CLIS: &[(&str, ClientName, &str)] = &[
+    ("claude", ClientName::Claude, "Claude Code"),
+    ("codex", ClientName::Codex, "Codex"),
+    ("gemini", ClientName::Gemini, "Gemini CLI"),
+    ("copilot", ClientName::Copilot, "Copilot CLI"),
+    ("qwen", ClientName::Qwen, "Qwen Code"),
+];
+
+/// The first executable file named `cmd` in $PATH.
+fn on_path(cmd: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(cmd))
+        .find(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+/// `hook --client auto install|uninstall`: each client of [`CLIS`] found on PATH, in turn.
+fn auto_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
+    if i.settings.is_some() {
+        bail!("--client auto installs each client's own file; --settings names one file, so name the client too");
+    }
+    let found: Vec<_> = CLIS.iter().filter_map(|(cmd, c, name)| on_path(cmd).map(|p| (*c, *name, p))).collect();
+    if found.is_empty() {
+        let names: Vec<_> = CLIS.iter().map(|(c, ..)| format!("`{c}`")).collect();
+        bail!("--client auto found none of {} on PATH: name the client with --client", names.join(", "));
+    }
+    let list: Vec<_> = found.iter().map(|(_, name, p)| format!("{name} ({})", p.display())).collect();
+    eprintln!("runbook-host hook: --client auto: on PATH: {}; {} for each", list.join(", "), if install { "installing" } else { "uninstalling" });
+    let mut any = false;
+    for (c, ..) in &found {
+        let mut b = a.clone();
+        b.client = *c;
+        any |= settings_edit(&b, i, install)? == ExitCode::SUCCESS;
+    }
+    Ok(if any { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
 impl ClientName {
@@ -109,11 +150,13 @@ impl ClientName {
             ClientName::Copilot => hook::Client::Copilot,
             ClientName::Gemini => hook::Client::Gemini,
             ClientName::Codex => hook::Client::Codex,
+            // Never reached: `run` refuses `auto` outside install and uninstall.
+            ClientName::Auto => hook::Client::Claude,
         }
     }
 }
 
-#[derive(clap::Subcommand)]
+#[derive(Clone, clap::Subcommand)]
 pub enum Action {
     /// Write the client's hook configuration (merged with what is there): this binary and every path
     /// option as absolute paths, so the hook works from any directory
@@ -132,7 +175,7 @@ pub enum Action {
     Stop,
 }
 
-#[derive(clap::Args)]
+#[derive(Clone, clap::Args)]
 pub struct StatusArgs {
     /// Print the server's status document (JSON) as it answered
     #[arg(long)]
@@ -150,7 +193,7 @@ pub enum InstallMode {
     Command,
 }
 
-#[derive(clap::Args)]
+#[derive(Clone, clap::Args)]
 pub struct InstallArgs {
     /// The client's settings file (default: `.claude/settings.json`, `.qwen/settings.json`,
     /// `.github/hooks/runbook-host.json`, `.gemini/settings.json` or `.codex/hooks.json`, by `--client`)
@@ -227,6 +270,7 @@ fn hook_command(a: &Args) -> Result<String> {
         ClientName::Copilot => c.push("--client copilot".into()),
         ClientName::Gemini => c.push("--client gemini".into()),
         ClientName::Codex => c.push("--client codex".into()),
+        ClientName::Auto => bail!("--client auto names no one client"),
     }
     Ok(c.join(" "))
 }
@@ -300,12 +344,16 @@ fn choose_mode(m: InstallMode) -> (bool, String) {
 }
 
 fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
+    if a.client == ClientName::Auto {
+        return auto_edit(a, i, install);
+    }
     let path = i.settings.clone().unwrap_or_else(|| match a.client {
         ClientName::Claude => PathBuf::from(".claude/settings.json"),
         ClientName::Qwen => PathBuf::from(".qwen/settings.json"),
         ClientName::Copilot => PathBuf::from(hook::copilot::HOOKS_FILE),
         ClientName::Gemini => PathBuf::from(".gemini/settings.json"),
         ClientName::Codex => PathBuf::from(hook::codex::HOOKS_FILE),
+        ClientName::Auto => unreachable!("handled above"),
     });
     if a.client == ClientName::Codex {
         return codex_edit(a, &path, i, install);
@@ -724,7 +772,7 @@ pub fn config(a: &Args) -> Result<hook::Config> {
         // Claude Code's permission rules; Qwen Code's are not read (its deny rules are its own to apply).
         settings: match a.client {
             ClientName::Claude => hook::permissions::settings_files(&project, home.as_deref()),
-            ClientName::Qwen | ClientName::Copilot | ClientName::Gemini | ClientName::Codex => Vec::new(),
+            ClientName::Qwen | ClientName::Copilot | ClientName::Gemini | ClientName::Codex | ClientName::Auto => Vec::new(),
         },
         client: a.client.client(),
     })
@@ -882,6 +930,9 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Some(Action::Status(s)) => return status(&a, s),
         Some(Action::Stop) => return stop(&a),
         None => {}
+    }
+    if a.client == ClientName::Auto {
+        bail!("--client auto is for `install` and `uninstall`: a hook event comes from one client, named by the command install wrote");
     }
     let t = std::time::Instant::now();
     let mut timing = hook::Timing::default();
