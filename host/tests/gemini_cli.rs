@@ -23,13 +23,17 @@ fn gemini() -> PathBuf {
 /// whatever is blocked is blocked by the hook), HOME the one `install` ran with (its trusted folders), an
 /// API key for the scripted API, no telemetry, no update check, the shell without a pseudo-terminal.
 fn run(project: &Path, home: &Path, scratch: &Path) -> CliRun {
+    run_script(project, home, scratch, &chat_cli::script("run_shell_command"))
+}
+
+fn run_script(project: &Path, home: &Path, scratch: &Path, script: &Value) -> CliRun {
     let user = json!({"security": {"auth": {"selectedType": "gemini-api-key"}},
         "general": {"enableAutoUpdate": false, "enableAutoUpdateNotification": false},
         "privacy": {"usageStatisticsEnabled": false}, "telemetry": {"enabled": false},
         "tools": {"shell": {"enableInteractiveShell": false}}});
     std::fs::create_dir_all(home.join(".gemini")).unwrap();
     std::fs::write(home.join(".gemini/settings.json"), user.to_string()).unwrap();
-    let api = ChatApi::start_program(scratch, &chat_cli::script("run_shell_command"), "gemini_api.py");
+    let api = ChatApi::start_program(scratch, script, "gemini_api.py");
     let mut cmd = Command::new(gemini());
     cmd.args(["--approval-mode", "yolo", "-m", "gemini-2.5-flash", "-p", "Say hello through the shell."])
         .current_dir(project)
@@ -122,4 +126,35 @@ fn a_missing_hook_binary_still_blocks_in_gemini_cli() {
     let r = run(&p, &home, &s);
     assert!(!p.join("pwned").exists(), "{}", r.output);
     assert!(r.tool_results.first().is_some_and(|x| x.contains("no answer from the hook, so the call is denied")), "{:?}\n{}", r.tool_results, r.output);
+}
+
+/// An MCP tool of a stdio server (the real server-everything) is decided by the same hook under its
+/// canonical name: Gemini CLI calls it `mcp_my_everything_echo`, the runbook names
+/// `mcp__my_everything__echo` (the server's name holds an underscore: the split comes from the payload's
+/// `mcp_context`, not from the name). The server's `add`, which the runbook does not name, never runs.
+#[test]
+fn an_mcp_tool_is_decided_by_its_canonical_name_in_gemini_cli() {
+    let everything = repo().join("host/tests/mcp/node_modules/.bin/mcp-server-everything");
+    assert!(everything.exists(), "server-everything is not installed: run `bash host/tests/mcp/setup` first");
+    let t = Tmp::new("gemini-mcp");
+    let (p, s, home) = setup(&t);
+    std::fs::copy(repo().join("host/tests/gemini/mcp-echo.yaml"), p.join("runbook.yaml")).unwrap();
+    let servers = json!({"mcpServers": {"my_everything": {"command": everything, "args": ["stdio"]}}});
+    std::fs::write(p.join(".gemini/settings.json"), servers.to_string()).unwrap();
+    hook_cli(Path::new(BIN), &p, &home, &["--runbook", "runbook.yaml", "--client", "gemini", "install"]);
+    let script = json!([
+        {"tool_use": [{"name": "mcp_my_everything_get-sum", "input": {"a": 1, "b": 2}}]},
+        {"tool_use": [{"name": "mcp_my_everything_echo", "input": {"message": "hi"}}]},
+        {"text": "Echoed."}
+    ]);
+    let r = run_script(&p, &home, &s, &script);
+    assert_eq!(r.code, Some(0), "{}", r.output);
+    assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
+    assert!(r.tool_results[0].contains("undeclared-tool") && !r.tool_results[0].contains("The sum"), "{}", r.tool_results[0]);
+    assert!(r.tool_results[1].contains("Echo: hi"), "{}", r.tool_results[1]);
+    let (events, report) = chat_cli::latest_verified(&p, BIN);
+    let tools: Vec<_> =
+        events.iter().filter(|e| e["event"]["type"] == "invoke").map(|e| (e["event"]["tool"].clone(), e["decision"]["decision"].clone())).collect();
+    assert_eq!(tools, [(json!("mcp__my_everything__get-sum"), json!("deny")), (json!("mcp__my_everything__echo"), json!("allow"))]);
+    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
 }
