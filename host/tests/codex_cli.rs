@@ -54,7 +54,11 @@ remote_plugin = false
 /// `codex exec` in `project` with full access (no sandbox: whatever is blocked is blocked by the hook),
 /// CODEX_HOME the one install wrote to, the provider pointed at a scripted API started now.
 fn run(project: &Path, codex_home: &Path, scratch: &Path) -> CliRun {
-    let api = ChatApi::start_program(scratch, &script(), "responses_api.py");
+    run_script(project, codex_home, scratch, &script())
+}
+
+fn run_script(project: &Path, codex_home: &Path, scratch: &Path, script: &serde_json::Value) -> CliRun {
+    let api = ChatApi::start_program(scratch, script, "responses_api.py");
     let config = codex_home.join("config.toml");
     let text = std::fs::read_to_string(&config).unwrap();
     let text: String = text
@@ -163,4 +167,34 @@ fn an_untrusted_project_is_refused_at_install() {
     assert!(err.contains("trust_level = \"untrusted\"") && err.contains("every call would go unchecked"), "{err}");
     assert!(!p.join(".codex/hooks.json").exists());
     assert_eq!(std::fs::read_to_string(home.join(".codex/config.toml")).unwrap(), config);
+}
+
+/// A gated call waits for a human: the first `echo hello` is denied as awaiting approval, a person approves
+/// it on a terminal while the model is held, and the same call retried runs; the run completes with the
+/// approval in its report and verifies.
+#[test]
+fn a_gated_call_runs_once_a_human_approved_it_in_codex() {
+    let t = Tmp::new("codex-gated");
+    let (p, s, home) = setup(&t);
+    std::fs::copy(repo().join("host/tests/claude/gated-hello.yaml"), p.join("runbook.yaml")).unwrap();
+    hook_cli(Path::new(BIN), &p, &home, &["--runbook", "runbook.yaml", "--client", "codex", "install"]);
+    let go = t.0.join("approved");
+    let call = json!({"name": "exec_command", "input": {"cmd": "echo hello"}});
+    let script = json!([{"tool_use": [call]}, {"wait_for": go, "tool_use": [call]}, {"text": "Said hello."}]);
+    let cli = {
+        let (p, codex_home, s) = (p.clone(), home.join(".codex"), s.clone());
+        std::thread::spawn(move || run_script(&p, &codex_home, &s, &script))
+    };
+    let run_id = chat_cli::approve_when_asked(&p, "greet", &go);
+    let r = cli.join().unwrap();
+    assert_eq!(r.code, Some(0), "{}", r.output);
+    assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
+    assert!(r.tool_results[0].contains("awaits a human's approval"), "{}", r.tool_results[0]);
+    assert!(r.tool_results[1].contains("hello") && !r.tool_results[1].contains("blocked"), "{}", r.tool_results[1]);
+    let (events, report) = chat_cli::latest_verified(&p, BIN);
+    assert_eq!(report["run_id"], run_id.as_str());
+    let want = [("Bash", "echo hello", "needs-approval"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(chat_cli::invokes(&events), want);
+    assert_eq!(report["approvals"].as_array().map(Vec::len), Some(1), "{report}");
+    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
 }

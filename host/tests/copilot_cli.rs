@@ -22,7 +22,11 @@ fn copilot() -> PathBuf {
 /// `copilot -p PROMPT --allow-all-tools` in `project` (Copilot runs tools without asking, so whatever is
 /// blocked is blocked by the hook), HOME the one `install` ran with, offline, no telemetry, no update.
 fn run(project: &Path, home: &Path, scratch: &Path) -> CliRun {
-    let api = ChatApi::start(scratch, &chat_cli::script("bash"));
+    run_script(project, home, scratch, &chat_cli::script("bash"))
+}
+
+fn run_script(project: &Path, home: &Path, scratch: &Path, script: &serde_json::Value) -> CliRun {
+    let api = ChatApi::start(scratch, script);
     let mut cmd = Command::new(copilot());
     cmd.args(["--no-auto-update", "--disable-client-telemetry", "--allow-all-tools", "-p", "Say hello through the shell."])
         .current_dir(project)
@@ -76,4 +80,34 @@ fn copilot_cli_is_governed_by_the_runbook_claude_code_runs() {
     let r = run(&p, &home, &s2);
     assert_eq!(r.code, Some(0), "{}", r.output);
     assert!(p.join("pwned").exists(), "{}", r.output);
+}
+
+/// A gated call waits for a human: the first `echo hello` is denied as awaiting approval, a person approves
+/// it on a terminal while the model is held, and the same call retried runs; the run completes and verifies.
+#[test]
+fn a_gated_call_runs_once_a_human_approved_it_in_copilot_cli() {
+    let t = Tmp::new("copilot-gated");
+    let (p, s) = chat_cli::project(&t.0);
+    std::fs::copy(repo().join("host/tests/claude/gated-hello.yaml"), p.join("runbook.yaml")).unwrap();
+    let home = t.0.join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    hook_cli(&p, &home, &["--runbook", "runbook.yaml", "--client", "copilot", "install"]);
+    let go = t.0.join("approved");
+    let call = serde_json::json!({"name": "bash", "input": {"command": "echo hello", "description": "say hello"}});
+    let script = serde_json::json!([{"tool_use": [call]}, {"wait_for": go, "tool_use": [call]}, {"text": "Said hello."}]);
+    let cli = {
+        let (p, home, s) = (p.clone(), home.clone(), s.clone());
+        std::thread::spawn(move || run_script(&p, &home, &s, &script))
+    };
+    let run_id = chat_cli::approve_when_asked(&p, "greet", &go);
+    let r = cli.join().unwrap();
+    assert_eq!(r.code, Some(0), "{}", r.output);
+    assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
+    assert!(r.tool_results[0].contains("awaits a human"), "{}", r.tool_results[0]);
+    assert!(r.tool_results[1].contains("hello"), "{}", r.tool_results[1]);
+    let (events, report) = chat_cli::latest_verified(&p, BIN);
+    assert_eq!(report["run_id"], run_id.as_str());
+    let want = [("Bash", "echo hello", "needs-approval"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(chat_cli::invokes(&events), want);
+    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
 }

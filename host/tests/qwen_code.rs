@@ -24,12 +24,16 @@ fn qwen() -> PathBuf {
 /// runs without a pseudo-terminal: through node-pty, Qwen Code now and then loses a fast command's output
 /// (`Output: (empty)` for `echo hello`; seen once in CI), and the run then fails its assert, rightly.
 fn run(project: &Path, scratch: &Path) -> CliRun {
+    run_script(project, scratch, &chat_cli::script("run_shell_command"))
+}
+
+fn run_script(project: &Path, scratch: &Path, script: &Value) -> CliRun {
     let home = scratch.join("home");
     std::fs::create_dir_all(home.join(".qwen")).unwrap();
     let user = json!({"security": {"auth": {"selectedType": "openai"}}, "privacy": {"usageStatisticsEnabled": false},
         "telemetry": {"enabled": false}, "general": {"enableAutoUpdate": false}, "tools": {"shell": {"enableInteractiveShell": false}}});
     std::fs::write(home.join(".qwen/settings.json"), user.to_string()).unwrap();
-    let api = ChatApi::start(scratch, &chat_cli::script("run_shell_command"));
+    let api = ChatApi::start(scratch, script);
     let mut cmd = Command::new(qwen());
     cmd.args(["--auth-type", "openai", "--approval-mode", "yolo", "-p", "Say hello through the shell."])
         .current_dir(project)
@@ -97,4 +101,32 @@ fn a_missing_hook_binary_still_blocks_in_qwen_code() {
     let r = run(&p, &s);
     assert!(!p.join("pwned").exists(), "{}", r.output);
     assert!(r.tool_results.first().is_some_and(|x| x.contains("no answer from the hook, so the call is denied")), "{:?}\n{}", r.tool_results, r.output);
+}
+
+/// A gated call waits for a human: the first `echo hello` is denied as awaiting approval, a person approves
+/// it on a terminal while the model is held, and the same call retried runs; the run completes and verifies.
+#[test]
+fn a_gated_call_runs_once_a_human_approved_it_in_qwen_code() {
+    let t = Tmp::new("qwen-gated");
+    let (p, s) = chat_cli::project(&t.0);
+    std::fs::copy(repo().join("host/tests/claude/gated-hello.yaml"), p.join("runbook.yaml")).unwrap();
+    hook_cli(Path::new(BIN), &p, &["--runbook", "runbook.yaml", "--client", "qwen", "install"]);
+    let go = t.0.join("approved");
+    let call = json!({"name": "run_shell_command", "input": {"command": "echo hello", "description": "say hello"}});
+    let script = json!([{"tool_use": [call]}, {"wait_for": go, "tool_use": [call]}, {"text": "Said hello."}]);
+    let cli = {
+        let (p, s) = (p.clone(), s.clone());
+        std::thread::spawn(move || run_script(&p, &s, &script))
+    };
+    let run_id = chat_cli::approve_when_asked(&p, "greet", &go);
+    let r = cli.join().unwrap();
+    assert_eq!(r.code, Some(0), "{}", r.output);
+    assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
+    assert!(r.tool_results[0].contains("awaits a human"), "{}", r.tool_results[0]);
+    assert!(r.tool_results[1].contains("Output: hello"), "{}", r.tool_results[1]);
+    let (events, report) = chat_cli::latest_verified(&p, BIN);
+    assert_eq!(report["run_id"], run_id.as_str());
+    let want = [("Bash", "echo hello", "needs-approval"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(chat_cli::invokes(&events), want);
+    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
 }

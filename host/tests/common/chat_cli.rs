@@ -140,3 +140,26 @@ pub fn invokes(events: &[Value]) -> Vec<(String, String, String)> {
         })
         .collect()
 }
+
+/// Plays the human of a gated call: waits (at most 90 s) until a run of `project` has a pending approval
+/// request, approves it on a terminal (`runbook-host approve RUN STEP`, answering y), then creates `go`,
+/// which lets the scripted model retry the call (a turn with `"wait_for": go`). Returns the run's id.
+pub fn approve_when_asked(project: &Path, step: &str, go: &Path) -> String {
+    let runs = project.join(".runbook/runs");
+    let t = Instant::now();
+    let run_id = loop {
+        let asked = std::fs::read_dir(&runs)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|d| d.file_name().to_string_lossy().starts_with("r-") && runbook_host::approvals::pending(&d.path()).is_ok_and(|p| !p.is_empty()));
+        if let Some(d) = asked {
+            break d.file_name().to_string_lossy().into_owned();
+        }
+        assert!(t.elapsed() < Duration::from_secs(90), "no approval was asked for within 90 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    super::hooks::approve_on_a_terminal(&runs, &run_id, step);
+    std::fs::write(go, "").unwrap();
+    run_id
+}

@@ -8,19 +8,30 @@ SCRIPT.json is a JSON list of turns, as chat_api.py takes them:
     {"text": "all done"}
 Only the agent's requests (those declaring tools) take turns, in order; Gemini CLI's side requests
 (routing, next-speaker checks: no tools) get a small JSON text that satisfies each of them, and take
-none. After the script, the agent gets "(script exhausted)".
+none. A turn with "wait_for": PATH is held until PATH exists. After the script, the agent gets
+"(script exhausted)".
 
 Serves POST /v1beta/models/<model>:streamGenerateContent (one SSE event), :generateContent and
 :countTokens on 127.0.0.1, on a free port it prints alone on its first stdout line. Each agent
 request body is appended to LOG.jsonl as one JSON line, with "_turn".
 """
 import json
+import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SIDE_ANSWER = json.dumps({"reasoning": "scripted", "next_speaker": "user", "model_choice": "flash",
                           "complexity_score": 1, "complexity_reasoning": "scripted"})
+
+
+def wait_for(turn):
+    """A turn with "wait_for": PATH is answered once PATH exists (at most 120 s): the test holds the
+    model there while a person acts (approves a gated call)."""
+    deadline = time.time() + 120
+    while turn.get("wait_for") and not os.path.exists(turn["wait_for"]) and time.time() < deadline:
+        time.sleep(0.05)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -63,6 +74,7 @@ class Handler(BaseHTTPRequestHandler):
                 entry["_turn"] = i
                 with open(self.log_path, "a", encoding="utf-8") as f:
                     f.write(json.dumps(entry) + "\n")
+            wait_for(turn)
             parts = [{"text": turn["text"]}] if turn.get("text") else []
             parts += [{"functionCall": {"name": c["name"], "args": c.get("input", {})}} for c in turn.get("tool_use", [])]
         else:

@@ -6,20 +6,30 @@ Usage: responses_api.py SCRIPT.json LOG.jsonl
 SCRIPT.json is a JSON list of turns, as chat_api.py takes them; each POST .../responses takes the next:
     {"tool_use": [{"name": "exec_command", "input": {"cmd": "ls"}}]}   one function_call item per call
     {"text": "all done"}                                              one assistant message
-After the script, "(script exhausted)".
+A turn with "wait_for": PATH is held until PATH exists. After the script, "(script exhausted)".
 
 Answers as Server-Sent Events (response.created, output_item.added / done per item,
 response.completed with usage) on 127.0.0.1, on a free port it prints alone on its first stdout
 line. Each request body is appended to LOG.jsonl as one JSON line, with "_turn".
 """
 import json
+import os
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 def sse(event):
     return ("event: %s\ndata: %s\n\n" % (event["type"], json.dumps(event))).encode()
+
+
+def wait_for(turn):
+    """A turn with "wait_for": PATH is answered once PATH exists (at most 120 s): the test holds the
+    model there while a person acts (approves a gated call)."""
+    deadline = time.time() + 120
+    while turn.get("wait_for") and not os.path.exists(turn["wait_for"]) and time.time() < deadline:
+        time.sleep(0.05)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -59,6 +69,7 @@ class Handler(BaseHTTPRequestHandler):
             with open(self.log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(entry) + "\n")
         turn = self.script[n] if n < len(self.script) else {"text": "(script exhausted)"}
+        wait_for(turn)
         items = [{"type": "function_call", "id": "fc_%d_%d" % (n, i), "status": "completed", "call_id": "call_%d_%d" % (n, i),
                   "name": c["name"], "arguments": json.dumps(c.get("input", {}))} for i, c in enumerate(turn.get("tool_use", []))]
         if "text" in turn:
