@@ -130,6 +130,8 @@ fn denies_and_completes(p: &Path, s: &Path, mode: &str) {
     assert_eq!(report["outcome"], "completed", "{report}");
     assert_eq!(report["terminal"], "greeted", "{report}");
     assert_eq!(report["steps"]["greet"]["assert"], "pass", "{report}");
+    // The same decision lines, byte for byte, as every other agent CLI gives for this session.
+    assert_eq!(common::chat_cli::decisions(&events), common::chat_cli::say_hello_decisions(), "{events:#?}");
     assert!(dir.join("receipt.json").is_file());
     let v = Command::new(BIN).args(["verify", "latest"]).current_dir(p).output().unwrap();
     assert!(v.status.success(), "verify latest: {}{}", String::from_utf8_lossy(&v.stdout), String::from_utf8_lossy(&v.stderr));

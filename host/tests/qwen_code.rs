@@ -76,6 +76,8 @@ fn qwen_code_is_governed_by_the_runbook_claude_code_runs() {
     let want = [("Bash", "touch pwned", "deny"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
     assert_eq!(chat_cli::invokes(&events), want);
     assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
+    // The same decision lines, byte for byte, as every other client gives for this session.
+    assert_eq!(chat_cli::decisions(&events), chat_cli::say_hello_decisions());
 
     // Without the hook the same script runs the command: the hook is what blocked it.
     let said = hook_cli(Path::new(BIN), &p, &["--client", "qwen", "uninstall"]);

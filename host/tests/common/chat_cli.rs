@@ -163,3 +163,15 @@ pub fn approve_when_asked(project: &Path, step: &str, go: &Path) -> String {
     std::fs::write(go, "").unwrap();
     run_id
 }
+
+/// The decision lines of a run (the module's answers, which carry no time, id or client name), to compare
+/// across clients: the same canonical session gives the same lines in every client.
+pub fn decisions(events: &[Value]) -> Value {
+    Value::Array(events.iter().map(|e| e["decision"].clone()).collect())
+}
+
+/// The decision lines the say-hello session (`touch pwned`, `echo hello`, an answer) gives in every client:
+/// host/tests/fixtures/agent-clis/say-hello.decisions.json.
+pub fn say_hello_decisions() -> Value {
+    serde_json::from_slice(&std::fs::read(repo().join("host/tests/fixtures/agent-clis/say-hello.decisions.json")).unwrap()).unwrap()
+}
