@@ -5,6 +5,7 @@ Usage: responses_api.py SCRIPT.json LOG.jsonl
 
 SCRIPT.json is a JSON list of turns, as chat_api.py takes them; each POST .../responses takes the next:
     {"tool_use": [{"name": "exec_command", "input": {"cmd": "ls"}}]}   one function_call item per call
+    ("namespace": "mcp__SERVER" with "name": TOOL for an MCP tool)
     {"text": "all done"}                                              one assistant message
 A turn with "wait_for": PATH is held until PATH exists. After the script, "(script exhausted)".
 
@@ -72,6 +73,9 @@ class Handler(BaseHTTPRequestHandler):
         wait_for(turn)
         items = [{"type": "function_call", "id": "fc_%d_%d" % (n, i), "status": "completed", "call_id": "call_%d_%d" % (n, i),
                   "name": c["name"], "arguments": json.dumps(c.get("input", {}))} for i, c in enumerate(turn.get("tool_use", []))]
+        for item, c in zip(items, turn.get("tool_use", [])):
+            if c.get("namespace"):  # an MCP tool: namespace "mcp__<server>", name "<tool>"
+                item["namespace"] = c["namespace"]
         if "text" in turn:
             items.append({"type": "message", "role": "assistant", "id": "msg_%d" % n, "status": "completed",
                           "content": [{"type": "output_text", "text": turn["text"], "annotations": []}]})
