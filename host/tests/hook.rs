@@ -623,7 +623,7 @@ fn client_auto_installs_for_each_cli_on_path() {
     std::fs::create_dir_all(&empty).unwrap();
     let o = hook_cli(&empty, &["--runbook", runbook.to_str().unwrap(), "--client", "auto", "install"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("found none of `claude`, `codex`, `gemini`, `copilot`, `qwen` on PATH"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("found none of `claude`, `codex`, `gemini`, `copilot`, `qwen`, `opencode` on PATH"));
     // A hook event names its client: auto is refused there, failing closed.
     let mut child = Command::new(BIN).args(["hook", "--client", "auto"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let _ = child.stdin.take().unwrap().write_all(b"{}");

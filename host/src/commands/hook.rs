@@ -83,7 +83,7 @@ pub struct Args {
     #[arg(long, default_value = "runbook-host", global = true)]
     pub service_user: String,
     /// The agent CLI: `claude` (Claude Code), `qwen` (Qwen Code), `copilot` (GitHub Copilot CLI),
-    /// `gemini` (Gemini CLI) or `codex` (OpenAI Codex CLI); each client's tool names are mapped to the canonical ones a runbook is
+    /// `gemini` (Gemini CLI), `codex` (OpenAI Codex CLI) or `opencode`; each client's tool names are mapped to the canonical ones a runbook is
     /// written in, and `install` writes the client's own configuration
     #[arg(long, value_enum, default_value = "claude", global = true)]
     pub client: ClientName,
@@ -99,8 +99,9 @@ pub enum ClientName {
     Copilot,
     Gemini,
     Codex,
+    Opencode,
     /// install/uninstall: every client above whose command is on PATH (`claude`, `codex`, `gemini`,
-    /// `copilot`, `qwen`), each said with where it was found
+    /// `copilot`, `qwen`, `opencode`), each said with where it was found
     Auto,
 }
 
@@ -111,6 +112,7 @@ const CLIS: &[(&str, ClientName, &str)] = &[
     ("gemini", ClientName::Gemini, "Gemini CLI"),
     ("copilot", ClientName::Copilot, "Copilot CLI"),
     ("qwen", ClientName::Qwen, "Qwen Code"),
+    ("opencode", ClientName::Opencode, "opencode"),
 ];
 
 /// The first executable file named `cmd` in $PATH.
@@ -150,6 +152,7 @@ impl ClientName {
             ClientName::Copilot => hook::Client::Copilot,
             ClientName::Gemini => hook::Client::Gemini,
             ClientName::Codex => hook::Client::Codex,
+            ClientName::Opencode => hook::Client::Opencode,
             // Never reached: `run` refuses `auto` outside install and uninstall.
             ClientName::Auto => hook::Client::Claude,
         }
@@ -196,7 +199,8 @@ pub enum InstallMode {
 #[derive(Clone, clap::Args)]
 pub struct InstallArgs {
     /// The client's settings file (default: `.claude/settings.json`, `.qwen/settings.json`,
-    /// `.github/hooks/runbook-host.json`, `.gemini/settings.json` or `.codex/hooks.json`, by `--client`)
+    /// `.github/hooks/runbook-host.json`, `.gemini/settings.json`, `.codex/hooks.json` or
+    /// `.opencode/plugin/runbook-host.js`, by `--client`)
     #[arg(long)]
     pub settings: Option<PathBuf>,
     /// Print the resulting settings instead of writing them
@@ -270,6 +274,7 @@ fn hook_command(a: &Args) -> Result<String> {
         ClientName::Copilot => c.push("--client copilot".into()),
         ClientName::Gemini => c.push("--client gemini".into()),
         ClientName::Codex => c.push("--client codex".into()),
+        ClientName::Opencode => c.push("--client opencode".into()),
         ClientName::Auto => bail!("--client auto names no one client"),
     }
     Ok(c.join(" "))
@@ -353,8 +358,12 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
         ClientName::Copilot => PathBuf::from(hook::copilot::HOOKS_FILE),
         ClientName::Gemini => PathBuf::from(".gemini/settings.json"),
         ClientName::Codex => PathBuf::from(hook::codex::HOOKS_FILE),
+        ClientName::Opencode => PathBuf::from(hook::opencode::PLUGIN_FILE),
         ClientName::Auto => unreachable!("handled above"),
     });
+    if a.client == ClientName::Opencode {
+        return opencode_edit(a, &path, i, install);
+    }
     if a.client == ClientName::Codex {
         return codex_edit(a, &path, i, install);
     }
@@ -612,6 +621,43 @@ fn gemini_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result<
     Ok(ExitCode::SUCCESS)
 }
 
+/// `hook --client opencode install|uninstall`: our plugin, `.opencode/plugin/runbook-host.js` (the whole
+/// file is ours), which asks the hook command about every tool call in opencode's loop.
+fn opencode_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result<ExitCode> {
+    let shown = path.display();
+    let existing = std::fs::read_to_string(path).ok();
+    if existing.as_deref().is_some_and(|t| !hook::opencode::is_ours(t)) {
+        bail!("`{shown}` exists and is not runbook-host's plugin: it is left alone (remove or rename it, then install again)");
+    }
+    if !install {
+        if existing.is_none() {
+            eprintln!("runbook-host hook: nothing to uninstall: `{shown}` does not exist");
+            return Ok(ExitCode::from(1));
+        }
+        std::fs::remove_file(path).with_context(|| format!("cannot remove `{shown}`"))?;
+        eprintln!("runbook-host hook: removed `{shown}`");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if a.runbook.is_none() {
+        bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
+    }
+    if a.service.is_some() || i.mode == InstallMode::Http {
+        bail!("--client opencode is installed in command mode only (its plugin runs the hook command)");
+    }
+    let command = hook_command(a)?;
+    let text = hook::opencode::plugin(&command);
+    if i.print {
+        print!("{text}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(d) = path.parent() {
+        std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+    }
+    std::fs::write(path, text).with_context(|| format!("cannot write `{shown}`"))?;
+    eprintln!("runbook-host hook: installed `{shown}` (opencode's plugin: every tool call asks {command}; a failure to answer is a deny)");
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Codex's user config (`$CODEX_HOME/config.toml`, else `~/.codex/config.toml`) and its document.
 fn codex_config() -> Result<(PathBuf, toml_edit::DocumentMut)> {
     let home = std::env::var_os("CODEX_HOME")
@@ -772,7 +818,7 @@ pub fn config(a: &Args) -> Result<hook::Config> {
         // Claude Code's permission rules; Qwen Code's are not read (its deny rules are its own to apply).
         settings: match a.client {
             ClientName::Claude => hook::permissions::settings_files(&project, home.as_deref()),
-            ClientName::Qwen | ClientName::Copilot | ClientName::Gemini | ClientName::Codex | ClientName::Auto => Vec::new(),
+            ClientName::Qwen | ClientName::Copilot | ClientName::Gemini | ClientName::Codex | ClientName::Opencode | ClientName::Auto => Vec::new(),
         },
         client: a.client.client(),
     })

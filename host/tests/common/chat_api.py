@@ -67,16 +67,21 @@ class Handler(BaseHTTPRequestHandler):
         if not self.path.rstrip("/").endswith("/chat/completions"):
             self._send_json(404, {"error": {"message": "only /chat/completions"}})
             return
-        with LOCK:
-            idx = STATE["n"]
-            STATE["n"] += 1
-            turn = self.script[idx] if idx < len(self.script) else {"text": "(script exhausted)"}
-            if self.log_path:
-                entry = dict(body) if isinstance(body, dict) else {"_body": body}
-                entry["_path"] = self.path
-                entry["_turn"] = idx
-                with open(self.log_path, "a", encoding="utf-8") as f:
-                    f.write(json.dumps(entry) + "\n")
+        # A request that declares no tools is a side request of the client (opencode's session title):
+        # it gets a short text and takes no turn of the script.
+        if isinstance(body, dict) and not body.get("tools"):
+            idx, turn = -1, {"text": "Scripted title"}
+        else:
+            with LOCK:
+                idx = STATE["n"]
+                STATE["n"] += 1
+                turn = self.script[idx] if idx < len(self.script) else {"text": "(script exhausted)"}
+                if self.log_path:
+                    entry = dict(body) if isinstance(body, dict) else {"_body": body}
+                    entry["_path"] = self.path
+                    entry["_turn"] = idx
+                    with open(self.log_path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(entry) + "\n")
         # A turn with "wait_for": PATH is answered once PATH exists (at most 120 s): the test holds the
         # model there while a person acts (approves a gated call).
         deadline = time.time() + 120

@@ -20,6 +20,7 @@ pub mod claude;
 pub mod codex;
 pub mod copilot;
 pub mod gemini;
+pub mod opencode;
 pub mod peer;
 pub mod permissions;
 pub mod qwen;
@@ -111,6 +112,7 @@ pub enum Client {
     Copilot,
     Gemini,
     Codex,
+    Opencode,
 }
 
 impl Client {
@@ -121,6 +123,7 @@ impl Client {
             Client::Qwen => qwen::parse(bytes),
             Client::Gemini => gemini::parse(bytes),
             Client::Codex => codex::parse(bytes),
+            Client::Opencode => opencode::parse(bytes),
             Client::Copilot => {
                 copilot::parse(event.ok_or("a Copilot hook names its event: `--event preToolUse` (see `hook --client copilot install`)")?, bytes)
             }
@@ -132,6 +135,7 @@ impl Client {
             Client::Claude | Client::Qwen | Client::Codex => claude::render(event, answer),
             Client::Copilot => copilot::render(event, answer),
             Client::Gemini => gemini::render(event, answer),
+            Client::Opencode => opencode::render(answer),
         }
     }
     /// The client as the run's `agent` names it.
@@ -142,6 +146,7 @@ impl Client {
             Client::Copilot => "copilot-cli",
             Client::Gemini => "gemini-cli",
             Client::Codex => "codex",
+            Client::Opencode => "opencode",
         }
     }
 }
