@@ -119,3 +119,31 @@ fn a_missing_hook_binary_still_blocks_in_opencode() {
     assert!(!p.join("pwned").exists(), "{}", r.output);
     assert!(r.tool_results.first().is_some_and(|x| x.contains("no answer from the hook")), "{:?}\n{}", r.tool_results, r.output);
 }
+
+/// A gated call waits for a human: the first `echo hello` is denied as awaiting approval, a person approves
+/// it on a terminal while the model is held, and the same call retried runs; the run completes and verifies.
+#[test]
+fn a_gated_call_runs_once_a_human_approved_it_in_opencode() {
+    let t = Tmp::new("opencode-gated");
+    let (p, s, home) = setup(&t);
+    std::fs::copy(repo().join("host/tests/claude/gated-hello.yaml"), p.join("runbook.yaml")).unwrap();
+    hook_cli(Path::new(BIN), &p, &["--runbook", "runbook.yaml", "--client", "opencode", "install"]);
+    let go = t.0.join("approved");
+    let call = json!({"name": "bash", "input": {"command": "echo hello", "description": "say hello"}});
+    let script = json!([{"tool_use": [call]}, {"wait_for": go, "tool_use": [call]}, {"text": "Said hello."}]);
+    let cli = {
+        let (p, home, s) = (p.clone(), home.clone(), s.clone());
+        std::thread::spawn(move || run_script(&p, &home, &s, &script))
+    };
+    let run_id = chat_cli::approve_when_asked(&p, "greet", &go);
+    let r = cli.join().unwrap();
+    assert_eq!(r.code, Some(0), "{}", r.output);
+    assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
+    assert!(r.tool_results[0].contains("awaits a human"), "{}", r.tool_results[0]);
+    assert!(r.tool_results[1].contains("hello"), "{}", r.tool_results[1]);
+    let (events, report) = chat_cli::latest_verified(&p, BIN);
+    assert_eq!(report["run_id"], run_id.as_str());
+    let want = [("Bash", "echo hello", "needs-approval"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(chat_cli::invokes(&events), want);
+    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
+}
