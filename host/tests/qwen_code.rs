@@ -20,7 +20,8 @@ fn qwen() -> PathBuf {
 }
 
 /// `qwen -p PROMPT --approval-mode yolo` in `project` (yolo: Qwen Code runs tools without asking, so
-/// whatever is blocked is blocked by the hook), HOME in `scratch`, no telemetry, no update check. The shell
+/// whatever is blocked is blocked by the hook), HOME beside it with folder trust on, no telemetry, no
+/// update check. The shell
 /// runs without a pseudo-terminal: through node-pty, Qwen Code now and then loses a fast command's output
 /// (`Output: (empty)` for `echo hello`; seen once in CI), and the run then fails its assert, rightly.
 fn run(project: &Path, scratch: &Path) -> CliRun {
@@ -28,9 +29,9 @@ fn run(project: &Path, scratch: &Path) -> CliRun {
 }
 
 fn run_script(project: &Path, scratch: &Path, script: &Value) -> CliRun {
-    let home = scratch.join("home");
+    let home = home_of(project);
     std::fs::create_dir_all(home.join(".qwen")).unwrap();
-    let user = json!({"security": {"auth": {"selectedType": "openai"}}, "privacy": {"usageStatisticsEnabled": false},
+    let user = json!({"security": {"auth": {"selectedType": "openai"}, "folderTrust": {"enabled": true}}, "privacy": {"usageStatisticsEnabled": false},
         "telemetry": {"enabled": false}, "general": {"enableAutoUpdate": false}, "tools": {"shell": {"enableInteractiveShell": false}}});
     std::fs::write(home.join(".qwen/settings.json"), user.to_string()).unwrap();
     let api = ChatApi::start(scratch, script);
@@ -46,8 +47,22 @@ fn run_script(project: &Path, scratch: &Path, script: &Value) -> CliRun {
     chat_cli::run(cmd, &api)
 }
 
+/// The HOME of the project's install and runs (beside it): with Qwen Code's folder trust on, as the runs
+/// have it, the hooks load only because install trusted the project there.
+fn home_of(project: &Path) -> PathBuf {
+    project.parent().unwrap().join("home")
+}
+
 fn hook_cli(bin: &Path, project: &Path, args: &[&str]) -> String {
-    let o = Command::new(bin).arg("hook").args(args).current_dir(project).output().unwrap();
+    let o = Command::new(bin)
+        .arg("hook")
+        .args(args)
+        .current_dir(project)
+        .env("HOME", home_of(project))
+        .env_remove("QWEN_HOME")
+        .env_remove("QWEN_CODE_TRUSTED_FOLDERS_PATH")
+        .output()
+        .unwrap();
     assert!(o.status.success(), "hook {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -58,6 +73,7 @@ fn qwen_code_is_governed_by_the_runbook_claude_code_runs() {
     let (p, s) = chat_cli::project(&t.0);
     let said = hook_cli(Path::new(BIN), &p, &["--runbook", "runbook.yaml", "--client", "qwen", "install"]);
     assert!(said.contains("installed in `.qwen/settings.json` (Qwen Code, command mode"), "{said}");
+    assert!(said.contains("trusted") && said.contains("trustedFolders.json"), "{said}");
     let settings: Value = serde_json::from_slice(&std::fs::read(p.join(".qwen/settings.json")).unwrap()).unwrap();
     let pre = settings["hooks"]["PreToolUse"][0]["hooks"][0]["command"].as_str().unwrap().to_string();
     assert!(pre.contains("--client qwen") && pre.contains("exit 2"), "{pre}");

@@ -395,7 +395,16 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
             }
             let command = hook::qwen::fail_closed(&command);
             hook::claude::install(&mut settings, &hook::claude::Mode::CommandNoOnFailure { command: &command }).map_err(anyhow::Error::msg)?;
-            format!("installed in `{shown}` (Qwen Code, command mode; a failure to answer is a deny): {command}")
+            // With `security.folderTrust` on, Qwen Code drops an untrusted project's hooks without a word:
+            // the project is trusted now, whether or not the user has turned the feature on yet.
+            let said = if i.print {
+                String::new()
+            } else {
+                let abs = absolute(settings_path)?;
+                let project = abs.parent().and_then(Path::parent).context("the settings file has no project folder")?.to_path_buf();
+                trust_folder(&trusted_folders_file("QWEN_CODE_TRUSTED_FOLDERS_PATH", "QWEN_HOME", ".qwen", "Qwen Code")?, &project, "Qwen Code")?
+            };
+            format!("installed in `{shown}` (Qwen Code, command mode; a failure to answer is a deny): {command}{said}")
         } else if let Some(port) = a.service {
             // Separated mode: the service decides with its own options; the client only forwards.
             let exe = std::env::current_exe().and_then(|e| e.canonicalize()).context("cannot find this executable's path")?;
@@ -553,6 +562,44 @@ fn copilot_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result
     Ok(ExitCode::SUCCESS)
 }
 
+/// The `trustedFolders.json` of Gemini CLI or Qwen Code (a fork of it): `$<path_var>`, else
+/// `$<home_var>/<dir>/` or `~/<dir>/`.
+fn trusted_folders_file(path_var: &str, home_var: &str, dir: &str, client: &str) -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(path_var) {
+        return Ok(PathBuf::from(p));
+    }
+    if let Some(h) = std::env::var_os(home_var) {
+        // GEMINI_CLI_HOME stands for the home folder, QWEN_HOME for `~/.qwen` itself.
+        let h = PathBuf::from(h);
+        return Ok(if home_var == "QWEN_HOME" { h } else { h.join(dir) }.join("trustedFolders.json"));
+    }
+    let home = std::env::var_os("HOME")
+        .with_context(|| format!("neither {home_var} nor HOME is set: cannot find {client}'s trustedFolders.json to trust the project"))?;
+    Ok(PathBuf::from(home).join(dir).join("trustedFolders.json"))
+}
+
+/// Trusts `project` in a `trustedFolders.json` (`{"/abs": "TRUST_FOLDER"}`): what install says about it. A
+/// level the user set (`DO_NOT_TRUST`) is left as it is and said.
+fn trust_folder(file: &Path, project: &Path, client: &str) -> Result<String> {
+    let mut t = read_settings(file, false)?.unwrap_or_default();
+    let folders = t.as_object_mut().with_context(|| format!("`{}` is not a JSON object", file.display()))?;
+    let key = project.to_string_lossy().into_owned();
+    Ok(match folders.get(&key).and_then(Value::as_str) {
+        Some("TRUST_FOLDER") => String::new(),
+        Some(other) => {
+            format!("; {} is `{other}` in `{}`, left as it is: {client} does not load its hooks until it is trusted", project.display(), file.display())
+        }
+        None => {
+            folders.insert(key, "TRUST_FOLDER".into());
+            if let Some(d) = file.parent() {
+                std::fs::create_dir_all(d)?;
+            }
+            write_settings(file, &t, false)?;
+            format!("; trusted {} in `{}` ({client} loads a project's hooks only in a trusted folder)", project.display(), file.display())
+        }
+    })
+}
+
 /// `hook --client gemini install|uninstall`: our hooks merged into the project's `.gemini/settings.json`,
 /// the command failing closed (Gemini CLI runs the tool when a hook exits 1, dies or prints nothing), and
 /// the project trusted in Gemini CLI's `trustedFolders.json` (it loads a project's hooks only in a trusted
@@ -589,31 +636,8 @@ fn gemini_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result<
     // The folder Gemini CLI is started in: the one `.gemini/` is in.
     let abs = absolute(path)?;
     let project = abs.parent().and_then(Path::parent).context("the settings file has no project folder")?.to_path_buf();
-    let trust = match std::env::var_os("GEMINI_CLI_TRUSTED_FOLDERS_PATH") {
-        Some(p) => PathBuf::from(p),
-        None => std::env::var_os("GEMINI_CLI_HOME")
-            .or_else(|| std::env::var_os("HOME"))
-            .map(|h| PathBuf::from(h).join(".gemini/trustedFolders.json"))
-            .context("neither GEMINI_CLI_HOME nor HOME is set: cannot find Gemini CLI's trustedFolders.json to trust the project")?,
-    };
-    let mut t = read_settings(&trust, false)?.unwrap_or_default();
-    let folders = t.as_object_mut().with_context(|| format!("`{}` is not a JSON object", trust.display()))?;
-    let key = project.to_string_lossy().into_owned();
-    let said = match folders.get(&key).and_then(Value::as_str) {
-        Some("TRUST_FOLDER") => String::new(),
-        // The user's own choice stands: Gemini CLI then refuses to start there, which blocks everything.
-        Some(other) => {
-            format!("; {} is `{other}` in `{}`, left as it is: Gemini CLI will not run there until it is trusted", project.display(), trust.display())
-        }
-        None => {
-            folders.insert(key, "TRUST_FOLDER".into());
-            if let Some(d) = trust.parent() {
-                std::fs::create_dir_all(d)?;
-            }
-            write_settings(&trust, &t, false)?;
-            format!("; trusted {} in `{}` (Gemini CLI loads a project's hooks only in a trusted folder)", project.display(), trust.display())
-        }
-    };
+    let trust = trusted_folders_file("GEMINI_CLI_TRUSTED_FOLDERS_PATH", "GEMINI_CLI_HOME", ".gemini", "Gemini CLI")?;
+    let said = trust_folder(&trust, &project, "Gemini CLI")?;
     eprintln!(
         "runbook-host hook: installed in `{shown}` (Gemini CLI, command mode: {} events; a failure to answer is a deny): {command}{said}",
         hook::gemini::EVENTS.len()
