@@ -110,13 +110,7 @@ fn codex_is_governed_by_the_runbook_claude_code_runs() {
     assert!(r.tool_results[1].contains("hello"), "{}", r.tool_results[1]);
 
     // The run: the client named, the same decisions as under Claude Code, completed at Stop, and it verifies.
-    let (events, report) = chat_cli::latest_verified(&p, BIN);
-    assert!(events[0]["event"]["agent"].as_str().unwrap().starts_with("codex:"), "{}", events[0]);
-    let want = [("Bash", "touch pwned", "deny"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
-    assert_eq!(chat_cli::invokes(&events), want);
-    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
-    // The same decision lines, byte for byte, as every other client gives for this session.
-    assert_eq!(chat_cli::decisions(&events), chat_cli::say_hello_decisions());
+    chat_cli::assert_say_hello_run(&p, BIN, "codex");
 
     // Without the hook the same script runs the command: the hook is what blocked it; its trust is gone
     // from the config, the user's lines and the project's trust stay.
@@ -180,25 +174,10 @@ fn a_gated_call_runs_once_a_human_approved_it_in_codex() {
     let (p, s, home) = setup(&t);
     std::fs::copy(repo().join("host/tests/claude/gated-hello.yaml"), p.join("runbook.yaml")).unwrap();
     hook_cli(Path::new(BIN), &p, &home, &["--runbook", "runbook.yaml", "--client", "codex", "install"]);
-    let go = t.0.join("approved");
-    let call = json!({"name": "exec_command", "input": {"cmd": "echo hello"}});
-    let script = json!([{"tool_use": [call]}, {"wait_for": go, "tool_use": [call]}, {"text": "Said hello."}]);
-    let cli = {
-        let (p, codex_home, s) = (p.clone(), home.join(".codex"), s.clone());
-        std::thread::spawn(move || run_script(&p, &codex_home, &s, &script))
-    };
-    let run_id = chat_cli::approve_when_asked(&p, "greet", &go);
-    let r = cli.join().unwrap();
-    assert_eq!(r.code, Some(0), "{}", r.output);
-    assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
-    assert!(r.tool_results[0].contains("awaits a human's approval"), "{}", r.tool_results[0]);
-    assert!(r.tool_results[1].contains("hello") && !r.tool_results[1].contains("blocked"), "{}", r.tool_results[1]);
-    let (events, report) = chat_cli::latest_verified(&p, BIN);
-    assert_eq!(report["run_id"], run_id.as_str());
-    let want = [("Bash", "echo hello", "needs-approval"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
-    assert_eq!(chat_cli::invokes(&events), want);
-    assert_eq!(report["approvals"].as_array().map(Vec::len), Some(1), "{report}");
-    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
+    let p2 = p.clone();
+    chat_cli::assert_gated_session(&p, BIN, json!({"name": "exec_command", "input": {"cmd": "echo hello"}}), "hello", move |script| {
+        run_script(&p2, &home.join(".codex"), &s, &script)
+    });
 }
 
 /// An MCP tool of a stdio server (the real server-everything, as `my_everything`) is decided by the same

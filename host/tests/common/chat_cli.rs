@@ -175,3 +175,39 @@ pub fn decisions(events: &[Value]) -> Value {
 pub fn say_hello_decisions() -> Value {
     serde_json::from_slice(&std::fs::read(repo().join("host/tests/fixtures/agent-clis/say-hello.decisions.json")).unwrap()).unwrap()
 }
+
+/// The say-hello session's record, as every client leaves it: the run names the client (`agent`
+/// starting `agent:`), `touch pwned` denied and `echo hello` allowed as `Bash`, completed, verified, and
+/// the decision lines byte for byte those of every other client. Returns the events and the report.
+pub fn assert_say_hello_run(project: &Path, bin: &str, agent: &str) -> (Vec<Value>, Value) {
+    let (events, report) = latest_verified(project, bin);
+    assert!(events[0]["event"]["agent"].as_str().unwrap().starts_with(&format!("{agent}:")), "{}", events[0]);
+    let want = [("Bash", "touch pwned", "deny"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(invokes(&events), want);
+    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
+    assert_eq!(decisions(&events), say_hello_decisions());
+    (events, report)
+}
+
+/// The gated-hello session in a client whose hook is installed in `project`: `call` (the client's shell
+/// tool running `echo hello`) is denied as awaiting approval, a person approves it on a terminal while
+/// the model is held ([`approve_when_asked`]), and the same call retried runs, its result holding `ran`.
+/// `run` runs the client's CLI with the script it is given. The run completes with the approval in its
+/// report and verifies.
+pub fn assert_gated_session(project: &Path, bin: &str, call: Value, ran: &str, run: impl FnOnce(Value) -> CliRun + Send + 'static) {
+    let go = project.parent().unwrap().join("approved");
+    let script = json!([{"tool_use": [call]}, {"wait_for": go, "tool_use": [call]}, {"text": "Said hello."}]);
+    let cli = std::thread::spawn(move || run(script));
+    let run_id = approve_when_asked(project, "greet", &go);
+    let r = cli.join().unwrap();
+    assert_eq!(r.code, Some(0), "{}", r.output);
+    assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
+    assert!(r.tool_results[0].contains("awaits a human"), "{}", r.tool_results[0]);
+    assert!(r.tool_results[1].contains(ran) && !r.tool_results[1].contains("awaits a human"), "{}", r.tool_results[1]);
+    let (events, report) = latest_verified(project, bin);
+    assert_eq!(report["run_id"], run_id.as_str());
+    let want = [("Bash", "echo hello", "needs-approval"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(invokes(&events), want);
+    assert_eq!(report["approvals"].as_array().map(Vec::len), Some(1), "{report}");
+    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
+}
