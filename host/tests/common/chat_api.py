@@ -16,11 +16,12 @@ Supports "stream": true (SSE chunks, tool_calls deltas, final [DONE]) and
 non-streamed responses. GET .../models lists one model.
 """
 import json
-import os
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from scripted import wait_for
 
 LOCK = threading.Lock()
 STATE = {"n": 0}
@@ -82,11 +83,7 @@ class Handler(BaseHTTPRequestHandler):
                     entry["_turn"] = idx
                     with open(self.log_path, "a", encoding="utf-8") as f:
                         f.write(json.dumps(entry) + "\n")
-        # A turn with "wait_for": PATH is answered once PATH exists (at most 120 s): the test holds the
-        # model there while a person acts (approves a gated call).
-        deadline = time.time() + 120
-        while turn.get("wait_for") and not os.path.exists(turn["wait_for"]) and time.time() < deadline:
-            time.sleep(0.05)
+        wait_for(turn)
         model = body.get("model", "scripted") if isinstance(body, dict) else "scripted"
         cid = "chatcmpl-%d-%d" % (int(time.time()), idx)
         tool_calls = []

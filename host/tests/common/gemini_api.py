@@ -16,22 +16,14 @@ Serves POST /v1beta/models/<model>:streamGenerateContent (one SSE event), :gener
 request body is appended to LOG.jsonl as one JSON line, with "_turn".
 """
 import json
-import os
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from scripted import send, wait_for
 
 SIDE_ANSWER = json.dumps({"reasoning": "scripted", "next_speaker": "user", "model_choice": "flash",
                           "complexity_score": 1, "complexity_reasoning": "scripted"})
-
-
-def wait_for(turn):
-    """A turn with "wait_for": PATH is answered once PATH exists (at most 120 s): the test holds the
-    model there while a person acts (approves a gated call)."""
-    deadline = time.time() + 120
-    while turn.get("wait_for") and not os.path.exists(turn["wait_for"]) and time.time() < deadline:
-        time.sleep(0.05)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -45,11 +37,7 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def send(self, code, ctype, data):
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send(self, code, ctype, data)
 
     def do_POST(self):
         raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))

@@ -14,23 +14,15 @@ response.completed with usage) on 127.0.0.1, on a free port it prints alone on i
 line. Each request body is appended to LOG.jsonl as one JSON line, with "_turn".
 """
 import json
-import os
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from scripted import send, wait_for
 
 
 def sse(event):
     return ("event: %s\ndata: %s\n\n" % (event["type"], json.dumps(event))).encode()
-
-
-def wait_for(turn):
-    """A turn with "wait_for": PATH is answered once PATH exists (at most 120 s): the test holds the
-    model there while a person acts (approves a gated call)."""
-    deadline = time.time() + 120
-    while turn.get("wait_for") and not os.path.exists(turn["wait_for"]) and time.time() < deadline:
-        time.sleep(0.05)
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -44,11 +36,7 @@ class Handler(BaseHTTPRequestHandler):
         pass
 
     def send(self, code, ctype, data):
-        self.send_response(code)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send(self, code, ctype, data)
 
     def do_GET(self):
         self.send(404, "application/json", b'{"error": "not found"}')
