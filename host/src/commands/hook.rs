@@ -270,12 +270,8 @@ fn hook_command(a: &Args) -> Result<String> {
     }
     match a.client {
         ClientName::Claude => {}
-        ClientName::Qwen => c.push("--client qwen".into()),
-        ClientName::Copilot => c.push("--client copilot".into()),
-        ClientName::Gemini => c.push("--client gemini".into()),
-        ClientName::Codex => c.push("--client codex".into()),
-        ClientName::Opencode => c.push("--client opencode".into()),
         ClientName::Auto => bail!("--client auto names no one client"),
+        other => c.push(format!("--client {}", other.client().name())),
     }
     Ok(c.join(" "))
 }
@@ -393,7 +389,7 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
             if a.service.is_some() || i.mode == InstallMode::Http {
                 bail!("--client qwen is installed in command mode only (the server mode and separated mode are Claude Code's for now)");
             }
-            let command = hook::qwen::fail_closed(&command);
+            let command = hook::fail_closed(&command);
             hook::claude::install(&mut settings, &hook::claude::Mode::CommandNoOnFailure { command: &command }).map_err(anyhow::Error::msg)?;
             // With `security.folderTrust` on, Qwen Code drops an untrusted project's hooks without a word:
             // the project is trusted now, whether or not the user has turned the feature on yet.
@@ -626,7 +622,7 @@ fn gemini_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result<
     if a.service.is_some() || i.mode == InstallMode::Http {
         bail!("--client gemini is installed in command mode only (Gemini CLI has no http hooks)");
     }
-    let command = hook::qwen::fail_closed(&hook_command(a)?);
+    let command = hook::fail_closed(&hook_command(a)?);
     hook::gemini::install(&mut settings, &command).map_err(anyhow::Error::msg)?;
     if i.print {
         print!("{}", serde_json::to_string_pretty(&settings)? + "\n");
@@ -766,7 +762,7 @@ fn codex_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result<E
         );
     }
     let command = hook_command(a)?;
-    let pre = hook::qwen::fail_closed(&command);
+    let pre = hook::fail_closed(&command);
     hook::merge_hooks(&mut doc, hook::codex::hooks(&command, &pre), hook::codex::EVENTS).map_err(anyhow::Error::msg)?;
     if i.print {
         print!("{}", serde_json::to_string_pretty(&doc)? + "\n");
@@ -1050,10 +1046,8 @@ pub fn run(a: Args) -> Result<ExitCode> {
         Err(e) => {
             // Fail closed: exit 2 blocks the tool call (or the stop) and shows the reason.
             eprintln!("runbook-host hook: denied (fail closed): {e:#}");
-            if a.client == ClientName::Copilot {
-                // Copilot drops the stderr of an exit 2; a decision on stdout carries the reason.
-                let reason = format!("runbook-host hook: denied (fail closed): {e:#}");
-                println!("{}", serde_json::json!({"permissionDecision": "deny", "permissionDecisionReason": reason}));
+            if let Some(v) = a.client.client().failure_answer(&format!("runbook-host hook: denied (fail closed): {e:#}")) {
+                println!("{v}");
             }
             Ok(ExitCode::from(2))
         }

@@ -79,7 +79,7 @@ pub enum Mode<'a> {
     /// A process per event: `command` is the whole command line.
     Command { command: &'a str },
     /// A process per event for a client without `onFailure` (Qwen Code): the command line fails closed by
-    /// itself ([`super::qwen::fail_closed`]).
+    /// itself ([`super::fail_closed`]).
     CommandNoOnFailure { command: &'a str },
     /// The resident server at `url` for every event but SessionStart, which Claude Code runs only as a
     /// command (`start_command`): it starts the server when none answers and opens the session in it.
@@ -291,5 +291,7 @@ mod tests {
         install(&mut s, &Mode::Command { command: "/abs/runbook-host hook" }).unwrap();
         assert!(s["hooks"].get("PermissionRequest").is_none(), "{s}");
         assert!(!is_server_url("http://127.0.0.1:4000/other") && !is_server_url("http://10.0.0.1:4000/runbook-hook"));
+        // The command that fails closed is still recognised as ours.
+        assert!(is_hook_command(&super::super::fail_closed("/abs/runbook-host hook --client qwen --runbook x@1")));
     }
 }

@@ -138,6 +138,25 @@ impl Client {
             Client::Opencode => opencode::render(answer),
         }
     }
+    /// The client as `--client` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Client::Claude => "claude",
+            Client::Qwen => "qwen",
+            Client::Copilot => "copilot",
+            Client::Gemini => "gemini",
+            Client::Codex => "codex",
+            Client::Opencode => "opencode",
+        }
+    }
+    /// What the hook prints on stdout besides its exit 2 when it fails closed: Copilot drops the stderr of
+    /// an exit 2, so its deny decision carries the reason; the other clients read the reason on stderr.
+    pub fn failure_answer(self, reason: &str) -> Option<Value> {
+        match self {
+            Client::Copilot => copilot::render("PreToolUse", &Answer::Deny(reason.to_string())),
+            _ => None,
+        }
+    }
     /// The client as the run's `agent` names it.
     pub fn agent(self) -> &'static str {
         match self {
@@ -149,6 +168,14 @@ impl Client {
             Client::Opencode => "opencode",
         }
     }
+}
+
+/// The command line a client whose hooks fail open (Qwen Code, Gemini CLI, Codex) runs for our hook: ours,
+/// and on any failure to answer (the binary missing, a crash) an exit 2 with a reason, which each of them
+/// takes as a deny (they run the tool on exit 127 or a signal). Our own denials already exit 2 with their
+/// reason on stderr.
+pub fn fail_closed(command: &str) -> String {
+    format!("{command} || {{ echo 'runbook-host hook: no answer from the hook, so the call is denied' >&2; exit 2; }}")
 }
 
 /// Merges `hooks` (`{EVENT: [group, ...]}`, the shape Claude Code, Gemini CLI and Codex share) into a
