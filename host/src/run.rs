@@ -152,6 +152,18 @@ impl Guard {
     }
 }
 
+/// A tool call or result as its client named it, where an adapter mapped it to the canonical vocabulary
+/// (DESIGN 9.23): recorded on the event as `x-client` `{client, tool, call_sha256?}` (the hash of the
+/// client's own tool and arguments, on a call).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientCall {
+    /// The client as `hook --client` names it.
+    pub client: String,
+    pub tool: String,
+    /// The call's arguments as the client sent them (None on a result).
+    pub arguments: Option<Value>,
+}
+
 /// Unix time in milliseconds (the run's clock counts from the `start` event's wall time).
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
@@ -522,14 +534,35 @@ impl Run {
     /// A tool call. The guard is applied by the module (its needles were set on the session), for every
     /// adapter alike.
     pub fn invoke(&mut self, tool: &str, arguments: &Value, call_id: Option<&str>, step: Option<&str>) -> Result<Answer, RunError> {
-        let guard = false;
-        let mut a = self.feed(EventKind::Invoke(Invoke {
+        self.invoke_from(tool, arguments, call_id, step, None)
+    }
+
+    /// A tool call an adapter mapped from its client's own vocabulary (DESIGN 9.23): decided on the
+    /// canonical `tool` and `arguments`, with `client`'s own name and arguments kept in the record.
+    pub fn invoke_from(
+        &mut self,
+        tool: &str,
+        arguments: &Value,
+        call_id: Option<&str>,
+        step: Option<&str>,
+        client: Option<&ClientCall>,
+    ) -> Result<Answer, RunError> {
+        let mut invoke = Invoke {
             tool: tool.to_string(),
             arguments: arguments.to_string(),
             call_id: call_id.map(str::to_string),
             step: step.map(str::to_string),
-            guard,
-        }))?;
+            guard: false,
+        };
+        let mut a = match client {
+            None => self.feed(EventKind::Invoke(invoke))?,
+            Some(c) => {
+                // The wire path records its line as given, so the guard the typed path completes in the
+                // module is asked of the module here.
+                invoke.guard = self.policy.guard_names(tool, &invoke.arguments, self.guard.needles())?;
+                self.feed_from(EventKind::Invoke(invoke), c)?
+            }
+        };
         if a.kind() == DecisionKind::NeedsApproval {
             a.call_sha256 = Some(self.call_sha256(tool, arguments)?);
         }
@@ -550,7 +583,39 @@ impl Run {
 
     /// A tool's result (`result` is what the adapter observes, DESIGN 9.23).
     pub fn result(&mut self, tool: &str, result: &Value, is_error: bool, call_id: Option<&str>) -> Result<Answer, RunError> {
-        self.feed(EventKind::Result(ToolResult { tool: tool.to_string(), result: result.to_string(), is_error, call_id: call_id.map(str::to_string) }))
+        self.result_from(tool, result, is_error, call_id, None)
+    }
+
+    /// A tool's result under its canonical name, `client` naming the tool as the client did.
+    pub fn result_from(&mut self, tool: &str, result: &Value, is_error: bool, call_id: Option<&str>, client: Option<&ClientCall>) -> Result<Answer, RunError> {
+        let kind = EventKind::Result(ToolResult { tool: tool.to_string(), result: result.to_string(), is_error, call_id: call_id.map(str::to_string) });
+        match client {
+            None => self.feed(kind),
+            Some(c) => self.feed_from(kind, c),
+        }
+    }
+
+    /// Feeds a typed event with the client's own call beside it: the module's line for the event with
+    /// an `x-client` member (an extension every reader ignores in deciding, DESIGN 9.23), made canonical
+    /// by the module and fed on the wire path, so the record holds it and the chain covers it. The
+    /// client's arguments enter as their call hash (`call_sha256` of the client's tool and arguments,
+    /// 9.19), never in clear: the chain and a redacted derivative digest only the event's top-level
+    /// `arguments` (9.22), and the canonical ones already hold the same values.
+    fn feed_from(&mut self, kind: EventKind, client: &ClientCall) -> Result<Answer, RunError> {
+        self.check_open()?;
+        let module = |what: &str, e: String| RunError::Module(format!("{what}: {e}"));
+        let mut x = serde_json::Map::new();
+        x.insert("client".into(), Value::String(client.client.clone()));
+        x.insert("tool".into(), Value::String(client.tool.clone()));
+        if let Some(a) = &client.arguments {
+            x.insert("call_sha256".into(), Value::String(self.call_sha256(&client.tool, a)?));
+        }
+        let event = Event { at: self.now_at(), kind };
+        let line = self.policy.encode_event(&event)?.map_err(|e| module("the event could not be encoded", e))?;
+        let mut v: Value = serde_json::from_str(&line).map_err(|e| module("the module's event line is not JSON", e.to_string()))?;
+        v["x-client"] = Value::Object(x);
+        let line = self.policy.canonicalize(&v.to_string())?.map_err(|e| module("the event could not be made canonical", e))?;
+        self.feed_line(&line)
     }
 
     /// An approval an embedder obtained itself (the adapters use [`Run::apply_grant`]). Refused where

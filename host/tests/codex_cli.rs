@@ -110,7 +110,7 @@ fn codex_is_governed_by_the_runbook_claude_code_runs() {
     assert!(r.tool_results[1].contains("hello"), "{}", r.tool_results[1]);
 
     // The run: the client named, the same decisions as under Claude Code, completed at Stop, and it verifies.
-    chat_cli::assert_say_hello_run(&p, BIN, "codex");
+    chat_cli::assert_say_hello_run(&p, BIN, "codex", None);
 
     // Without the hook the same script runs the command: the hook is what blocked it; its trust is gone
     // from the config, the user's lines and the project's trust stay.

@@ -66,7 +66,7 @@ fn copilot_cli_is_governed_by_the_runbook_claude_code_runs() {
     assert!(r.tool_results[0].contains("undeclared-tool"), "{}", r.tool_results[0]);
     assert!(r.tool_results[1].contains("hello"), "{}", r.tool_results[1]);
 
-    chat_cli::assert_say_hello_run(&p, BIN, "copilot-cli");
+    chat_cli::assert_say_hello_run(&p, BIN, "copilot-cli", Some("bash"));
 
     // Without the hook the same script runs the command: the hook is what blocked it.
     let said = hook_cli(&p, &home, &["--client", "copilot", "uninstall"]);

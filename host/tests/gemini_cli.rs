@@ -93,7 +93,7 @@ fn gemini_cli_is_governed_by_the_runbook_claude_code_runs() {
 
     // The run: the client named, the shell as `Bash`, the same decisions as under Claude Code, completed at
     // AfterAgent (its Stop), and it verifies.
-    chat_cli::assert_say_hello_run(&p, BIN, "gemini-cli");
+    chat_cli::assert_say_hello_run(&p, BIN, "gemini-cli", Some("run_shell_command"));
 
     // Without the hook the same script runs the command: the hook is what blocked it. The user's own
     // settings are left as they were.

@@ -88,7 +88,7 @@ fn opencode_is_governed_by_the_runbook_claude_code_runs() {
 
     // The run: the client named, the shell as `Bash`, the same decision lines as every other client,
     // completed when the session went idle, and it verifies.
-    chat_cli::assert_say_hello_run(&p, BIN, "opencode");
+    chat_cli::assert_say_hello_run(&p, BIN, "opencode", Some("bash"));
 
     // Without the plugin the same script runs the command: the plugin is what blocked it.
     let said = hook_cli(Path::new(BIN), &p, &["--client", "opencode", "uninstall"]);

@@ -87,7 +87,7 @@ fn qwen_code_is_governed_by_the_runbook_claude_code_runs() {
 
     // The run: the client named, the shell as `Bash`, the same decisions as under Claude Code, completed at
     // the client's Stop (Qwen Code sends no SessionEnd in a one-shot session), and it verifies.
-    chat_cli::assert_say_hello_run(&p, BIN, "qwen-code");
+    chat_cli::assert_say_hello_run(&p, BIN, "qwen-code", Some("run_shell_command"));
 
     // Without the hook the same script runs the command: the hook is what blocked it.
     let said = hook_cli(Path::new(BIN), &p, &["--client", "qwen", "uninstall"]);

@@ -179,11 +179,27 @@ pub fn say_hello_decisions() -> Value {
 /// The say-hello session's record, as every client leaves it: the run names the client (`agent`
 /// starting `agent:`), `touch pwned` denied and `echo hello` allowed as `Bash`, completed, verified, and
 /// the decision lines byte for byte those of every other client. Returns the events and the report.
-pub fn assert_say_hello_run(project: &Path, bin: &str, agent: &str) -> (Vec<Value>, Value) {
+/// `shell`: the client's own name of its shell tool, which the record keeps beside `Bash` (`x-client`,
+/// DESIGN 9.23); None for a client whose hook already names it `Bash`.
+pub fn assert_say_hello_run(project: &Path, bin: &str, agent: &str, shell: Option<&str>) -> (Vec<Value>, Value) {
     let (events, report) = latest_verified(project, bin);
     assert!(events[0]["event"]["agent"].as_str().unwrap().starts_with(&format!("{agent}:")), "{}", events[0]);
     let want = [("Bash", "touch pwned", "deny"), ("Bash", "echo hello", "allow")].map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
     assert_eq!(invokes(&events), want);
+    let client = agent.split('-').next().unwrap();
+    let tool_events: Vec<&Value> = events.iter().map(|e| &e["event"]).filter(|e| e["type"] == "invoke" || e["type"] == "result").collect();
+    assert_eq!(tool_events.len(), 3, "{tool_events:#?}");
+    for e in tool_events {
+        match shell {
+            Some(own) => {
+                assert_eq!((e["x-client"]["client"].as_str(), e["x-client"]["tool"].as_str()), (Some(client), Some(own)), "{e}");
+                // The client's own arguments by their call hash only (a redacted copy must not hold them).
+                assert_eq!(e["x-client"]["call_sha256"].as_str().map(str::len), (e["type"] == "invoke").then_some(64), "{e}");
+                assert!(e["x-client"].get("arguments").is_none(), "{e}");
+            }
+            None => assert!(e.get("x-client").is_none(), "{e}"),
+        }
+    }
     assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
     assert_eq!(decisions(&events), say_hello_decisions());
     (events, report)

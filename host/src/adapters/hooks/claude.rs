@@ -19,17 +19,17 @@ pub fn parse(bytes: &[u8]) -> Result<HookEvent, String> {
     let call_id = s("tool_use_id");
     Ok(match name.as_str() {
         "SessionStart" => HookEvent::SessionStart { session },
-        "PreToolUse" => HookEvent::PreToolUse { session, tool: tool()?, input: input()?, call_id },
+        "PreToolUse" => HookEvent::PreToolUse { session, tool: tool()?, input: input()?, call_id, client: None },
         "PostToolUse" => {
             let response = v.get("tool_response").cloned().ok_or("a PostToolUse payload without `tool_response`")?;
             input()?;
-            HookEvent::PostToolUse { session, tool: tool()?, response, call_id, failed: false }
+            HookEvent::PostToolUse { session, tool: tool()?, response, call_id, failed: false, client: None }
         }
         // A tool call that failed: its error is the result, and `is_error` is true.
         "PostToolUseFailure" => {
             let response = v.get("tool_response").or_else(|| v.get("error")).cloned().ok_or("a PostToolUseFailure payload without `error`")?;
             input()?;
-            HookEvent::PostToolUse { session, tool: tool()?, response, call_id, failed: true }
+            HookEvent::PostToolUse { session, tool: tool()?, response, call_id, failed: true, client: None }
         }
         "PermissionRequest" => HookEvent::PermissionRequest { session, tool: tool()?, input: input()? },
         // Not `SubagentStop`: install never registers it, and a subagent's stop is not the session's final

@@ -87,19 +87,19 @@ pub fn parse(event: &str, bytes: &[u8]) -> Result<HookEvent, String> {
         "sessionStart" => HookEvent::SessionStart { session },
         "preToolUse" => {
             let (tool, input) = tool()?;
-            HookEvent::PreToolUse { session, tool, input, call_id: None }
+            HookEvent::PreToolUse { session, tool, input, call_id: None, client: None }
         }
         "postToolUse" => {
             let (tool, _) = tool()?;
             let result = v.get("toolResult").cloned().ok_or("a postToolUse payload without `toolResult`")?;
             let failed = result["resultType"].as_str().is_some_and(|t| t != "success");
             let response = if tool == "Bash" { shell_result(&result) } else { result };
-            HookEvent::PostToolUse { session, tool, response, call_id: None, failed }
+            HookEvent::PostToolUse { session, tool, response, call_id: None, failed, client: None }
         }
         "postToolUseFailure" => {
             let (tool, _) = tool()?;
             let error = v.get("error").cloned().ok_or("a postToolUseFailure payload without `error`")?;
-            HookEvent::PostToolUse { session, tool, response: error, call_id: None, failed: true }
+            HookEvent::PostToolUse { session, tool, response: error, call_id: None, failed: true, client: None }
         }
         "agentStop" => HookEvent::Stop { session, again: v["stop_hook_active"].as_bool().unwrap_or(false) },
         "sessionEnd" => HookEvent::SessionEnd { session },

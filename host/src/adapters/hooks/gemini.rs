@@ -111,14 +111,14 @@ pub fn parse(bytes: &[u8]) -> Result<HookEvent, String> {
         "SessionStart" => HookEvent::SessionStart { session },
         "BeforeTool" => {
             let (tool, input) = tool()?;
-            HookEvent::PreToolUse { session, tool, input, call_id: None }
+            HookEvent::PreToolUse { session, tool, input, call_id: None, client: None }
         }
         "AfterTool" => {
             let (tool, _) = tool()?;
             let response = v.get("tool_response").cloned().ok_or("an AfterTool payload without `tool_response`")?;
             let failed = response.get("error").is_some_and(|e| !e.is_null());
             let response = if tool == "Bash" { shell_result(&response) } else { response };
-            HookEvent::PostToolUse { session, tool, response, call_id: None, failed }
+            HookEvent::PostToolUse { session, tool, response, call_id: None, failed, client: None }
         }
         "AfterAgent" => HookEvent::Stop { session, again: v["stop_hook_active"].as_bool().unwrap_or(false) },
         "SessionEnd" => HookEvent::SessionEnd { session },

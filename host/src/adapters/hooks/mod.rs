@@ -27,7 +27,7 @@ pub mod qwen;
 pub mod server;
 
 use crate::registry;
-use crate::run::{Answer as RunAnswer, Claim, Guard, Pin, Run, RunError, Signers};
+use crate::run::{Answer as RunAnswer, Claim, ClientCall, Guard, Pin, Run, RunError, Signers};
 use crate::{bundle, Coverage, DecisionKind, EndReason, Policy, Profile, Risk};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
@@ -53,6 +53,8 @@ pub enum HookEvent {
         tool: String,
         input: Value,
         call_id: Option<String>,
+        /// The call as the client named it, where that is not the canonical form (kept in the record).
+        client: Option<ClientCall>,
     },
     /// `failed`: the client reported the call as failed (its error is the result).
     PostToolUse {
@@ -61,6 +63,8 @@ pub enum HookEvent {
         response: Value,
         call_id: Option<String>,
         failed: bool,
+        /// The tool as the client named it, where that is not the canonical name (kept in the record).
+        client: Option<ClientCall>,
     },
     /// The client is about to ask its user whether a tool call may run (its own permission rules).
     PermissionRequest {
@@ -116,8 +120,43 @@ pub enum Client {
 }
 
 impl Client {
-    /// Parses a payload; `event` is the event the command line names (Copilot's payloads do not).
+    /// Parses a payload; `event` is the event the command line names (Copilot's payloads do not). A tool
+    /// call the adapter renamed keeps the client's own name and arguments (DESIGN 9.23).
     pub fn parse(self, event: Option<&str>, bytes: &[u8]) -> Result<HookEvent, String> {
+        let mut ev = self.parse_canonical(event, bytes)?;
+        self.keep_client_call(&mut ev, bytes);
+        Ok(ev)
+    }
+
+    /// The client's own tool name and arguments in a payload (where its hooks put them).
+    fn own_call(self, bytes: &[u8]) -> Option<(String, Value)> {
+        let v: Value = serde_json::from_slice(bytes).ok()?;
+        let (name, args) = match self {
+            Client::Claude => return None,
+            Client::Copilot => ("toolName", "toolArgs"),
+            _ => ("tool_name", "tool_input"),
+        };
+        let args = match &v[args] {
+            Value::String(s) => serde_json::from_str(s).ok()?,
+            a => a.clone(),
+        };
+        Some((v[name].as_str()?.to_string(), args))
+    }
+
+    fn keep_client_call(self, ev: &mut HookEvent, bytes: &[u8]) {
+        let (canonical, input, slot) = match ev {
+            HookEvent::PreToolUse { tool, input, client, .. } => (tool.as_str(), Some(&*input), client),
+            HookEvent::PostToolUse { tool, client, .. } => (tool.as_str(), None, client),
+            _ => return,
+        };
+        let Some((own, args)) = self.own_call(bytes) else { return };
+        let renamed = own != canonical || input.is_some_and(|i| *i != args);
+        if renamed {
+            *slot = Some(ClientCall { client: self.name().into(), tool: own, arguments: input.map(|_| args) });
+        }
+    }
+
+    fn parse_canonical(self, event: Option<&str>, bytes: &[u8]) -> Result<HookEvent, String> {
         match self {
             Client::Claude => claude::parse(bytes),
             Client::Qwen => qwen::parse(bytes),
@@ -483,12 +522,12 @@ fn decide_on(cfg: &Config, ev: &HookEvent, run: &mut Run, mut allowed: Option<&m
         |run: &Run| format!("runbook: run {} is finished and its evidence is sealed; no further tool call is supervised in this session.", run.run_id());
     match ev {
         HookEvent::SessionStart { .. } => unreachable!("handled by start"),
-        HookEvent::PreToolUse { tool, input, call_id, .. } => {
+        HookEvent::PreToolUse { tool, input, call_id, client, .. } => {
             if run.finished() {
                 return Ok(Answer::Deny(finished(run)));
             }
             run.apply_answered_approval_for(tool, input)?;
-            let a = run.invoke(tool, input, call_id.as_deref(), None)?;
+            let a = run.invoke_from(tool, input, call_id.as_deref(), None, client.as_ref())?;
             if let Some(m) = allowed.as_deref_mut() {
                 let key = call_key(tool, input);
                 if a.kind() == DecisionKind::Allow {
@@ -515,11 +554,11 @@ fn decide_on(cfg: &Config, ev: &HookEvent, run: &mut Run, mut allowed: Option<&m
                 _ => Ok(Answer::Deny(agent_text(&a))),
             }
         }
-        HookEvent::PostToolUse { tool, response, call_id, failed, .. } => {
+        HookEvent::PostToolUse { tool, response, call_id, failed, client, .. } => {
             if run.finished() {
                 return Ok(Answer::Block(finished(run)));
             }
-            let a = run.result(tool, response, *failed || claude::is_error(response), call_id.as_deref())?;
+            let a = run.result_from(tool, response, *failed || claude::is_error(response), call_id.as_deref(), client.as_ref())?;
             if a.kind() == DecisionKind::Halt {
                 let outcome = run.state()?.outcome.map(|o| format!(" The outcome is {}.", crate::wire::code(o))).unwrap_or_default();
                 return Ok(Answer::Block(format!("{}{outcome} Stop and tell the user.", agent_text(&a))));
@@ -663,4 +702,29 @@ fn create(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<(Answer, R
         crate::wire::profile(cfg.profile)
     ));
     Ok((note, run))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renamed_call_keeps_the_clients_own_name_and_arguments() {
+        let pre = json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "run_shell_command", "tool_input": {"command": "ls"}});
+        let HookEvent::PreToolUse { tool, client, .. } = Client::Qwen.parse(None, pre.to_string().as_bytes()).unwrap() else { panic!() };
+        assert_eq!(tool, "Bash");
+        assert_eq!(client, Some(ClientCall { client: "qwen".into(), tool: "run_shell_command".into(), arguments: Some(json!({"command": "ls"})) }));
+        // Arguments renamed under a kept name, and a Copilot payload's arguments as a JSON string.
+        let copilot = json!({"sessionId": "s", "toolName": "view", "toolArgs": "{\"path\":\"/a\"}"});
+        let HookEvent::PreToolUse { input, client, .. } = Client::Copilot.parse(Some("preToolUse"), copilot.to_string().as_bytes()).unwrap() else { panic!() };
+        assert_eq!(input, json!({"file_path": "/a"}));
+        assert_eq!(client.unwrap().arguments, Some(json!({"path": "/a"})), "the arguments as Copilot sent them (recorded by their hash)");
+        // A result names the client's tool only; a call already canonical keeps nothing.
+        let post = json!({"session_id": "s", "hook_event_name": "PostToolUse", "tool_name": "read_file", "tool_input": {}, "tool_response": "x"});
+        let HookEvent::PostToolUse { client, .. } = Client::Qwen.parse(None, post.to_string().as_bytes()).unwrap() else { panic!() };
+        assert_eq!(client, Some(ClientCall { client: "qwen".into(), tool: "read_file".into(), arguments: None }));
+        let codex = json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "ls"}});
+        let HookEvent::PreToolUse { client, .. } = Client::Codex.parse(None, codex.to_string().as_bytes()).unwrap() else { panic!() };
+        assert_eq!(client, None);
+    }
 }
