@@ -132,9 +132,7 @@ fn codex_is_governed_by_the_runbook_claude_code_runs() {
 fn a_missing_hook_binary_still_blocks_in_codex() {
     let t = Tmp::new("codex-missing");
     let (p, s, home) = setup(&t);
-    let copy = t.0.join("bin/runbook-host");
-    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
-    std::fs::copy(BIN, &copy).unwrap();
+    let copy = common::hooks::binary_copy(&t.0);
     hook_cli(&copy, &p, &home, &["--runbook", "runbook.yaml", "--client", "codex", "install"]);
     std::fs::remove_file(&copy).unwrap();
     let r = run(&p, &home.join(".codex"), &s);

@@ -594,7 +594,7 @@ fn client_auto_installs_for_each_cli_on_path() {
     let w = work("auto");
     let bin = w.0.join("fakebin");
     std::fs::create_dir_all(&bin).unwrap();
-    for cli in ["gemini", "codex"] {
+    for cli in ["gemini", "codex", "cline"] {
         std::fs::write(bin.join(cli), "#!/bin/sh\nexit 0\n").unwrap();
         std::fs::set_permissions(bin.join(cli), std::fs::Permissions::from_mode(0o755)).unwrap();
     }
@@ -608,22 +608,30 @@ fn client_auto_installs_for_each_cli_on_path() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
     assert!(
-        err.contains(&format!("on PATH: Codex ({}), Gemini CLI ({}); installing for each", bin.join("codex").display(), bin.join("gemini").display())),
+        err.contains(&format!(
+            "on PATH: Codex ({}), Gemini CLI ({}), Cline ({}); installing for each",
+            bin.join("codex").display(),
+            bin.join("gemini").display(),
+            bin.join("cline").display()
+        )),
         "{err}"
     );
-    assert!(w.0.join(".codex/hooks.json").is_file() && w.0.join(".gemini/settings.json").is_file(), "{err}");
+    assert!(
+        w.0.join(".codex/hooks.json").is_file() && w.0.join(".gemini/settings.json").is_file() && w.0.join(".clinerules/hooks/PreToolUse").is_file(),
+        "{err}"
+    );
     assert!(!w.0.join(".claude").exists() && !w.0.join(".qwen").exists() && !w.0.join(".github").exists());
     let gemini: Value = serde_json::from_slice(&std::fs::read(w.0.join(".gemini/settings.json")).unwrap()).unwrap();
     assert!(gemini["hooks"]["BeforeTool"][0]["hooks"][0]["command"].as_str().unwrap().contains("--client gemini"));
     let o = hook_cli(&bin, &["--client", "auto", "uninstall"]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(!w.0.join(".codex/hooks.json").exists() && !w.0.join(".gemini/settings.json").exists());
+    assert!(!w.0.join(".codex/hooks.json").exists() && !w.0.join(".gemini/settings.json").exists() && !w.0.join(".clinerules/hooks/PreToolUse").exists());
     // None on PATH: refused, and nothing written.
     let empty = w.0.join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     let o = hook_cli(&empty, &["--runbook", runbook.to_str().unwrap(), "--client", "auto", "install"]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("found none of `claude`, `codex`, `gemini`, `copilot`, `qwen`, `opencode` on PATH"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("found none of `claude`, `codex`, `gemini`, `copilot`, `qwen`, `opencode`, `cline` on PATH"));
     // A hook event names its client: auto is refused there, failing closed.
     let mut child = Command::new(BIN).args(["hook", "--client", "auto"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let _ = child.stdin.take().unwrap().write_all(b"{}");

@@ -105,9 +105,7 @@ fn opencode_is_governed_by_the_runbook_claude_code_runs() {
 fn a_missing_hook_binary_still_blocks_in_opencode() {
     let t = Tmp::new("opencode-missing");
     let (p, s, home) = setup(&t);
-    let copy = t.0.join("bin/runbook-host");
-    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
-    std::fs::copy(BIN, &copy).unwrap();
+    let copy = common::hooks::binary_copy(&t.0);
     hook_cli(&copy, &p, &["--runbook", "runbook.yaml", "--client", "opencode", "install"]);
     std::fs::remove_file(&copy).unwrap();
     let r = run_script(&p, &home, &s, &chat_cli::script("bash"));

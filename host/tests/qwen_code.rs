@@ -105,9 +105,7 @@ fn qwen_code_is_governed_by_the_runbook_claude_code_runs() {
 fn a_missing_hook_binary_still_blocks_in_qwen_code() {
     let t = Tmp::new("qwen-missing");
     let (p, s) = chat_cli::project(&t.0);
-    let copy = t.0.join("bin/runbook-host");
-    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
-    std::fs::copy(BIN, &copy).unwrap();
+    let copy = common::hooks::binary_copy(&t.0);
     hook_cli(&copy, &p, &["--runbook", "runbook.yaml", "--client", "qwen", "install"]);
     std::fs::remove_file(&copy).unwrap();
     let r = run(&p, &s);

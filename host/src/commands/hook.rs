@@ -83,8 +83,9 @@ pub struct Args {
     #[arg(long, default_value = "runbook-host", global = true)]
     pub service_user: String,
     /// The agent CLI: `claude` (Claude Code), `qwen` (Qwen Code), `copilot` (GitHub Copilot CLI),
-    /// `gemini` (Gemini CLI), `codex` (OpenAI Codex CLI) or `opencode`; each client's tool names are mapped to the canonical ones a runbook is
-    /// written in, and `install` writes the client's own configuration
+    /// `gemini` (Gemini CLI), `codex` (OpenAI Codex CLI), `opencode` or `cline`; each client's tool names
+    /// are mapped to the canonical ones a runbook is written in, and `install` writes the client's own
+    /// configuration
     #[arg(long, value_enum, default_value = "claude", global = true)]
     pub client: ClientName,
     /// The event the payload is of, for a client whose payloads do not name it (Copilot; `install` writes it)
@@ -100,8 +101,9 @@ pub enum ClientName {
     Gemini,
     Codex,
     Opencode,
+    Cline,
     /// install/uninstall: every client above whose command is on PATH (`claude`, `codex`, `gemini`,
-    /// `copilot`, `qwen`, `opencode`), each said with where it was found
+    /// `copilot`, `qwen`, `opencode`, `cline`), each said with where it was found
     Auto,
 }
 
@@ -113,6 +115,7 @@ const CLIS: &[(&str, ClientName, &str)] = &[
     ("copilot", ClientName::Copilot, "Copilot CLI"),
     ("qwen", ClientName::Qwen, "Qwen Code"),
     ("opencode", ClientName::Opencode, "opencode"),
+    ("cline", ClientName::Cline, "Cline"),
 ];
 
 /// The first executable file named `cmd` in $PATH.
@@ -153,6 +156,7 @@ impl ClientName {
             ClientName::Gemini => hook::Client::Gemini,
             ClientName::Codex => hook::Client::Codex,
             ClientName::Opencode => hook::Client::Opencode,
+            ClientName::Cline => hook::Client::Cline,
             // Never reached: `run` refuses `auto` outside install and uninstall.
             ClientName::Auto => hook::Client::Claude,
         }
@@ -199,8 +203,8 @@ pub enum InstallMode {
 #[derive(Clone, clap::Args)]
 pub struct InstallArgs {
     /// The client's settings file (default: `.claude/settings.json`, `.qwen/settings.json`,
-    /// `.github/hooks/runbook-host.json`, `.gemini/settings.json`, `.codex/hooks.json` or
-    /// `.opencode/plugin/runbook-host.js`, by `--client`)
+    /// `.github/hooks/runbook-host.json`, `.gemini/settings.json`, `.codex/hooks.json`,
+    /// `.opencode/plugin/runbook-host.js` or the folder `.clinerules/hooks`, by `--client`)
     #[arg(long)]
     pub settings: Option<PathBuf>,
     /// Print the resulting settings instead of writing them
@@ -355,10 +359,14 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
         ClientName::Gemini => PathBuf::from(".gemini/settings.json"),
         ClientName::Codex => PathBuf::from(hook::codex::HOOKS_FILE),
         ClientName::Opencode => PathBuf::from(hook::opencode::PLUGIN_FILE),
+        ClientName::Cline => PathBuf::from(hook::cline::HOOKS_DIR),
         ClientName::Auto => unreachable!("handled above"),
     });
     if a.client == ClientName::Opencode {
         return opencode_edit(a, &path, i, install);
+    }
+    if a.client == ClientName::Cline {
+        return cline_edit(a, &path, i, install);
     }
     if a.client == ClientName::Codex {
         return codex_edit(a, &path, i, install);
@@ -492,6 +500,18 @@ fn settings_edit(a: &Args, i: &InstallArgs, install: bool) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// What every install in command mode only needs: a runbook, and neither the server nor the separated
+/// mode (`why` says so for the client).
+fn command_mode_install(a: &Args, i: &InstallArgs, why: &str) -> Result<()> {
+    if a.runbook.is_none() {
+        bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
+    }
+    if a.service.is_some() || i.mode == InstallMode::Http {
+        bail!("{why}");
+    }
+    Ok(())
+}
+
 /// `hook --client copilot install|uninstall`: the project's `.github/hooks/runbook-host.json` (the whole
 /// file is ours), and the project trusted in Copilot's `config.json` (it loads a project's hooks only in a
 /// trusted folder, silently skipping them otherwise).
@@ -518,12 +538,7 @@ fn copilot_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result
         eprintln!("runbook-host hook: removed `{shown}` (the project stays trusted in Copilot's config.json)");
         return Ok(ExitCode::SUCCESS);
     }
-    if a.runbook.is_none() {
-        bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
-    }
-    if a.service.is_some() || i.mode == InstallMode::Http {
-        bail!("--client copilot is installed in command mode only (the server and separated modes are Claude Code's for now)");
-    }
+    command_mode_install(a, i, "--client copilot is installed in command mode only (the server and separated modes are Claude Code's for now)")?;
     let file = hook::copilot::hooks_file(&hook_command(a)?);
     if i.print {
         print!("{}", serde_json::to_string_pretty(&file)? + "\n");
@@ -616,12 +631,7 @@ fn gemini_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result<
         eprintln!("runbook-host hook: removed {n} hook entries from `{shown}`{deleted} (the project stays trusted in Gemini CLI's trustedFolders.json)");
         return Ok(ExitCode::SUCCESS);
     }
-    if a.runbook.is_none() {
-        bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
-    }
-    if a.service.is_some() || i.mode == InstallMode::Http {
-        bail!("--client gemini is installed in command mode only (Gemini CLI has no http hooks)");
-    }
+    command_mode_install(a, i, "--client gemini is installed in command mode only (Gemini CLI has no http hooks)")?;
     let command = hook::fail_closed(&hook_command(a)?);
     hook::gemini::install(&mut settings, &command).map_err(anyhow::Error::msg)?;
     if i.print {
@@ -658,12 +668,7 @@ fn opencode_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Resul
         eprintln!("runbook-host hook: removed `{shown}`");
         return Ok(ExitCode::SUCCESS);
     }
-    if a.runbook.is_none() {
-        bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
-    }
-    if a.service.is_some() || i.mode == InstallMode::Http {
-        bail!("--client opencode is installed in command mode only (its plugin runs the hook command)");
-    }
+    command_mode_install(a, i, "--client opencode is installed in command mode only (its plugin runs the hook command)")?;
     let command = hook_command(a)?;
     let text = hook::opencode::plugin(&command);
     if i.print {
@@ -675,6 +680,51 @@ fn opencode_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Resul
     }
     std::fs::write(path, text).with_context(|| format!("cannot write `{shown}`"))?;
     eprintln!("runbook-host hook: installed `{shown}` (opencode's plugin: every tool call asks {command}; a failure to answer is a deny)");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hook --client cline install|uninstall`: one script per event of [`hook::cline::EVENTS`] in the
+/// project's `.clinerules/hooks/` (each file wholly ours), each running the hook command and answering
+/// `cancel` when it gives no answer (Cline runs the tool on any failure of a hook).
+fn cline_edit(a: &Args, dir: &Path, i: &InstallArgs, install: bool) -> Result<ExitCode> {
+    let shown = dir.display();
+    let files: Vec<PathBuf> = hook::cline::EVENTS.iter().map(|e| dir.join(e)).collect();
+    let ours = |p: &Path| std::fs::read_to_string(p).is_ok_and(|t| hook::cline::is_ours(&t));
+    if let Some(p) = files.iter().find(|p| std::fs::symlink_metadata(p).is_ok() && !ours(p)) {
+        bail!("`{}` exists and is not runbook-host's hook: it is left alone (remove or rename it, then run this again)", p.display());
+    }
+    if !install {
+        let mine: Vec<&PathBuf> = files.iter().filter(|p| ours(p)).collect();
+        if mine.is_empty() {
+            eprintln!("runbook-host hook: nothing to uninstall: `{shown}` holds no runbook-host hook");
+            return Ok(ExitCode::from(1));
+        }
+        for p in &mine {
+            std::fs::remove_file(p).with_context(|| format!("cannot remove `{}`", p.display()))?;
+        }
+        eprintln!("runbook-host hook: removed {} hook scripts from `{shown}`", mine.len());
+        return Ok(ExitCode::SUCCESS);
+    }
+    command_mode_install(a, i, "--client cline is installed in command mode only (Cline runs hook files)")?;
+    let script = hook::cline::script(&hook_command(a)?);
+    if i.print {
+        print!("{script}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {shown}"))?;
+    for p in &files {
+        std::fs::write(p, &script).with_context(|| format!("cannot write `{}`", p.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let others = hook::cline::other_pre_hooks(&absolute(Path::new("."))?);
+    let said = if others.is_empty() {
+        String::new()
+    } else {
+        let list: Vec<_> = others.iter().map(|p| p.display().to_string()).collect();
+        format!("; other PreToolUse hooks exist ({}): while they do, every denied call stops the whole task", list.join(", "))
+    };
+    eprintln!("runbook-host hook: installed {} hook scripts in `{shown}` (Cline, command mode; a failure to answer stops the task){said}", files.len());
     Ok(ExitCode::SUCCESS)
 }
 
@@ -747,12 +797,7 @@ fn codex_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result<E
         );
         return Ok(ExitCode::SUCCESS);
     }
-    if a.runbook.is_none() {
-        bail!("`hook install` needs --runbook REF: the runbook every session of this project runs");
-    }
-    if a.service.is_some() || i.mode == InstallMode::Http {
-        bail!("--client codex is installed in command mode only (Codex has no http hooks)");
-    }
+    command_mode_install(a, i, "--client codex is installed in command mode only (Codex has no http hooks)")?;
     let project_key = project.canonicalize().unwrap_or_else(|_| project.clone()).to_string_lossy().into_owned();
     let level = config.get("projects").and_then(|p| p.get(&project_key)).and_then(|p| p.get("trust_level")).and_then(|v| v.as_str()).map(str::to_string);
     if let Some(l) = level.as_deref().filter(|l| *l != "trusted") {
@@ -838,7 +883,7 @@ pub fn config(a: &Args) -> Result<hook::Config> {
         // Claude Code's permission rules; Qwen Code's are not read (its deny rules are its own to apply).
         settings: match a.client {
             ClientName::Claude => hook::permissions::settings_files(&project, home.as_deref()),
-            ClientName::Qwen | ClientName::Copilot | ClientName::Gemini | ClientName::Codex | ClientName::Opencode | ClientName::Auto => Vec::new(),
+            _ => Vec::new(),
         },
         client: a.client.client(),
     })
@@ -988,6 +1033,26 @@ fn stop(a: &Args) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// One Cline payload: the events it stands for, decided in order ([`hook::handle_all`]), and the answer in
+/// Cline's shape (a deny is input the tool rejects only while no other PreToolUse hook could replace it).
+fn cline_event(a: &Args, input: &[u8], timing: &mut hook::Timing) -> Result<(String, Option<String>)> {
+    if a.port.is_some() || a.service.is_some() {
+        bail!("--client cline runs in command mode only");
+    }
+    let evs = hook::cline::parse_all(input).map_err(anyhow::Error::msg)?;
+    let Some(first) = evs.first() else { return Ok(("(none)".into(), None)) };
+    let t_load = std::time::Instant::now();
+    let policy = super::policy()?;
+    timing.load_us = t_load.elapsed().as_micros();
+    let cfg = config(a)?;
+    let answer = hook::handle_all(policy, &cfg, &evs, timing)?;
+    let others = matches!(answer, hook::Answer::Deny(_)) && {
+        let workspace = hook::cline::workspace(input).unwrap_or_else(|| PathBuf::from("."));
+        !hook::cline::other_pre_hooks(&workspace).is_empty()
+    };
+    Ok((first.name().to_string(), hook::cline::render(first, &answer, others).map(|v| v.to_string())))
+}
+
 pub fn run(a: Args) -> Result<ExitCode> {
     match &a.action {
         Some(Action::Install(i)) => return settings_edit(&a, i, true),
@@ -1007,7 +1072,11 @@ pub fn run(a: Args) -> Result<ExitCode> {
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| -> Result<(String, Option<String>)> {
         let mut input = Vec::new();
         std::io::stdin().take(16 << 20).read_to_end(&mut input).context("reading the hook payload")?;
-        let ev = a.client.client().parse(a.event.as_deref(), &input).map_err(anyhow::Error::msg)?;
+        let client = a.client.client();
+        if client == hook::Client::Cline {
+            return cline_event(&a, &input, &mut timing);
+        }
+        let ev = client.parse(a.event.as_deref(), &input).map_err(anyhow::Error::msg)?;
         if let Some(port) = a.port {
             return Ok((ev.name().to_string(), through_server(&a, port, &input)?));
         }
@@ -1019,7 +1088,7 @@ pub fn run(a: Args) -> Result<ExitCode> {
         timing.load_us = t_load.elapsed().as_micros();
         let cfg = config(&a)?;
         let answer = hook::handle(policy, &cfg, &ev, &mut timing)?;
-        Ok((ev.name().to_string(), a.client.client().render(ev.name(), &answer).map(|v| v.to_string())))
+        Ok((ev.name().to_string(), client.render(ev.name(), &answer).map(|v| v.to_string())))
     }))
     .unwrap_or_else(|_| Err(anyhow::anyhow!("the hook panicked")));
     if std::env::var_os("RUNBOOK_HOOK_TIMING").is_some() {

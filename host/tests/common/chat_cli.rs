@@ -78,7 +78,20 @@ pub fn run(mut cmd: Command, api: &ChatApi) -> CliRun {
         .requests()
         .last()
         .map(|r| match r["messages"].as_array() {
-            Some(messages) => messages.iter().filter(|m| m["role"] == "tool").map(|m| m["content"].to_string()).collect(),
+            // Cline tells a hook's reason in a user message after the tool's (`<hook_context ...>`): it is
+            // read as part of that result.
+            Some(messages) => {
+                let mut results: Vec<String> = Vec::new();
+                for m in messages {
+                    let text = m["content"].to_string();
+                    if m["role"] == "tool" {
+                        results.push(text);
+                    } else if let (true, Some(last)) = (m["role"] == "user" && text.contains("<hook_context"), results.last_mut()) {
+                        last.push_str(&text);
+                    }
+                }
+                results
+            }
             // The Responses API (Codex): the function call outputs among the input items.
             None if r["input"].is_array() => {
                 r["input"].as_array().unwrap().iter().filter(|i| i["type"] == "function_call_output").map(|i| i["output"].to_string()).collect()

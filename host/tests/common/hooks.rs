@@ -9,6 +9,14 @@ use std::process::{Command, Stdio};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
 
+/// A copy of the binary in `dir/bin/` (a test installs a hook with it, then deletes it).
+pub fn binary_copy(dir: &Path) -> PathBuf {
+    let copy = dir.join("bin/runbook-host");
+    std::fs::create_dir_all(copy.parent().unwrap()).unwrap();
+    std::fs::copy(BIN, &copy).unwrap();
+    copy
+}
+
 pub fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
 }

@@ -27,14 +27,7 @@ pub const HOOKS_FILE: &str = ".github/hooks/runbook-host.json";
 
 /// The canonical name and arguments of a Copilot tool call.
 fn canonical(tool: &str, args: &Value) -> (String, Value) {
-    let rename = |pairs: &[(&str, &str)]| {
-        let mut out = Map::new();
-        for (k, v) in args.as_object().into_iter().flatten() {
-            let k = pairs.iter().find(|(from, _)| from == k).map_or(k.as_str(), |(_, to)| to);
-            out.insert(k.to_string(), v.clone());
-        }
-        Value::Object(out)
-    };
+    let rename = |pairs: &[(&str, &str)]| super::rename_keys(args, pairs);
     match tool {
         "bash" => ("Bash".into(), args.clone()),
         "create" => ("Write".into(), rename(&[("path", "file_path"), ("file_text", "content")])),

@@ -17,6 +17,7 @@
 //! ```
 
 pub mod claude;
+pub mod cline;
 pub mod codex;
 pub mod copilot;
 pub mod gemini;
@@ -117,6 +118,7 @@ pub enum Client {
     Gemini,
     Codex,
     Opencode,
+    Cline,
 }
 
 impl Client {
@@ -132,7 +134,8 @@ impl Client {
     fn own_call(self, bytes: &[u8]) -> Option<(String, Value)> {
         let v: Value = serde_json::from_slice(bytes).ok()?;
         let (name, args) = match self {
-            Client::Claude => return None,
+            // Cline's adapter names the client's call itself.
+            Client::Claude | Client::Cline => return None,
             Client::Copilot => ("toolName", "toolArgs"),
             _ => ("tool_name", "tool_input"),
         };
@@ -156,8 +159,24 @@ impl Client {
         }
     }
 
+    /// Parses a payload into the events it stands for: one, except Cline's (a call of several commands
+    /// is one event per command; a task's end is its stop and its session's end).
+    pub fn parse_all(self, event: Option<&str>, bytes: &[u8]) -> Result<Vec<HookEvent>, String> {
+        match self {
+            Client::Cline => cline::parse_all(bytes),
+            _ => Ok(vec![self.parse(event, bytes)?]),
+        }
+    }
+
     fn parse_canonical(self, event: Option<&str>, bytes: &[u8]) -> Result<HookEvent, String> {
         match self {
+            Client::Cline => {
+                let mut evs = cline::parse_all(bytes)?;
+                if evs.len() != 1 {
+                    return Err("this Cline payload stands for several events (decide it with `parse_all`)".into());
+                }
+                Ok(evs.remove(0))
+            }
             Client::Claude => claude::parse(bytes),
             Client::Qwen => qwen::parse(bytes),
             Client::Gemini => gemini::parse(bytes),
@@ -175,6 +194,7 @@ impl Client {
             Client::Copilot => copilot::render(event, answer),
             Client::Gemini => gemini::render(event, answer),
             Client::Opencode => opencode::render(answer),
+            Client::Cline => None,
         }
     }
     /// The client as `--client` names it.
@@ -186,6 +206,7 @@ impl Client {
             Client::Gemini => "gemini",
             Client::Codex => "codex",
             Client::Opencode => "opencode",
+            Client::Cline => "cline",
         }
     }
     /// What the hook prints on stdout besides its exit 2 when it fails closed: Copilot drops the stderr of
@@ -193,6 +214,7 @@ impl Client {
     pub fn failure_answer(self, reason: &str) -> Option<Value> {
         match self {
             Client::Copilot => copilot::render("PreToolUse", &Answer::Deny(reason.to_string())),
+            Client::Cline => Some(cline::failure_answer(reason)),
             _ => None,
         }
     }
@@ -205,6 +227,7 @@ impl Client {
             Client::Gemini => "gemini-cli",
             Client::Codex => "codex",
             Client::Opencode => "opencode",
+            Client::Cline => "cline",
         }
     }
 }
@@ -250,6 +273,16 @@ pub fn remove_hooks(settings: &mut Value, events: &[&str]) -> usize {
         settings.as_object_mut().map(|o| o.remove("hooks"));
     }
     removed
+}
+
+/// `args` with its keys renamed by `pairs` (`(client's, canonical)`), the others kept.
+pub(crate) fn rename_keys(args: &Value, pairs: &[(&str, &str)]) -> Value {
+    let mut out = serde_json::Map::new();
+    for (k, v) in args.as_object().into_iter().flatten() {
+        let k = pairs.iter().find(|(from, _)| from == k).map_or(k.as_str(), |(_, to)| to);
+        out.insert(k.to_string(), v.clone());
+    }
+    Value::Object(out)
 }
 
 /// What the hook answers the client.
@@ -463,6 +496,50 @@ pub fn handle(policy: Arc<Policy>, cfg: &Config, ev: &HookEvent, timing: &mut Ti
     let mut run = resume(policy, cfg, session, timing)?;
     let (t, calls) = (Instant::now(), crate::component_calls());
     let answer = decide(cfg, ev, &mut run, None)?;
+    timing.decide_us = t.elapsed().as_micros();
+    timing.decide_calls = crate::component_calls() - calls;
+    Ok(answer)
+}
+
+/// Handles the events of one payload (see [`Client::parse_all`]) in order, on one resume of the run: the
+/// first deny or block is the answer (a call of several commands runs only when each is allowed), else
+/// the last note. Cline starts its TaskStart hook without waiting for it, so its events wait (at most the
+/// lock timeout) for the session's state that hook writes.
+pub fn handle_all(policy: Arc<Policy>, cfg: &Config, evs: &[HookEvent], timing: &mut Timing) -> Result<Answer> {
+    let session = match evs {
+        [] => return Ok(Answer::Pass),
+        [HookEvent::SessionStart { .. }] => return handle(policy, cfg, &evs[0], timing),
+        [first, rest @ ..] => {
+            if rest.iter().any(|e| e.session() != first.session()) {
+                bail!("the events of one payload name several sessions");
+            }
+            first.session()
+        }
+    };
+    if !bundle::is_safe_name(session) {
+        bail!("`{session}` is not a usable session id");
+    }
+    check_not_broken(&cfg.runs, session)?;
+    if cfg.client == Client::Cline {
+        let deadline = Instant::now() + cfg.lock_timeout;
+        while !has_state(&cfg.runs, session) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let _lock = lock(&cfg.runs, session, false, cfg.lock_timeout)?;
+    let mut run = resume(policy, cfg, session, timing)?;
+    let (t, calls) = (Instant::now(), crate::component_calls());
+    let mut answer = Answer::Pass;
+    for ev in evs {
+        match decide(cfg, ev, &mut run, None)? {
+            a @ (Answer::Deny(_) | Answer::Block(_)) => {
+                answer = a;
+                break;
+            }
+            Answer::Pass => {}
+            note => answer = note,
+        }
+    }
     timing.decide_us = t.elapsed().as_micros();
     timing.decide_calls = crate::component_calls() - calls;
     Ok(answer)

@@ -17,8 +17,8 @@
 //! error, an init that throws) is skipped with only a log line, and then nothing is guarded. The plugin
 //! turns any failure to answer (the binary gone, a crash, output that is not JSON) into a deny.
 
-use super::{Answer, HookEvent};
-use serde_json::{json, Map, Value};
+use super::{rename_keys as rename, Answer, HookEvent};
+use serde_json::{json, Value};
 
 /// The plugin file `install` writes in the project (the whole file is ours).
 pub const PLUGIN_FILE: &str = ".opencode/plugin/runbook-host.js";
@@ -43,15 +43,6 @@ fn servers() -> Vec<String> {
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
         .and_then(|v| v["mcp"].as_object().map(|m| m.keys().cloned().collect()))
         .unwrap_or_default()
-}
-
-fn rename(args: &Value, pairs: &[(&str, &str)]) -> Value {
-    let mut out = Map::new();
-    for (k, v) in args.as_object().into_iter().flatten() {
-        let k = pairs.iter().find(|(from, _)| from == k).map_or(k.as_str(), |(_, to)| to);
-        out.insert(k.to_string(), v.clone());
-    }
-    Value::Object(out)
 }
 
 /// The canonical name and arguments of an opencode tool call, `servers` the project's MCP servers.
