@@ -167,8 +167,7 @@ fn a_gated_call_runs_once_a_human_approved_it_in_cline() {
 /// is stopped rather than the call's input replaced.
 #[test]
 fn an_mcp_tool_is_decided_by_its_canonical_name_in_cline() {
-    let everything = repo().join("host/tests/mcp/node_modules/.bin/mcp-server-everything");
-    assert!(everything.exists(), "server-everything is not installed: run `bash host/tests/mcp/setup` first");
+    let everything = chat_cli::everything();
     let t = Tmp::new("cline-mcp");
     let (p, s, home) = setup(&t);
     std::fs::copy(repo().join("host/tests/gemini/mcp-echo.yaml"), p.join("runbook.yaml")).unwrap();

@@ -183,8 +183,7 @@ fn a_gated_call_runs_once_a_human_approved_it_in_codex() {
 /// `get-sum` (`get_sum` to Codex), which the runbook does not name, never runs.
 #[test]
 fn an_mcp_tool_is_decided_by_its_canonical_name_in_codex() {
-    let everything = repo().join("host/tests/mcp/node_modules/.bin/mcp-server-everything");
-    assert!(everything.exists(), "server-everything is not installed: run `bash host/tests/mcp/setup` first");
+    let everything = chat_cli::everything();
     let t = Tmp::new("codex-mcp");
     let (p, s, home) = setup(&t);
     // Codex's exec never asks: the server's tools are approved by its own setting, so only the hook decides.
@@ -201,15 +200,7 @@ fn an_mcp_tool_is_decided_by_its_canonical_name_in_codex() {
         {"text": "Echoed."}
     ]);
     let r = run_script(&p, &home.join(".codex"), &s, &script);
-    assert_eq!(r.code, Some(0), "{}", r.output);
-    assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
-    assert!(r.tool_results[0].contains("undeclared-tool") && !r.tool_results[0].contains("The sum"), "{}", r.tool_results[0]);
-    assert!(r.tool_results[1].contains("Echo: hi"), "{}", r.tool_results[1]);
-    let (events, report) = chat_cli::latest_verified(&p, BIN);
-    let tools: Vec<_> =
-        events.iter().filter(|e| e["event"]["type"] == "invoke").map(|e| (e["event"]["tool"].clone(), e["decision"]["decision"].clone())).collect();
     // Codex names the server's `get-sum` `get_sum` (to the model and in its hooks): it cannot be mapped back,
     // so a runbook for Codex names such a tool with `_` (README, "Use with Codex").
-    assert_eq!(tools, [(json!("mcp__my_everything__get_sum"), json!("deny")), (json!("mcp__my_everything__echo"), json!("allow"))]);
-    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
+    chat_cli::assert_mcp_echo_run(&r, &p, BIN, "mcp__my_everything__get_sum");
 }

@@ -97,3 +97,25 @@ fn a_gated_call_runs_once_a_human_approved_it_in_copilot_cli() {
         move |script| run_script(&p2, &home, &s, &script),
     );
 }
+
+/// An MCP tool of a stdio server (the real server-everything, as `my_everything` in Copilot's
+/// `mcp-config.json`) is decided by the same hook: Copilot names it `my_everything-echo`, which the adapter
+/// splits by the servers `mcp-config.json` names into the runbook's `mcp__my_everything__echo`.
+#[test]
+fn an_mcp_tool_is_decided_by_its_canonical_name_in_copilot_cli() {
+    let t = Tmp::new("copilot-mcp");
+    let (p, s) = chat_cli::project(&t.0);
+    let home = t.0.join("home");
+    std::fs::create_dir_all(home.join(".copilot")).unwrap();
+    std::fs::copy(repo().join("host/tests/gemini/mcp-echo.yaml"), p.join("runbook.yaml")).unwrap();
+    let servers = serde_json::json!({"mcpServers": {"my_everything": {"type": "local", "command": chat_cli::everything(), "args": ["stdio"], "tools": ["*"]}}});
+    std::fs::write(home.join(".copilot/mcp-config.json"), servers.to_string()).unwrap();
+    hook_cli(&p, &home, &["--runbook", "runbook.yaml", "--client", "copilot", "install"]);
+    let script = serde_json::json!([
+        {"tool_use": [{"name": "my_everything-get-sum", "input": {"a": 1, "b": 2}}]},
+        {"tool_use": [{"name": "my_everything-echo", "input": {"message": "hi"}}]},
+        {"text": "Echoed."}
+    ]);
+    let r = run_script(&p, &home, &s, &script);
+    chat_cli::assert_mcp_echo_run(&r, &p, BIN, "mcp__my_everything__get-sum");
+}

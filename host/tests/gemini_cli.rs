@@ -128,8 +128,7 @@ fn a_missing_hook_binary_still_blocks_in_gemini_cli() {
 /// `mcp_context`, not from the name). The server's `add`, which the runbook does not name, never runs.
 #[test]
 fn an_mcp_tool_is_decided_by_its_canonical_name_in_gemini_cli() {
-    let everything = repo().join("host/tests/mcp/node_modules/.bin/mcp-server-everything");
-    assert!(everything.exists(), "server-everything is not installed: run `bash host/tests/mcp/setup` first");
+    let everything = chat_cli::everything();
     let t = Tmp::new("gemini-mcp");
     let (p, s, home) = setup(&t);
     std::fs::copy(repo().join("host/tests/gemini/mcp-echo.yaml"), p.join("runbook.yaml")).unwrap();
@@ -142,15 +141,7 @@ fn an_mcp_tool_is_decided_by_its_canonical_name_in_gemini_cli() {
         {"text": "Echoed."}
     ]);
     let r = run_script(&p, &home, &s, &script);
-    assert_eq!(r.code, Some(0), "{}", r.output);
-    assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
-    assert!(r.tool_results[0].contains("undeclared-tool") && !r.tool_results[0].contains("The sum"), "{}", r.tool_results[0]);
-    assert!(r.tool_results[1].contains("Echo: hi"), "{}", r.tool_results[1]);
-    let (events, report) = chat_cli::latest_verified(&p, BIN);
-    let tools: Vec<_> =
-        events.iter().filter(|e| e["event"]["type"] == "invoke").map(|e| (e["event"]["tool"].clone(), e["decision"]["decision"].clone())).collect();
-    assert_eq!(tools, [(json!("mcp__my_everything__get-sum"), json!("deny")), (json!("mcp__my_everything__echo"), json!("allow"))]);
-    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
+    chat_cli::assert_mcp_echo_run(&r, &p, BIN, "mcp__my_everything__get-sum");
 }
 
 /// A gated call waits for a human: the first `echo hello` is denied as awaiting approval (the request

@@ -126,3 +126,24 @@ fn a_gated_call_runs_once_a_human_approved_it_in_opencode() {
         run_script(&p2, &home, &s, &script)
     });
 }
+
+/// An MCP tool of a stdio server (the real server-everything, as `my_everything` in the project's
+/// `opencode.json`) is decided by the same plugin: opencode names it `my_everything_echo`, which the adapter
+/// splits by the servers `opencode.json` names into the runbook's `mcp__my_everything__echo`.
+#[test]
+fn an_mcp_tool_is_decided_by_its_canonical_name_in_opencode() {
+    let t = Tmp::new("opencode-mcp");
+    let (p, s, home) = setup(&t);
+    std::fs::copy(repo().join("host/tests/gemini/mcp-echo.yaml"), p.join("runbook.yaml")).unwrap();
+    let mut c = config();
+    c["mcp"] = json!({"my_everything": {"type": "local", "command": [chat_cli::everything(), "stdio"], "enabled": true}});
+    std::fs::write(p.join("opencode.json"), c.to_string()).unwrap();
+    hook_cli(Path::new(BIN), &p, &["--runbook", "runbook.yaml", "--client", "opencode", "install"]);
+    let script = json!([
+        {"tool_use": [{"name": "my_everything_get-sum", "input": {"a": 1, "b": 2}}]},
+        {"tool_use": [{"name": "my_everything_echo", "input": {"message": "hi"}}]},
+        {"text": "Echoed."}
+    ]);
+    let r = run_script(&p, &home, &s, &script);
+    chat_cli::assert_mcp_echo_run(&r, &p, BIN, "mcp__my_everything__get-sum");
+}

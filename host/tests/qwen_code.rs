@@ -130,3 +130,34 @@ fn a_gated_call_runs_once_a_human_approved_it_in_qwen_code() {
         move |script| run_script(&p2, &s, &script),
     );
 }
+
+/// An MCP tool of a stdio server (the real server-everything, as `my_everything` in the project's
+/// `.qwen/settings.json`, approved with `qwen mcp approve` as Qwen Code asks of a project's server) is
+/// decided by the same hook: Qwen Code names it `mcp__my_everything__echo`, as the runbook does.
+#[test]
+fn an_mcp_tool_is_decided_by_its_canonical_name_in_qwen_code() {
+    let t = Tmp::new("qwen-mcp");
+    let (p, s) = chat_cli::project(&t.0);
+    std::fs::copy(repo().join("host/tests/gemini/mcp-echo.yaml"), p.join("runbook.yaml")).unwrap();
+    std::fs::create_dir_all(p.join(".qwen")).unwrap();
+    let servers = json!({"mcpServers": {"my_everything": {"command": chat_cli::everything(), "args": ["stdio"]}}});
+    std::fs::write(p.join(".qwen/settings.json"), servers.to_string()).unwrap();
+    hook_cli(Path::new(BIN), &p, &["--runbook", "runbook.yaml", "--client", "qwen", "install"]);
+    let home = home_of(&p);
+    let o = Command::new(qwen())
+        .args(["mcp", "approve", "my_everything"])
+        .current_dir(&p)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap())
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let script = json!([
+        {"tool_use": [{"name": "mcp__my_everything__get-sum", "input": {"a": 1, "b": 2}}]},
+        {"tool_use": [{"name": "mcp__my_everything__echo", "input": {"message": "hi"}}]},
+        {"text": "Echoed."}
+    ]);
+    let r = run_script(&p, &s, &script);
+    chat_cli::assert_mcp_echo_run(&r, &p, BIN, "mcp__my_everything__get-sum");
+}

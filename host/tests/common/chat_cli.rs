@@ -240,3 +240,26 @@ pub fn assert_gated_session(project: &Path, bin: &str, call: Value, ran: &str, r
     assert_eq!(report["approvals"].as_array().map(Vec::len), Some(1), "{report}");
     assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
 }
+
+/// The mcp-echo session (host/tests/gemini/mcp-echo.yaml, server-everything configured as `my_everything`)
+/// as the client `r` ran it: the server's sum tool, which the runbook does not name, denied before it ran
+/// (named `sum` as the client canonically names it), its echo allowed and run; the run records both under
+/// their canonical names, completes and verifies.
+pub fn assert_mcp_echo_run(r: &CliRun, project: &Path, bin: &str, sum: &str) {
+    assert_eq!(r.code, Some(0), "{}", r.output);
+    assert_eq!(r.tool_results.len(), 2, "{:?}\n{}", r.tool_results, r.output);
+    assert!(r.tool_results[0].contains("undeclared-tool") && !r.tool_results[0].contains("The sum"), "{}", r.tool_results[0]);
+    assert!(r.tool_results[1].contains("Echo: hi"), "{}", r.tool_results[1]);
+    let (events, report) = latest_verified(project, bin);
+    let tools: Vec<_> =
+        events.iter().filter(|e| e["event"]["type"] == "invoke").map(|e| (e["event"]["tool"].clone(), e["decision"]["decision"].clone())).collect();
+    assert_eq!(tools, [(json!(sum), json!("deny")), (json!("mcp__my_everything__echo"), json!("allow"))]);
+    assert_eq!(report["outcome"], "completed", "{report}\n{events:#?}");
+}
+
+/// server-everything, installed by host/tests/mcp/setup.
+pub fn everything() -> PathBuf {
+    let p = repo().join("host/tests/mcp/node_modules/.bin/mcp-server-everything");
+    assert!(p.exists(), "server-everything is not installed: run `bash host/tests/mcp/setup` first");
+    p
+}

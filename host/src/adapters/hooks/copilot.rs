@@ -9,7 +9,8 @@
 //! | `create`     | `Write`   | `path` -> `file_path`, `file_text` -> `content`          |
 //! | `edit`       | `Edit`    | `path` -> `file_path`, `old_str` -> `old_string`, `new_str` -> `new_string` |
 //! | `view`       | `Read`    | `path` -> `file_path`                                   |
-//! | `SERVER-TOOL` (MCP) | itself | the MCP tool's arguments (the name cannot be split back: a server name may hold `-`) |
+//! | `SERVER-TOOL` (MCP) | `mcp__SERVER__TOOL` | SERVER one of `mcp-config.json`'s `mcpServers` (the longest that fits, so a `-` in either cannot shift the split) |
+//! | any other    | `copilot:<tool>` | its arguments (an MCP tool of a server `mcp-config.json` does not name too: denied unless named so) |
 //!
 //! Failures (observed in 1.0.102): a hook that is missing, crashes or exits non-zero denies the call (exit 2
 //! drops stderr, so our denials print their reason as JSON too); a hook that times out lets the tool run
@@ -25,15 +26,34 @@ pub const EVENTS: &[&str] = &["sessionStart", "preToolUse", "postToolUse", "post
 /// The hooks file `install` writes in the project (the whole file is ours).
 pub const HOOKS_FILE: &str = ".github/hooks/runbook-host.json";
 
+/// The MCP servers of Copilot's `mcp-config.json` (`$COPILOT_HOME/`, else `~/.copilot/`; `mcpServers`
+/// keys); none when it is missing or not JSON.
+fn servers() -> Vec<String> {
+    let home = std::env::var_os("COPILOT_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".copilot")));
+    home.and_then(|h| std::fs::read(h.join("mcp-config.json")).ok())
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+        .and_then(|v| v["mcpServers"].as_object().map(|m| m.keys().cloned().collect()))
+        .unwrap_or_default()
+}
+
 /// The canonical name and arguments of a Copilot tool call.
 fn canonical(tool: &str, args: &Value) -> (String, Value) {
+    canonical_with(tool, args, &servers())
+}
+
+/// The same, `servers` Copilot's MCP servers: an MCP tool, `SERVER-TOOL` to Copilot, is
+/// `mcp__SERVER__TOOL` for the longest server that fits (a `-` in either cannot shift the split); any other
+/// tool of Copilot's own is `copilot:<tool>` (DESIGN 9.23).
+fn canonical_with(tool: &str, args: &Value, servers: &[String]) -> (String, Value) {
     let rename = |pairs: &[(&str, &str)]| super::rename_keys(args, pairs);
     match tool {
         "bash" => ("Bash".into(), args.clone()),
         "create" => ("Write".into(), rename(&[("path", "file_path"), ("file_text", "content")])),
         "edit" => ("Edit".into(), rename(&[("path", "file_path"), ("old_str", "old_string"), ("new_str", "new_string")])),
         "view" => ("Read".into(), rename(&[("path", "file_path")])),
-        other => (other.to_string(), args.clone()),
+        other => (super::split_mcp(other, servers, b'-').unwrap_or_else(|| format!("copilot:{other}")), args.clone()),
     }
 }
 
@@ -135,6 +155,10 @@ mod tests {
         assert_eq!(tool, "Bash");
         assert!(!failed);
         assert_eq!((response["stdout"].as_str(), response["exit_code"].as_i64()), (Some("hello\n"), Some(0)));
+        let servers = vec!["my-srv".to_string(), "my".to_string()];
+        assert_eq!(canonical_with("my-srv-get-sum", &json!({}), &servers).0, "mcp__my-srv__get-sum", "the longest server that fits");
+        assert_eq!(canonical_with("other-echo", &json!({}), &servers).0, "copilot:other-echo");
+        assert_eq!(canonical_with("read_bash", &json!({}), &servers).0, "copilot:read_bash");
         assert!(parse("somethingElse", pre.to_string().as_bytes()).is_err());
         assert!(parse("preToolUse", b"{}").is_err(), "no sessionId");
     }

@@ -285,6 +285,16 @@ pub(crate) fn rename_keys(args: &Value, pairs: &[(&str, &str)]) -> Value {
     Value::Object(out)
 }
 
+/// The canonical `mcp__SERVER__TOOL` of a client's MCP tool name `SERVER<sep>TOOL`, SERVER the longest of
+/// the client's configured `servers` that fits (so `sep` within either cannot shift the split).
+pub(crate) fn split_mcp(name: &str, servers: &[String], sep: u8) -> Option<String> {
+    servers
+        .iter()
+        .filter(|s| name.len() > s.len() + 1 && name.starts_with(s.as_str()) && name.as_bytes()[s.len()] == sep)
+        .max_by_key(|s| s.len())
+        .map(|s| format!("mcp__{s}__{}", &name[s.len() + 1..]))
+}
+
 /// What the hook answers the client.
 #[derive(Debug, PartialEq)]
 pub enum Answer {

@@ -54,16 +54,7 @@ pub fn canonical(tool: &str, args: &Value, servers: &[String]) -> (String, Value
             ("Edit".into(), rename(args, &[("filePath", "file_path"), ("oldString", "old_string"), ("newString", "new_string"), ("replaceAll", "replace_all")]))
         }
         "read" => ("Read".into(), rename(args, &[("filePath", "file_path")])),
-        other => {
-            let server = servers
-                .iter()
-                .filter(|s| other.len() > s.len() + 1 && other.starts_with(s.as_str()) && other.as_bytes()[s.len()] == b'_')
-                .max_by_key(|s| s.len());
-            match server {
-                Some(s) => (format!("mcp__{s}__{}", &other[s.len() + 1..]), args.clone()),
-                None => (format!("opencode:{other}"), args.clone()),
-            }
-        }
+        other => (super::split_mcp(other, servers, b'_').unwrap_or_else(|| format!("opencode:{other}")), args.clone()),
     }
 }
 
