@@ -723,3 +723,31 @@ fn servers_from_an_mcp_config_file_whose_arguments_hold_dashes() {
         String::from_utf8_lossy(&sse.stderr)
     );
 }
+
+/// Everything of MCP but tools is withheld by default (not advertised, refused), and passed through with
+/// `--pass-through`: server-everything's resources listed and read, its prompts listed, as directly; the
+/// run records the tool calls only.
+#[test]
+fn resources_and_prompts_pass_through_only_when_asked() {
+    let w = work("passthrough");
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &[], &[everything()]);
+    c.init();
+    let r = c.ask(json!({"op": "resources"}));
+    assert_eq!(r["ok"], false, "{r}");
+    assert!(r.to_string().contains("Method not found") || r.to_string().contains("-32601") || r.to_string().contains("does not pass"), "{r}");
+    assert_eq!(c.close(), Some(1));
+
+    let mut direct = Client::new(&w, "test-agent", everything());
+    direct.init();
+    let alone = direct.ask(json!({"op": "resources"}));
+    direct.close();
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &["--pass-through", "resources,prompts"], &[everything()]);
+    c.init();
+    let r = c.ask(json!({"op": "resources"}));
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["advertised"], json!({"resources": true, "prompts": true}));
+    assert!(!r["resources"].as_array().unwrap().is_empty(), "{r}");
+    assert_eq!((&r["resources"], &r["read"], &r["prompts"]), (&alone["resources"], &alone["read"], &alone["prompts"]), "the same as the server alone");
+    assert_eq!(c.close(), Some(1));
+    w.verify_all();
+}

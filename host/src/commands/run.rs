@@ -56,6 +56,11 @@ pub struct Args {
     /// notification); the module decides every call either way
     #[arg(long, default_value = "scope", value_parser = ["scope", "allowlist"])]
     pub list: String,
+    /// Pass these parts of MCP besides tools through to the servers, comma-separated: `resources`,
+    /// `prompts`, `completions`, `logging` (or `all`). They are not decided by the module and, for now,
+    /// not recorded in the run's bundle: by default the proxy withholds them (fail closed)
+    #[arg(long, value_delimiter = ',', value_parser = ["resources", "prompts", "completions", "logging", "all"])]
+    pub pass_through: Vec<String>,
     /// Names of the servers, in order (with several servers their tools are listed as `name.tool`);
     /// default: from each server's `serverInfo.name`
     #[arg(long = "server-name", value_name = "NAME")]
@@ -207,6 +212,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         upstream_ca,
         call_timeout: args.call_timeout,
         session_idle: args.session_idle,
+        pass_through: proxy::passthrough_kinds(&args.pass_through),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
     let code = runtime.block_on(proxy::main(config));

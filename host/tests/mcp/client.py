@@ -109,6 +109,7 @@ async def main():
                 try:
                     if op == "init":
                         r = await session.initialize()
+                        PROCESS["caps"] = r.capabilities
                         out({"ok": True, "server": r.server_info.name, "instructions": r.instructions, "protocol": r.protocol_version})
                     elif op == "discover":
                         r = await session.discover()
@@ -129,6 +130,16 @@ async def main():
                         if c.get("progress"):
                             res["progress"] = progress
                         out(res)
+                    elif op == "resources":
+                        # Everything but tools (`run --pass-through`): what the server offers, as the client sees it.
+                        caps = PROCESS["caps"]
+                        r = await session.list_resources()
+                        first = r.resources[0].uri if r.resources else None
+                        read = await session.read_resource(first) if first else None
+                        p = await session.list_prompts()
+                        out({"ok": True, "advertised": {"resources": caps.resources is not None, "prompts": caps.prompts is not None},
+                             "resources": [str(x.uri) for x in r.resources], "read": read.model_dump(mode="json", by_alias=True, exclude_none=True) if read else None,
+                             "prompts": [x.name for x in p.prompts]})
                     elif op == "cancel":
                         # The call, cancelled by the client after `after` seconds (the SDK sends notifications/cancelled).
                         with anyio.move_on_after(float(c.get("after", 1))) as scope:

@@ -5,8 +5,10 @@ use super::{Dec, Failure, Shared};
 use crate::approvals;
 use crate::Profile;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, Implementation, InitializeRequestParams, InitializeResult, JsonObject,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, ContentBlock, ErrorCode, GetPromptRequestParams,
+    GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceError};
@@ -24,10 +26,12 @@ const POLL: Duration = Duration::from_millis(100);
 /// The application error code of a refused `initialize` (JSON-RPC's implementation-defined range).
 const RUNBOOK_FAILED: ErrorCode = ErrorCode(-32000);
 
-fn server_config(instructions: String) -> ServerConfig {
-    ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
-        .with_server_info(Implementation::new("runbook-host", env!("CARGO_PKG_VERSION")))
-        .with_instructions(instructions)
+fn server_config(instructions: String, upstream: Option<&super::upstream::Upstream>) -> ServerConfig {
+    let mut caps = ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build();
+    if let Some(u) = upstream {
+        u.passed_capabilities(&mut caps);
+    }
+    ServerConfig::new(caps).with_server_info(Implementation::new("runbook-host", env!("CARGO_PKG_VERSION"))).with_instructions(instructions)
 }
 
 fn tool_error(text: impl Into<String>) -> CallToolResponse {
@@ -419,7 +423,7 @@ fn lock_client_missing(s: &Shared) -> bool {
 
 impl ServerHandler for Proxy {
     fn get_info(&self) -> ServerConfig {
-        server_config(self.instructions())
+        server_config(self.instructions(), Some(&self.s().upstream))
     }
 
     async fn initialize(&self, request: InitializeRequestParams, context: RequestContext<RoleServer>) -> Result<InitializeResult, McpError> {
@@ -456,6 +460,57 @@ impl ServerHandler for Proxy {
         answered.done();
         // The list follows the run's step: never cached.
         Ok(ListToolsResult::with_all_items(tools).with_ttl_ms(0))
+    }
+
+    // Everything but tools passes through to the servers (see `passthrough`); the run must have begun.
+    async fn list_resources(&self, request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
+        self.started(&context).map_err(|f| failure_error(&f))?;
+        self.s().upstream.list_resources(request).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        self.started(&context).map_err(|f| failure_error(&f))?;
+        self.s().upstream.list_resource_templates(request).await
+    }
+
+    async fn read_resource(&self, request: ReadResourceRequestParams, context: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
+        self.started(&context).map_err(|f| failure_error(&f))?;
+        Ok(self.s().upstream.read_resource(request).await?.into())
+    }
+
+    async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.started(&context).map_err(|f| failure_error(&f))?;
+        self.s().upstream.subscribe(request).await
+    }
+
+    async fn unsubscribe(&self, request: UnsubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.started(&context).map_err(|f| failure_error(&f))?;
+        self.s().upstream.unsubscribe(request).await
+    }
+
+    async fn list_prompts(&self, request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {
+        self.started(&context).map_err(|f| failure_error(&f))?;
+        self.s().upstream.list_prompts(request).await
+    }
+
+    async fn get_prompt(&self, request: GetPromptRequestParams, context: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
+        self.started(&context).map_err(|f| failure_error(&f))?;
+        Ok(self.s().upstream.get_prompt(request).await?.into())
+    }
+
+    async fn complete(&self, request: CompleteRequestParams, context: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {
+        self.started(&context).map_err(|f| failure_error(&f))?;
+        self.s().upstream.complete(request).await
+    }
+
+    #[allow(deprecated)]
+    async fn set_level(&self, request: rmcp::model::SetLevelRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
+        self.started(&context).map_err(|f| failure_error(&f))?;
+        self.s().upstream.set_level(request).await
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
@@ -507,7 +562,7 @@ pub struct Refusal {
 
 impl ServerHandler for Refusal {
     fn get_info(&self) -> ServerConfig {
-        server_config(format!("{}: {}", self.failure.text(), self.failure.message))
+        server_config(format!("{}: {}", self.failure.text(), self.failure.message), None)
     }
 
     async fn initialize(&self, _request: InitializeRequestParams, _context: RequestContext<RoleServer>) -> Result<InitializeResult, McpError> {

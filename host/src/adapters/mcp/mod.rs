@@ -14,6 +14,7 @@
 pub mod config;
 mod handler;
 mod http;
+pub mod passthrough;
 mod status;
 mod upstream;
 
@@ -58,6 +59,15 @@ pub struct Config {
     pub call_timeout: Duration,
     /// Over HTTP: a session without a request for this long is closed, and its run ends `client-closed`.
     pub session_idle: Duration,
+    /// The parts of MCP besides tools passed through to the servers (`run --pass-through`).
+    pub pass_through: Vec<passthrough::Kind>,
+}
+
+/// The kinds `run --pass-through` names (`all`: every one).
+pub fn passthrough_kinds(names: &[String]) -> Vec<passthrough::Kind> {
+    use passthrough::Kind;
+    let all = [("resources", Kind::Resources), ("prompts", Kind::Prompts), ("completions", Kind::Completions), ("logging", Kind::Logging)];
+    all.iter().filter(|(n, _)| names.iter().any(|x| x == n || x == "all")).map(|(_, k)| *k).collect()
 }
 
 /// One server behind the proxy: a command it starts (`argv`, `env`) or a URL it reaches over Streamable
@@ -656,7 +666,10 @@ pub async fn main(config: Config) -> u8 {
     };
     let (said_tx, said_rx) = mpsc::unbounded_channel();
     let upstream = match Upstream::start(&config.servers, &config.upstream_ca, config.call_timeout, said_tx).await {
-        Ok(u) => u,
+        Ok(mut u) => {
+            u.pass_through = config.pass_through.clone();
+            u
+        }
         Err(m) => return refuse(listen, Failure { code: "server-unavailable".into(), message: m }).await,
     };
     let base = Arc::new(Base {

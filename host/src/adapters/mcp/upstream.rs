@@ -118,6 +118,10 @@ pub struct Upstream {
     progress: Arc<tokio::sync::Mutex<HashMap<ProgressToken, ProgressRoute>>>,
     /// How long a forwarded call may take before it is answered as failed.
     pub call_timeout: Duration,
+    /// Which server listed a resource, a template or a prompt (see [`super::passthrough`]).
+    pub passthrough_routes: RwLock<HashMap<String, usize>>,
+    /// What besides tools the proxy passes through (none unless `run --pass-through` names it).
+    pub pass_through: Vec<super::passthrough::Kind>,
 }
 
 use crate::fetch::chain;
@@ -241,7 +245,7 @@ impl Upstream {
                 k += 1;
             }
         }
-        Ok(Upstream { servers, tools, progress, call_timeout })
+        Ok(Upstream { servers, tools, progress, call_timeout, passthrough_routes: RwLock::new(HashMap::new()), pass_through: Vec::new() })
     }
 
     /// (listed name, server index, the server's own tool name), in listing order.

@@ -485,7 +485,8 @@ async function startProxy(bin, target, work, tag) {
   const runs = path.join(work, tag, "runs");
   fs.mkdirSync(runs, { recursive: true });
   const everything = path.join(MCP, "node_modules", ".bin", "mcp-server-everything");
-  const args = ["run", RUNBOOKS[target], "--registry", path.join(HERE, "registry"), "--runs", runs, "--listen", "127.0.0.1:0", "--", everything];
+  // Everything but tools passed through (`--pass-through all`): the proxy withholds it by default.
+  const args = ["run", RUNBOOKS[target], "--registry", path.join(HERE, "registry"), "--runs", runs, "--listen", "127.0.0.1:0", "--pass-through", "all", "--", everything];
   const child = start(bin, args, { cwd: path.join(work, tag), log: path.join(work, `${tag}.proxy.log`) });
   const w = await waitLine(child, /^runbook-host run: listening on (http:\/\/127\.0\.0\.1:\d+\/mcp)/, START_TIMEOUT_MS);
   if (!w.match) {
