@@ -229,8 +229,9 @@ fn what_the_transport_refuses_never_reaches_a_run() {
         (resp.status().as_u16(), resp.body_mut().read_to_string().unwrap_or_default())
     };
     let body = init.to_string();
-    // A browser page (any Origin): 403.
+    // A browser page of another site (any Origin but the proxy's own): 403; its own (same-origin): taken.
     assert_eq!(post(&[("origin", "https://evil.example")], body.as_bytes()).0, 403);
+    assert_eq!(post(&[("origin", "http://localhost:1")], body.as_bytes()).0, 403, "another port is another origin");
     // A name that is not this machine (DNS rebinding): 403.
     assert_eq!(post(&[("host", "evil.example")], body.as_bytes()).0, 403);
     // A body over the bound: 413, before it is decoded.
@@ -260,6 +261,19 @@ fn what_the_transport_refuses_never_reaches_a_run() {
     assert!(!said.contains("smuggled"), "the call was made: {said}");
     // Nothing of it opened a run; a proper client is still served.
     assert!(w.run_dirs().is_empty(), "a refused request opened a run: {:?}", w.run_dirs());
+    // The proxy's own Origin (a same-origin request) is taken, as the suite's dns-rebinding-protection asks.
+    let own = p.url.trim_end_matches("/mcp").to_string();
+    assert_eq!(post(&[("origin", own.as_str())], body.as_bytes()).0, 200, "{own}");
+    // A session's DELETE: 204 (the Python SDK takes rmcp's 202 for a failed termination).
+    let resp = agent
+        .post(&p.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .send(body.as_bytes())
+        .expect("an HTTP answer");
+    let session = resp.headers().get("mcp-session-id").and_then(|v| v.to_str().ok()).expect("a session id").to_string();
+    let deleted = agent.delete(&p.url).header("mcp-session-id", session.as_str()).call().expect("an HTTP answer");
+    assert_eq!(deleted.status().as_u16(), 204);
     let mut c = Client::url(&w, "after", &p.url);
     c.init();
     assert_eq!(text(&c.call("echo", json!({"message": "ok"}))), "Echo: ok");

@@ -1,7 +1,7 @@
 //! The proxy as a Streamable HTTP MCP server (`runbook-host run --listen ADDR`): rmcp's server transport,
 //! mounted at `/mcp` in axum. rmcp negotiates the revision per client and enforces what the transport
-//! says: `Host` must name this machine (DNS rebinding), any `Origin` is refused with 403 (no browser
-//! page may drive the proxy), a body over the bound is refused with 413 before it is decoded, and the
+//! says: `Host` must name this machine (DNS rebinding), any `Origin` but the proxy's own is refused with
+//! 403 (no page of another site may drive the proxy), a body over the bound is refused with 413 before it is decoded, and the
 //! `Mcp-Method`/`Mcp-Name` headers must agree with the body (2026-07-28).
 //!
 //! What one run is over HTTP (DESIGN 9.23): a 2025-11-25 client gets an MCP session (`Mcp-Session-Id`),
@@ -45,19 +45,36 @@ pub async fn bind(addr: SocketAddr) -> Result<Bound, String> {
 pub async fn serve(hub: Arc<Hub>, bound: Bound, mut said: mpsc::UnboundedReceiver<Said>) -> u8 {
     let addr = bound.addr;
     let mut hosts = vec!["localhost".to_string(), "127.0.0.1".to_string(), "::1".to_string()];
+    // The only Origin taken is the proxy's own (a same-origin request: no page of another site), which the
+    // 2025-11-25 suite's dns-rebinding-protection asks to be accepted; any other is refused with 403.
+    let port = addr.port();
+    let mut origins = vec![format!("http://127.0.0.1:{port}"), format!("http://localhost:{port}"), format!("http://[::1]:{port}")];
     let mut config = StreamableHttpServerConfig::default().enforce_origin_validation().with_max_request_body_bytes(BODY_LIMIT);
     if addr.ip().is_unspecified() {
         config = config.disable_allowed_hosts();
     } else {
         hosts.push(addr.ip().to_string());
         config = config.with_allowed_hosts(hosts);
+        origins.push(format!("http://{addr}"));
     }
+    config = config.with_allowed_origins(origins);
     let stop = config.cancellation_token.clone();
     let mut sessions = LocalSessionManager::default();
     sessions.session_config.keep_alive = Some(hub.base.session_idle);
     let factory_hub = Arc::clone(&hub);
     let service = StreamableHttpService::new(move || Ok(handler::Proxy::http(Arc::clone(&factory_hub))), Arc::new(sessions), config);
-    let app = axum::Router::new().nest_service(PATH, service);
+    // A session's DELETE is answered 204, not rmcp's 202: the session is gone when the answer leaves (its
+    // run ended), and the Python SDK takes anything but 200 or 204 as a failed termination.
+    let app = axum::Router::new().nest_service(PATH, service).layer(axum::middleware::from_fn(
+        |req: axum::extract::Request, next: axum::middleware::Next| async move {
+            let delete = req.method() == axum::http::Method::DELETE;
+            let mut r = next.run(req).await;
+            if delete && r.status() == axum::http::StatusCode::ACCEPTED {
+                *r.status_mut() = axum::http::StatusCode::NO_CONTENT;
+            }
+            r
+        },
+    ));
     eprintln!(
         "runbook-host run: listening on http://{addr}{PATH} (MCP Streamable HTTP, 2025-11-25 and 2026-07-28) for {} ({}, trust {})",
         hub.base.doc.reference,
