@@ -494,21 +494,7 @@ pub fn resume(policy: Arc<Policy>, cfg: &Config, session: &str, timing: &mut Tim
 
 /// Handles one event. Errors are the caller's to turn into a fail-closed answer (exit 2).
 pub fn handle(policy: Arc<Policy>, cfg: &Config, ev: &HookEvent, timing: &mut Timing) -> Result<Answer> {
-    let session = ev.session();
-    if !bundle::is_safe_name(session) {
-        bail!("`{session}` is not a usable session id");
-    }
-    check_not_broken(&cfg.runs, session)?;
-    if let HookEvent::SessionStart { .. } = ev {
-        return start(policy, cfg, session);
-    }
-    let _lock = lock(&cfg.runs, session, false, cfg.lock_timeout)?;
-    let mut run = resume(policy, cfg, session, timing)?;
-    let (t, calls) = (Instant::now(), crate::component_calls());
-    let answer = decide(cfg, ev, &mut run, None)?;
-    timing.decide_us = t.elapsed().as_micros();
-    timing.decide_calls = crate::component_calls() - calls;
-    Ok(answer)
+    handle_all(policy, cfg, std::slice::from_ref(ev), timing)
 }
 
 /// Handles the events of one payload (see [`Client::parse_all`]) in order, on one resume of the run: the
@@ -518,7 +504,6 @@ pub fn handle(policy: Arc<Policy>, cfg: &Config, ev: &HookEvent, timing: &mut Ti
 pub fn handle_all(policy: Arc<Policy>, cfg: &Config, evs: &[HookEvent], timing: &mut Timing) -> Result<Answer> {
     let session = match evs {
         [] => return Ok(Answer::Pass),
-        [HookEvent::SessionStart { .. }] => return handle(policy, cfg, &evs[0], timing),
         [first, rest @ ..] => {
             if rest.iter().any(|e| e.session() != first.session()) {
                 bail!("the events of one payload name several sessions");
@@ -530,6 +515,9 @@ pub fn handle_all(policy: Arc<Policy>, cfg: &Config, evs: &[HookEvent], timing: 
         bail!("`{session}` is not a usable session id");
     }
     check_not_broken(&cfg.runs, session)?;
+    if let [HookEvent::SessionStart { .. }] = evs {
+        return start(policy, cfg, session);
+    }
     if cfg.client == Client::Cline {
         let deadline = Instant::now() + cfg.lock_timeout;
         while !has_state(&cfg.runs, session) && Instant::now() < deadline {
