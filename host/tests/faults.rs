@@ -434,6 +434,35 @@ fn a_server_that_answers_badly_never_yields_a_result() {
     eprintln!("bad server: {answers:#?}\nrecorded results: {results:?}; ended: {}", lines.last().unwrap()["event"]);
 }
 
+/// A server that never answers `initialize` holds nothing up past `--start-timeout`: the client's own
+/// `initialize` is answered with the refusal, naming the server and the bound, and the server's process is
+/// stopped (no orphan is left reading the proxy's pipe).
+#[test]
+fn a_server_that_never_initializes_is_stopped_within_the_start_timeout() {
+    let w = mcp::work("mute-server");
+    let log = w.dir.join("server.ndjson");
+    let server = vec![
+        mcp::python().to_string_lossy().into_owned(),
+        mcp::mcp_dir().join("bad_server.py").to_string_lossy().into_owned(),
+        log.to_string_lossy().into_owned(),
+        "--mute".into(),
+    ];
+    let mut c = Client::proxy(&w, "agent", &runbook("bad-server.yaml"), &["--start-timeout", "2s"], &[server]);
+    let r = c.ask(json!({"op": "init"}));
+    assert_eq!(r["ok"], false, "{r}");
+    let message = r["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("did not answer `initialize` within 2s (--start-timeout)") && message.contains("server-unavailable"), "{r}");
+    let _ = c.close();
+    let pid: i32 = serde_json::from_str::<Value>(std::fs::read_to_string(&log).unwrap().lines().next().unwrap()).unwrap()["pid"].as_i64().unwrap() as i32;
+    let gone = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        // Reaped or a zombie waiting for its reaper: either way it no longer runs.
+        let signalled = unsafe { libc::kill(pid, 0) };
+        signalled != 0 || std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| s.contains(") Z "))
+    });
+    assert!(gone, "the mute server (pid {pid}) still runs");
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Approvals under contention: two humans answering the same call at once, and a client that leaves while
 // its call waits for one.

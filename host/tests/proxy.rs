@@ -751,3 +751,61 @@ fn resources_and_prompts_pass_through_only_when_asked() {
     assert_eq!(c.close(), Some(1));
     w.verify_all();
 }
+
+/// A server's own requests (sampling, elicitation, roots) and its log messages, sent while a call runs,
+/// reach the proxy's client only when `--pass-through` names them. Withheld, the server is answered the
+/// protocol's error and the client is asked nothing; passed to a client that does not offer them, the
+/// server is answered that the client does not; passed to one that does, the server gets its answers.
+#[test]
+fn server_requests_reach_the_client_only_when_passed() {
+    let w = work("asking");
+    let asking = runbook("asking.yaml");
+    let proxy = |args: &[&str]| -> Vec<String> {
+        let mut v = vec![BIN.to_string(), "run".into(), asking.clone()];
+        v.extend(args.iter().map(|s| s.to_string()));
+        v.push("--".into());
+        v.extend(asking_server());
+        v
+    };
+    let client = |answer: bool, cmd: Vec<String>| {
+        let mut args = vec!["--name".to_string(), "test-agent".into()];
+        if answer {
+            args.push("--answer".into());
+        }
+        args.push("--".into());
+        args.extend(cmd);
+        let mut c = Client::spawn(&w, &args);
+        c.init();
+        c
+    };
+
+    // Withheld (the default): every request refused by the proxy, the client asked nothing.
+    let mut c = client(true, proxy(&[]));
+    let (got, asked) = ask_through(&mut c, "why?");
+    for k in ["sampled", "elicited", "roots"] {
+        let e = got[k].as_str().unwrap_or_else(|| panic!("{k} was answered: {got}"));
+        assert!(e.starts_with("error:") && e.contains("does not pass"), "{k}: {got}");
+    }
+    assert_eq!((&asked["asked"], &asked["logs"]), (&json!([]), &json!([])), "{asked}");
+    assert_eq!(c.close(), Some(0), "the run completes");
+
+    // Passed, to a client that offers none of them: the server hears that the client does not.
+    let pass = ["--pass-through", "sampling,elicitation,roots,logging"];
+    let mut c = client(false, proxy(&pass));
+    let (got, asked) = ask_through(&mut c, "why?");
+    for k in ["sampled", "elicited", "roots"] {
+        let e = got[k].as_str().unwrap_or_else(|| panic!("{k} was answered: {got}"));
+        assert!(e.contains("does not offer"), "{k}: {got}");
+    }
+    assert_eq!(asked["asked"], json!([]), "{asked}");
+    assert_eq!(c.close(), Some(0), "the run completes");
+
+    // Passed, to a client that answers: the server gets the client's own answers, the client the log.
+    let mut c = client(true, proxy(&pass));
+    let (got, asked) = ask_through(&mut c, "why?");
+    assert_eq!(got, json!({"sampled": "sampled: why?", "elicited": {"action": "accept", "answer": "yes"}, "roots": ["file:///project"]}));
+    assert_eq!(asked["asked"], json!([{"sampling": "why?"}, {"elicitation": "may I? why?"}, {"roots": true}]));
+    assert_eq!(asked["logs"], json!([{"level": "info", "data": "asking: why?"}]));
+    assert_eq!(c.close(), Some(0), "the run completes");
+    w.verify_all();
+}

@@ -406,3 +406,31 @@ fn three_servers_from_an_mcp_config_one_remote_one_with_dashes_in_its_arguments(
     assert_eq!(server.reached(), ["whoami"], "the blocked call never reached the server");
     w.verify_all();
 }
+
+/// Over HTTP, a server's requests to the client (sampling, elicitation, roots) reach the client of the
+/// call in flight, on that call's own stream, and so do its log messages; each client is asked only for
+/// its own calls.
+#[test]
+fn server_requests_reach_the_calling_client_over_http() {
+    let w = work("http-asking");
+    let mut l = listen(&w, &runbook("asking.yaml"), &["--pass-through", "sampling,elicitation,roots,logging"], &[asking_server()]);
+    let mut a = Client::spawn(&w, &["--name", "agent-a", "--answer", "--url", &l.url]);
+    let mut b = Client::spawn(&w, &["--name", "agent-b", "--answer", "--url", &l.url]);
+    a.init();
+    b.init();
+    for (c, q) in [(&mut a, "first?"), (&mut b, "second?")] {
+        let (got, asked) = ask_through(c, q);
+        assert_eq!(got, json!({"sampled": format!("sampled: {q}"), "elicited": {"action": "accept", "answer": "yes"}, "roots": ["file:///project"]}));
+        assert_eq!(asked["asked"], json!([{"sampling": q}, {"elicitation": format!("may I? {q}")}, {"roots": true}]), "{asked}");
+        assert_eq!(asked["logs"], json!([{"level": "info", "data": format!("asking: {q}")}]), "{asked}");
+    }
+    // Neither heard what the other was asked.
+    for c in [&mut a, &mut b] {
+        let asked = c.ask(json!({"op": "asked"}));
+        assert_eq!((&asked["asked"], &asked["logs"]), (&json!([]), &json!([])), "{asked}");
+    }
+    a.close();
+    b.close();
+    l.stop();
+    w.verify_all();
+}

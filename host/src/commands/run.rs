@@ -56,10 +56,11 @@ pub struct Args {
     /// notification); the module decides every call either way
     #[arg(long, default_value = "scope", value_parser = ["scope", "allowlist"])]
     pub list: String,
-    /// Pass these parts of MCP besides tools through to the servers, comma-separated: `resources`,
-    /// `prompts`, `completions`, `logging` (or `all`). They are not decided by the module and, for now,
-    /// not recorded in the run's bundle: by default the proxy withholds them (fail closed)
-    #[arg(long, value_delimiter = ',', value_parser = ["resources", "prompts", "completions", "logging", "all"])]
+    /// Pass these parts of MCP besides tools through, comma-separated: to the servers `resources`,
+    /// `prompts`, `completions`, `logging` (its messages back too); from the servers to the client
+    /// `sampling`, `elicitation`, `roots`; or `all`. They are not decided by the module and, for now, not
+    /// recorded in the run's bundle: by default the proxy withholds them (fail closed)
+    #[arg(long, value_delimiter = ',', value_parser = ["resources", "prompts", "completions", "logging", "sampling", "elicitation", "roots", "all"])]
     pub pass_through: Vec<String>,
     /// Names of the servers, in order (with several servers their tools are listed as `name.tool`);
     /// default: from each server's `serverInfo.name`
@@ -89,6 +90,10 @@ pub struct Args {
     /// PEM certificates to trust, beside the system's roots, for servers given by `https://` URL
     #[arg(long, value_name = "FILE")]
     pub upstream_ca: Vec<PathBuf>,
+    /// How long a server may take to start and answer `initialize` and `tools/list`; one that does not is
+    /// stopped, and the run refused before any tool runs
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    pub start_timeout: Duration,
     /// How long a forwarded call may take at its server before it is answered as failed
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub call_timeout: Duration,
@@ -210,6 +215,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         servers: specs,
         listen: args.listen,
         upstream_ca,
+        start_timeout: args.start_timeout,
         call_timeout: args.call_timeout,
         session_idle: args.session_idle,
         pass_through: proxy::passthrough_kinds(&args.pass_through),

@@ -342,3 +342,19 @@ pub fn approve_on_a_terminal(w: &Work, run_dir: &Path, step: &str, deny: bool, d
     let o = child.wait_with_output().unwrap();
     (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
 }
+
+/// host/tests/mcp/asking_server.py over stdio: its tool `ask` samples, elicits and lists roots through the
+/// client, and logs.
+pub fn asking_server() -> Vec<String> {
+    vec![python().to_string_lossy().into_owned(), mcp_dir().join("asking_server.py").to_string_lossy().into_owned()]
+}
+
+/// What `ask` answered (its text is JSON), and what the client was asked and the logs it got meanwhile.
+pub fn ask_through(c: &mut Client, question: &str) -> (Value, Value) {
+    let r = c.ask(json!({"op": "call", "tool": "ask", "args": {"question": question}}));
+    assert_eq!((&r["ok"], &r["is_error"]), (&json!(true), &json!(false)), "{r}");
+    let answered: Value = serde_json::from_str(r["text"].as_str().unwrap()).unwrap_or_else(|e| panic!("{e}: {r}"));
+    // A log message is a notification: give it the moment it may trail the answer by.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    (answered, c.ask(json!({"op": "asked"})))
+}

@@ -9,12 +9,20 @@ would not let a server answer this badly). It initializes and lists its tools co
     hang        never answers
 
 Every call is appended to the file named by its first argument, one JSON line {tool, id}.
+
+    bad_server.py LOG --mute    writes {"pid": N} to LOG, then reads and never answers, not even `initialize`
 """
 
 import json
 import sys
 
 log_path = sys.argv[1]
+if sys.argv[2:] == ["--mute"]:
+    with open(log_path, "a") as f:
+        f.write(json.dumps({"pid": __import__("os").getpid()}) + "\n")
+    for line in sys.stdin:
+        pass
+    sys.exit(0)
 TOOLS = ["ok", "wrong_id", "garbage", "not_rpc", "hang"]
 
 

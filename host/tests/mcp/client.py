@@ -5,6 +5,9 @@ transport, unchanged).
     client.py [--name CLIENT_NAME] -- SERVER_CMD [ARGS...]
     client.py [--name CLIENT_NAME] --url http://127.0.0.1:PORT/mcp [--header NAME:VALUE]...
                                                    (the SDK's Streamable HTTP transport)
+    --answer    the client offers sampling, elicitation and roots, and answers each at once (sampled text
+                `sampled: <the prompt>`, elicitation accepted with {"answer": "yes"}, one root
+                file:///project); log messages the server sends are kept
 
 Reads one JSON command a line on standard input and writes one JSON answer a line on standard output:
 
@@ -15,6 +18,8 @@ Reads one JSON command a line on standard input and writes one JSON answer a lin
     {"op": "cancel", "tool": T, "after": S}         start a tools/call and cancel it after S seconds; {"ok", "cancelled"}
     {"op": "send", "tool": T, "args": {...}}        start a tools/call and answer at once (the call's result is not reported)
     {"op": "notifications"}                         the server notifications received so far (methods), then forgets them
+    {"op": "asked"}                                 what servers asked of this client (--answer) and the log messages it
+                                                    got, then forgets them; {"ok", "asked": [...], "logs": [...]}
     {"op": "bench", "tool": T, "args": {}, "n": N}  N sequential calls; {"ok", "us": [microseconds per call]}
     {"op": "pid"}                                   the server process's pid
     {"op": "signal", "sig": "INT"|"TERM"|"KILL"}    signal the server process
@@ -74,6 +79,7 @@ async def main():
     ap.add_argument("--name", default="test-agent")
     ap.add_argument("--url", help="a Streamable HTTP endpoint instead of a server command")
     ap.add_argument("--header", action="append", default=[], help="NAME:VALUE sent with every HTTP request")
+    ap.add_argument("--answer", action="store_true", help="offer sampling, elicitation and roots, and answer them")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
@@ -85,6 +91,25 @@ async def main():
         else:
             notes.append(getattr(message, "method", type(message).__name__))
 
+    asked, logs = [], []
+
+    async def on_sampling(context, params):
+        prompt = params.messages[0].content.text
+        asked.append({"sampling": prompt})
+        return types.CreateMessageResult(role="assistant", content=types.TextContent(type="text", text=f"sampled: {prompt}"), model="scripted")
+
+    async def on_elicitation(context, params):
+        asked.append({"elicitation": params.message})
+        return types.ElicitResult(action="accept", content={"answer": "yes"})
+
+    async def on_roots(context):
+        asked.append({"roots": True})
+        return types.ListRootsResult(roots=[types.Root(uri="file:///project", name="project")])
+
+    async def on_log(params):
+        logs.append({"level": params.level, "data": params.data})
+
+    answering = {"sampling_callback": on_sampling, "elicitation_callback": on_elicitation, "list_roots_callback": on_roots} if a.answer else {}
     stdin = anyio.wrap_file(sys.stdin)
     if a.url:
         headers = dict(h.split(":", 1) for h in a.header)
@@ -92,7 +117,9 @@ async def main():
     else:
         transport = stdio_client(StdioServerParameters(command=cmd[0], args=cmd[1:]))
     async with transport as (read, write):
-        async with ClientSession(read, write, message_handler=on_message, client_info=types.Implementation(name=a.name, version="1.0.0")) as session, anyio.create_task_group() as background:
+        async with ClientSession(
+            read, write, message_handler=on_message, logging_callback=on_log, client_info=types.Implementation(name=a.name, version="1.0.0"), **answering
+        ) as session, anyio.create_task_group() as background:
 
             async def fire(tool, args):
                 try:
@@ -149,6 +176,10 @@ async def main():
                         background.start_soon(fire, c["tool"], c.get("args") or {})
                         await anyio.sleep(0.2)
                         out({"ok": True})
+                    elif op == "asked":
+                        out({"ok": True, "asked": list(asked), "logs": list(logs)})
+                        asked.clear()
+                        logs.clear()
                     elif op == "notifications":
                         out({"ok": True, "notifications": list(notes)})
                         notes.clear()

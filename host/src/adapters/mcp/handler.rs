@@ -103,6 +103,11 @@ impl Proxy {
         Proxy { bind: Bind::Http { hub, mine: std::sync::OnceLock::new() } }
     }
 
+    /// This client, as the servers' requests and notifications find it (keyed by its run).
+    fn client(&self, ctx: &RequestContext<RoleServer>) -> super::clients::Client {
+        super::clients::Client { key: Arc::as_ptr(self.s()) as usize, peer: ctx.peer.clone() }
+    }
+
     fn s(&self) -> &Arc<Shared> {
         match &self.bind {
             Bind::Fixed(s) => s,
@@ -364,7 +369,13 @@ impl Proxy {
             return Ok(tool_error(msg));
         };
         let forwarded = tokio::select! {
-            r = s.upstream.call(server, &name, request.arguments, ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t))) => r,
+            r = s.upstream.call(
+                server,
+                &name,
+                request.arguments,
+                ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t)),
+                Some((self.client(ctx), ctx.id.clone())),
+            ) => r,
             _ = ctx.ct.cancelled() => Err(ServiceError::Cancelled { reason: Some("cancelled by the client".into()) }),
         };
         match forwarded {
@@ -433,6 +444,7 @@ impl ServerHandler for Proxy {
         }
         context.peer.set_peer_info(request.clone());
         *super::lock(&self.s().client) = Some(context.peer.clone());
+        self.s().upstream.clients.joined(self.client(&context));
         self.s().initialized.store(true, Ordering::SeqCst);
         let name = request.client_info.name.clone();
         if let Err(f) = self.s().ensure_started(Some(&name)) {
@@ -484,12 +496,26 @@ impl ServerHandler for Proxy {
 
     async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        self.s().upstream.subscribe(request).await
+        let uri = request.uri.clone();
+        self.s().upstream.subscribe(request).await?;
+        self.s().upstream.clients.subscribed(&uri, self.client(&context));
+        Ok(())
     }
 
     async fn unsubscribe(&self, request: UnsubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
+        self.s().upstream.clients.unsubscribed(&request.uri, self.client(&context).key);
         self.s().upstream.unsubscribe(request).await
+    }
+
+    /// The client's roots changed: every server is told, when roots pass through.
+    async fn on_roots_list_changed(&self, _context: rmcp::service::NotificationContext<RoleServer>) {
+        let up = &self.s().upstream;
+        if up.clients.passes(super::passthrough::Kind::Roots) {
+            for server in &up.servers {
+                let _ = server.peer.notify_roots_list_changed().await;
+            }
+        }
     }
 
     async fn list_prompts(&self, request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {

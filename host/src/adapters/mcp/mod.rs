@@ -11,6 +11,7 @@
 //! What it cannot see: anything that is not an MCP tool call through it (its coverage is `["shell"]`), so a
 //! runbook with destructive or irreversible work is refused by admission (seed 000).
 
+mod clients;
 pub mod config;
 mod handler;
 mod http;
@@ -55,6 +56,8 @@ pub struct Config {
     pub listen: Option<SocketAddr>,
     /// PEM certificates trusted beside the system's roots for servers given by `https://` URL.
     pub upstream_ca: Vec<Vec<u8>>,
+    /// How long a server may take to start: to answer `initialize` and list its tools.
+    pub start_timeout: Duration,
     /// How long a forwarded call may take at its server.
     pub call_timeout: Duration,
     /// Over HTTP: a session without a request for this long is closed, and its run ends `client-closed`.
@@ -66,7 +69,15 @@ pub struct Config {
 /// The kinds `run --pass-through` names (`all`: every one).
 pub fn passthrough_kinds(names: &[String]) -> Vec<passthrough::Kind> {
     use passthrough::Kind;
-    let all = [("resources", Kind::Resources), ("prompts", Kind::Prompts), ("completions", Kind::Completions), ("logging", Kind::Logging)];
+    let all = [
+        ("resources", Kind::Resources),
+        ("prompts", Kind::Prompts),
+        ("completions", Kind::Completions),
+        ("logging", Kind::Logging),
+        ("sampling", Kind::Sampling),
+        ("elicitation", Kind::Elicitation),
+        ("roots", Kind::Roots),
+    ];
     all.iter().filter(|(n, _)| names.iter().any(|x| x == n || x == "all")).map(|(_, k)| *k).collect()
 }
 
@@ -665,13 +676,11 @@ pub async fn main(config: Config) -> u8 {
         None => None,
     };
     let (said_tx, said_rx) = mpsc::unbounded_channel();
-    let upstream = match Upstream::start(&config.servers, &config.upstream_ca, config.call_timeout, said_tx).await {
-        Ok(mut u) => {
-            u.pass_through = config.pass_through.clone();
-            u
-        }
-        Err(m) => return refuse(listen, Failure { code: "server-unavailable".into(), message: m }).await,
-    };
+    let upstream =
+        match Upstream::start(&config.servers, &config.upstream_ca, config.start_timeout, config.call_timeout, config.pass_through.clone(), said_tx).await {
+            Ok(u) => u,
+            Err(m) => return refuse(listen, Failure { code: "server-unavailable".into(), message: m }).await,
+        };
     let base = Arc::new(Base {
         envelope,
         policy,

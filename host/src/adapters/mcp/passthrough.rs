@@ -31,6 +31,10 @@ pub enum Kind {
     Prompts,
     Completions,
     Logging,
+    /// The server-to-client requests (see [`super::clients`]).
+    Sampling,
+    Elicitation,
+    Roots,
 }
 
 /// The longest list gathered from one server across its pages.
@@ -64,6 +68,7 @@ impl Upstream {
                     Kind::Prompts => c.prompts.is_some(),
                     Kind::Completions => c.completions.is_some(),
                     Kind::Logging => c.logging.is_some(),
+                    Kind::Sampling | Kind::Elicitation | Kind::Roots => false,
                 })
             })
             .collect()

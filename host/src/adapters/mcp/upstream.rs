@@ -7,22 +7,27 @@
 //! shown only when the run's step has it in scope), and `notifications/progress` for a forwarded call
 //! reaches the client that made it, under the client's own progress token. A client's cancellation
 //! reaches the server (`notifications/cancelled`: rmcp cancels a request whose answer is no longer awaited).
+//!
+//! Sampling, roots and logging are deprecated in rmcp (2026-07-28 replaces them) and still what a
+//! 2025-11-25 server sends: passed on as they come.
+#![allow(deprecated)]
 
+use super::clients::{Client, Clients};
+use super::passthrough::Kind;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest, Implementation, JsonObject,
-    ProgressNotificationParam, ProgressToken, ServerResult, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, Implementation, JsonObject, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+    RequestId, ResourceUpdatedNotificationParam, ServerResult, Tool,
 };
-use rmcp::service::{NotificationContext, PeerRequestOptions, RoleClient, RoleServer, RunningService};
+use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RoleServer, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::ErrorData as McpError;
 use rmcp::{ClientHandler, Peer, ServiceError, ServiceExt};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
-
-/// How long a server may take to start and answer `initialize` and `tools/list`.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What a server said on its own, for the proxy to act on.
 pub enum Said {
@@ -35,17 +40,61 @@ pub enum Said {
 /// A forwarded call's progress: the client to tell, and the token it chose.
 type ProgressRoute = (Peer<RoleServer>, ProgressToken);
 
-/// The proxy as an MCP client of one server: it names itself, and hears the server's notifications.
+/// The proxy as an MCP client of one server: it names itself, hears the server's notifications, and
+/// passes the server's requests to the proxy's client (see [`super::clients`]).
 struct Listener {
     index: usize,
     said: mpsc::UnboundedSender<Said>,
     tools: Arc<RwLock<Vec<Vec<Tool>>>>,
     progress: Arc<tokio::sync::Mutex<HashMap<ProgressToken, ProgressRoute>>>,
+    clients: Arc<Clients>,
 }
 
 impl ClientHandler for Listener {
+    /// The capabilities passed through: the server is told the proxy can sample, elicit and list roots
+    /// when `--pass-through` names them (the proxy's client is asked when the server asks).
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), Implementation::new("runbook-host", env!("CARGO_PKG_VERSION")))
+        let mut caps = ClientCapabilities::default();
+        if self.clients.passes(Kind::Sampling) {
+            caps.sampling = Some(Default::default());
+        }
+        if self.clients.passes(Kind::Elicitation) {
+            caps.elicitation = Some(Default::default());
+        }
+        if self.clients.passes(Kind::Roots) {
+            let mut roots = rmcp::model::RootsCapabilities::default();
+            roots.list_changed = Some(true);
+            caps.roots = Some(roots);
+        }
+        ClientConfig::new(caps, Implementation::new("runbook-host", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn create_message(&self, params: CreateMessageRequestParams, _context: RequestContext<RoleClient>) -> Result<CreateMessageResult, McpError> {
+        self.clients.create_message(self.index, params).await
+    }
+
+    async fn create_elicitation(&self, params: ElicitRequestParams, _context: RequestContext<RoleClient>) -> Result<ElicitResult, McpError> {
+        self.clients.create_elicitation(self.index, params).await
+    }
+
+    async fn list_roots(&self, _context: RequestContext<RoleClient>) -> Result<ListRootsResult, McpError> {
+        self.clients.list_roots(self.index).await
+    }
+
+    async fn on_logging_message(&self, params: LoggingMessageNotificationParam, _context: NotificationContext<RoleClient>) {
+        self.clients.log(self.index, params).await;
+    }
+
+    async fn on_resource_updated(&self, params: ResourceUpdatedNotificationParam, _context: NotificationContext<RoleClient>) {
+        self.clients.resource_updated(params).await;
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.clients.resource_list_changed().await;
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.clients.prompt_list_changed().await;
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
@@ -62,9 +111,12 @@ impl ClientHandler for Listener {
     }
 }
 
+/// How long a server may take to list its tools again after it announced a change.
+const LIST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Lists a server's tools again after it said they changed, so the routes change before the clients are told.
 async fn relist(peer: &Peer<RoleClient>, index: usize, tools: &RwLock<Vec<Vec<Tool>>>, said: &mpsc::UnboundedSender<Said>) {
-    match tokio::time::timeout(START_TIMEOUT, peer.list_all_tools()).await {
+    match tokio::time::timeout(LIST_TIMEOUT, peer.list_all_tools()).await {
         Ok(Ok(listed)) => {
             if let Some(slot) = write(tools).get_mut(index) {
                 *slot = listed;
@@ -121,7 +173,9 @@ pub struct Upstream {
     /// Which server listed a resource, a template or a prompt (see [`super::passthrough`]).
     pub passthrough_routes: RwLock<HashMap<String, usize>>,
     /// What besides tools the proxy passes through (none unless `run --pass-through` names it).
-    pub pass_through: Vec<super::passthrough::Kind>,
+    pub pass_through: Vec<Kind>,
+    /// The proxy's clients, for what the servers ask of them and tell them.
+    pub clients: Arc<Clients>,
 }
 
 use crate::fetch::chain;
@@ -154,7 +208,14 @@ pub fn http_client(extra_roots: &[Vec<u8>]) -> Result<reqwest::Client, String> {
         .map_err(|e| format!("cannot set up the HTTP client: {e}"))
 }
 
-async fn start_one(spec: &super::ServerSpec, http: &Option<reqwest::Client>, listener: Listener) -> Result<RunningService<RoleClient, Listener>, String> {
+/// Starts one server and initializes it, within `bound` (a server that never answers `initialize` is
+/// dropped: its process killed, its HTTP request abandoned).
+async fn start_one(
+    spec: &super::ServerSpec,
+    http: &Option<reqwest::Client>,
+    listener: Listener,
+    bound: Duration,
+) -> Result<RunningService<RoleClient, Listener>, String> {
     if let Some(url) = &spec.url {
         let mut headers = HashMap::new();
         for (k, v) in &spec.headers {
@@ -166,9 +227,9 @@ async fn start_one(spec: &super::ServerSpec, http: &Option<reqwest::Client>, lis
         config.custom_headers = headers;
         let client = http.clone().ok_or("no HTTP client")?;
         let transport = StreamableHttpClientTransport::with_client(client, config);
-        return tokio::time::timeout(START_TIMEOUT, listener.serve(transport))
+        return tokio::time::timeout(bound, listener.serve(transport))
             .await
-            .map_err(|_| format!("`{url}` did not answer `initialize` within {}s", START_TIMEOUT.as_secs()))?
+            .map_err(|_| format!("`{url}` did not answer `initialize` within {:?} (--start-timeout)", bound))?
             .map_err(|e| {
                 // rustls's reason (an unknown issuer, a name mismatch) is deep in the cause, and only in its Debug form.
                 let debug = format!("{e:?}");
@@ -185,31 +246,34 @@ async fn start_one(spec: &super::ServerSpec, http: &Option<reqwest::Client>, lis
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).envs(spec.env.iter().map(|(k, v)| (k, v)));
     let transport = TokioChildProcess::new(cmd).map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
-    tokio::time::timeout(START_TIMEOUT, listener.serve(transport))
+    tokio::time::timeout(bound, listener.serve(transport))
         .await
-        .map_err(|_| format!("`{}` did not answer `initialize` within {}s", argv[0], START_TIMEOUT.as_secs()))?
+        .map_err(|_| format!("`{}` did not answer `initialize` within {:?} (--start-timeout)", argv[0], bound))?
         .map_err(|e| format!("`{}` failed to initialize: {e}", argv[0]))
 }
 
 impl Upstream {
-    /// Starts (or connects to) every server. `said` receives what a server says on its own, and its
-    /// index when its connection closes.
+    /// Starts (or connects to) every server, each bounded by `start_timeout` to initialize and to list
+    /// its tools. `said` receives what a server says on its own, and its index when its connection closes.
     pub async fn start(
         specs: &[super::ServerSpec],
         extra_roots: &[Vec<u8>],
+        start_timeout: Duration,
         call_timeout: Duration,
+        pass_through: Vec<Kind>,
         said: mpsc::UnboundedSender<Said>,
     ) -> Result<Upstream, String> {
+        let clients = Arc::new(Clients::new(pass_through.clone(), call_timeout));
         let http = if specs.iter().any(|s| s.url.is_some()) { Some(http_client(extra_roots)?) } else { None };
         let tools = Arc::new(RwLock::new(vec![Vec::new(); specs.len()]));
         let progress = Arc::new(tokio::sync::Mutex::new(HashMap::new()));
         let mut servers = Vec::new();
         for (i, spec) in specs.iter().enumerate() {
-            let listener = Listener { index: i, said: said.clone(), tools: Arc::clone(&tools), progress: Arc::clone(&progress) };
-            let service = start_one(spec, &http, listener).await?;
+            let listener = Listener { index: i, said: said.clone(), tools: Arc::clone(&tools), progress: Arc::clone(&progress), clients: Arc::clone(&clients) };
+            let service = start_one(spec, &http, listener, start_timeout).await?;
             let what = spec.url.clone().unwrap_or_else(|| spec.argv[0].clone());
             let listed = if service.peer().peer_info().is_some_and(|i| i.capabilities.tools.is_some()) {
-                tokio::time::timeout(START_TIMEOUT, service.peer().list_all_tools())
+                tokio::time::timeout(start_timeout, service.peer().list_all_tools())
                     .await
                     .map_err(|_| format!("`{what}` did not list its tools in time"))?
                     .map_err(|e| format!("`{what}` failed to list its tools: {e}"))?
@@ -245,7 +309,7 @@ impl Upstream {
                 k += 1;
             }
         }
-        Ok(Upstream { servers, tools, progress, call_timeout, passthrough_routes: RwLock::new(HashMap::new()), pass_through: Vec::new() })
+        Ok(Upstream { servers, tools, progress, call_timeout, passthrough_routes: RwLock::new(HashMap::new()), pass_through, clients })
     }
 
     /// (listed name, server index, the server's own tool name), in listing order.
@@ -279,7 +343,8 @@ impl Upstream {
         Some(t)
     }
 
-    /// Forwards one call. `progress`: the client to tell of the server's progress, under its own token.
+    /// Forwards one call. `progress`: the client to tell of the server's progress, under its own token;
+    /// `caller`: the client and its request, for what the server asks or logs while the call runs.
     /// Dropping the returned future (the client cancelled) cancels the request at the server.
     pub async fn call(
         &self,
@@ -287,7 +352,9 @@ impl Upstream {
         tool: &str,
         arguments: Option<JsonObject>,
         progress: Option<ProgressRoute>,
+        caller: Option<(Client, RequestId)>,
     ) -> Result<CallToolResult, ServiceError> {
+        let _in_flight = caller.map(|(client, request)| self.clients.calling(server, client, request));
         let mut params = CallToolRequestParams::new(tool.to_string());
         params.arguments = arguments;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));

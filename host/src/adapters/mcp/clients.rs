@@ -1,0 +1,213 @@
+//! What the servers behind the proxy say to its clients (DESIGN 9.29; issue 31): their requests
+//! (`sampling/createMessage`, `elicitation/create`, `roots/list`) and their notifications (log messages,
+//! `resources/updated`, the resource and prompt lists changed), each passed on only when `run
+//! --pass-through` names its kind.
+//!
+//! Which client hears a server: a request or a log message that comes while a forwarded tool call is in
+//! flight at that server goes to the client that made the call, on that call's own stream over HTTP (the
+//! request is marked with the call's id, so rmcp sends it on the POST's SSE stream); otherwise to the most
+//! recent client. `resources/updated` goes to the clients subscribed to that URI, a list change to every
+//! client. A client that does not offer a capability gets no request of it: the server is answered the
+//! protocol's error instead, so nothing is asked of a client that never agreed to answer it.
+#![allow(deprecated)]
+
+use super::passthrough::Kind;
+use rmcp::model::{
+    ClientResult, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ErrorCode,
+    GetExtensions, ListRootsRequest, ListRootsResult, LoggingMessageNotificationParam, RequestId, ServerRequest,
+};
+use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RoleServer};
+use rmcp::{ErrorData as McpError, Peer};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// A client of the proxy, keyed by its run (one per stdio proxy, one per HTTP session).
+#[derive(Clone)]
+pub struct Client {
+    pub key: usize,
+    pub peer: Peer<RoleServer>,
+}
+
+/// A forwarded tool call in flight: the server it went to, and the client's request it answers.
+struct InFlight {
+    ticket: u64,
+    server: usize,
+    client: Client,
+    request: RequestId,
+}
+
+/// The proxy's clients as the servers need them.
+pub struct Clients {
+    pass: Vec<Kind>,
+    /// How long a client may take to answer a server's request (the proxy's call timeout).
+    timeout: Duration,
+    known: Mutex<Vec<Client>>,
+    calls: Mutex<Vec<InFlight>>,
+    next_ticket: Mutex<u64>,
+    /// Resource URI → the clients subscribed to it.
+    subscribed: Mutex<HashMap<String, Vec<Client>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Removes the call from the in-flight list when the forwarded call ends, however it ends.
+pub struct CallGuard<'a> {
+    clients: &'a Clients,
+    ticket: u64,
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        lock(&self.clients.calls).retain(|c| c.ticket != self.ticket);
+    }
+}
+
+impl Clients {
+    pub fn new(pass: Vec<Kind>, timeout: Duration) -> Clients {
+        Clients { pass, timeout, known: Mutex::default(), calls: Mutex::default(), next_ticket: Mutex::new(0), subscribed: Mutex::default() }
+    }
+
+    pub fn passes(&self, kind: Kind) -> bool {
+        self.pass.contains(&kind)
+    }
+
+    /// A client initialized: it is the most recent one.
+    pub fn joined(&self, client: Client) {
+        let mut known = lock(&self.known);
+        known.retain(|c| c.key != client.key && !c.peer.is_transport_closed());
+        known.push(client);
+    }
+
+    /// A forwarded call to `server` for the client's request `request`, until the guard drops.
+    pub fn calling(&self, server: usize, client: Client, request: RequestId) -> CallGuard<'_> {
+        let ticket = {
+            let mut t = lock(&self.next_ticket);
+            *t += 1;
+            *t
+        };
+        lock(&self.calls).push(InFlight { ticket, server, client, request });
+        CallGuard { clients: self, ticket }
+    }
+
+    pub fn subscribed(&self, uri: &str, client: Client) {
+        let mut subs = lock(&self.subscribed);
+        let list = subs.entry(uri.to_string()).or_default();
+        list.retain(|c| c.key != client.key);
+        list.push(client);
+    }
+
+    pub fn unsubscribed(&self, uri: &str, key: usize) {
+        if let Some(list) = lock(&self.subscribed).get_mut(uri) {
+            list.retain(|c| c.key != key);
+        }
+    }
+
+    /// The client a server's request or log message is for, and the client's call it belongs to.
+    fn target(&self, server: usize) -> Option<(Client, Option<RequestId>)> {
+        if let Some(c) = lock(&self.calls).iter().rev().find(|c| c.server == server && !c.client.peer.is_transport_closed()) {
+            return Some((c.client.clone(), Some(c.request.clone())));
+        }
+        lock(&self.known).iter().rev().find(|c| !c.peer.is_transport_closed()).map(|c| (c.clone(), None))
+    }
+
+    fn every(&self) -> Vec<Client> {
+        lock(&self.known).iter().filter(|c| !c.peer.is_transport_closed()).cloned().collect()
+    }
+
+    /// Sends a server's request to the client it is for, on the client's call's stream.
+    async fn ask(&self, server: usize, kind: Kind, what: &str, mut request: ServerRequest) -> Result<ClientResult, McpError> {
+        if !self.passes(kind) {
+            return Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("the proxy does not pass {what} to its client (`run --pass-through`)"), None));
+        }
+        let Some((client, call)) = self.target(server) else {
+            return Err(McpError::internal_error(format!("no client is connected to the proxy to answer {what}"), None));
+        };
+        let offered = client.peer.peer_info().map(|i| {
+            let c = &i.capabilities;
+            match kind {
+                Kind::Sampling => c.sampling.is_some(),
+                Kind::Elicitation => c.elicitation.is_some(),
+                Kind::Roots => c.roots.is_some(),
+                _ => false,
+            }
+        });
+        if offered != Some(true) {
+            return Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("the client behind the proxy does not offer {what}"), None));
+        }
+        if let Some(id) = call {
+            request.extensions_mut().insert(OriginatingRequestId(id));
+        }
+        let handle = client
+            .peer
+            .send_request_with_option(request, PeerRequestOptions::with_timeout(self.timeout))
+            .await
+            .map_err(|e| McpError::internal_error(format!("the client did not take the request: {e}"), None))?;
+        handle.await_response().await.map_err(|e| match e {
+            rmcp::ServiceError::McpError(e) => e,
+            other => McpError::internal_error(format!("the client did not answer {what}: {other}"), None),
+        })
+    }
+
+    pub async fn create_message(&self, server: usize, params: CreateMessageRequestParams) -> Result<CreateMessageResult, McpError> {
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        match self.ask(server, Kind::Sampling, "sampling", request).await? {
+            ClientResult::CreateMessageResult(r) => Ok(*r),
+            _ => Err(McpError::internal_error("the client answered sampling with a result of another kind", None)),
+        }
+    }
+
+    pub async fn create_elicitation(&self, server: usize, params: ElicitRequestParams) -> Result<ElicitResult, McpError> {
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        match self.ask(server, Kind::Elicitation, "elicitation", request).await? {
+            ClientResult::ElicitResult(r) => Ok(r),
+            _ => Err(McpError::internal_error("the client answered elicitation with a result of another kind", None)),
+        }
+    }
+
+    pub async fn list_roots(&self, server: usize) -> Result<ListRootsResult, McpError> {
+        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        match self.ask(server, Kind::Roots, "roots", request).await? {
+            ClientResult::ListRootsResult(r) => Ok(r),
+            _ => Err(McpError::internal_error("the client answered roots/list with a result of another kind", None)),
+        }
+    }
+
+    /// A server's log message: to the client of its call in flight, else the most recent client.
+    pub async fn log(&self, server: usize, params: LoggingMessageNotificationParam) {
+        if !self.passes(Kind::Logging) {
+            return;
+        }
+        if let Some((client, _)) = self.target(server) {
+            let _ = client.peer.notify_logging_message(params).await;
+        }
+    }
+
+    pub async fn resource_updated(&self, params: rmcp::model::ResourceUpdatedNotificationParam) {
+        if !self.passes(Kind::Resources) {
+            return;
+        }
+        let subs: Vec<Client> = lock(&self.subscribed).get(&params.uri).cloned().unwrap_or_default();
+        for c in subs {
+            let _ = c.peer.notify_resource_updated(params.clone()).await;
+        }
+    }
+
+    pub async fn resource_list_changed(&self) {
+        if self.passes(Kind::Resources) {
+            for c in self.every() {
+                let _ = c.peer.notify_resource_list_changed().await;
+            }
+        }
+    }
+
+    pub async fn prompt_list_changed(&self) {
+        if self.passes(Kind::Prompts) {
+            for c in self.every() {
+                let _ = c.peer.notify_prompt_list_changed().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""An MCP server that asks its client while a call runs, for host/tests/proxy.rs: the Python MCP SDK's
+MCPServer over stdio.
+
+Its tool `ask {question}` logs a message, then asks the client to sample (`sampling/createMessage`), to
+elicit (`elicitation/create`) and for its roots (`roots/list`), and answers with what each gave, or the
+error the client (or the proxy in between) answered instead:
+
+    {"sampled": TEXT | "error: ...", "elicited": {...} | "error: ...", "roots": [URI...] | "error: ..."}
+"""
+
+import json
+
+from pydantic import BaseModel
+from mcp import types
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+
+server = MCPServer(name="asking")
+
+
+class Answer(BaseModel):
+    answer: str
+
+
+def failed(e):
+    return f"error: {getattr(e, 'message', None) or e}"
+
+
+@server.tool()
+async def ask(question: str, ctx: Context) -> str:
+    """Asks the client: a log message, then sampling, elicitation and roots."""
+    await ctx.info(f"asking: {question}")
+    out = {}
+    try:
+        r = await ctx.session.create_message(
+            [types.SamplingMessage(role="user", content=types.TextContent(type="text", text=question))],
+            max_tokens=20,
+            related_request_id=ctx.request_id,
+        )
+        out["sampled"] = r.content.text
+    except Exception as e:
+        out["sampled"] = failed(e)
+    try:
+        r = await ctx.elicit(f"may I? {question}", Answer)
+        out["elicited"] = {"action": r.action, "answer": r.data.answer if r.action == "accept" else None}
+    except Exception as e:
+        out["elicited"] = failed(e)
+    try:
+        r = await ctx.session.list_roots()
+        out["roots"] = [str(x.uri) for x in r.roots]
+    except Exception as e:
+        out["roots"] = failed(e)
+    return json.dumps(out, sort_keys=True)
+
+
+server.run("stdio")
