@@ -368,18 +368,26 @@ impl Proxy {
             }
             return Ok(tool_error(msg));
         };
+        // The call as the server knows it; the client's own `_meta` stays here (the proxy sets its own
+        // progress token), a 2026-07-28 retry's input responses and request state pass as they came.
+        let mut params = CallToolRequestParams::new(name);
+        params.arguments = request.arguments;
+        params.input_responses = request.input_responses;
+        params.request_state = request.request_state;
         let forwarded = tokio::select! {
             r = s.upstream.call(
                 server,
-                &name,
-                request.arguments,
+                params,
                 ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t)),
                 Some((self.client(ctx), ctx.id.clone())),
             ) => r,
             _ = ctx.ct.cancelled() => Err(ServiceError::Cancelled { reason: Some("cancelled by the client".into()) }),
         };
         match forwarded {
-            Ok(mut result) => {
+            // The server needs the client's input before it can answer (2026-07-28): not the call's result,
+            // so nothing is fed; the client's retry is a call of its own, decided again.
+            Ok(CallToolResponse::InputRequired(r)) => Ok(CallToolResponse::InputRequired(r)),
+            Ok(CallToolResponse::Complete(mut result)) => {
                 // A server on an older protocol leaves `resultType` out; a client on 2026-07-28 needs it
                 // (rmcp drops it again for older clients).
                 if result.result_type.is_none() {
@@ -406,6 +414,15 @@ impl Proxy {
                     }
                     Ok(_) => Ok(CallToolResponse::Complete(result)),
                 }
+            }
+            // A task (the 2026-07-28 tasks extension) or a kind rmcp adds later.
+            Ok(_) => {
+                let msg = "the server answered with a task, which the proxy does not pass through".to_string();
+                if feed {
+                    let _ = self.feed_result(&tool, json!({"error": msg}), true, &call_id);
+                    s.after_event().await;
+                }
+                Ok(tool_error(msg))
             }
             Err(e) => {
                 let msg = e.to_string();

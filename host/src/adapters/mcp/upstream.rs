@@ -15,9 +15,9 @@
 use super::clients::{Client, Clients};
 use super::passthrough::Kind;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequestParams, ElicitResult, Implementation, JsonObject, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
-    RequestId, ResourceUpdatedNotificationParam, ServerResult, Tool,
+    CallToolRequest, CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ClientRequest, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, Implementation, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
+    ResourceUpdatedNotificationParam, ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RoleServer, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -343,20 +343,19 @@ impl Upstream {
         Some(t)
     }
 
-    /// Forwards one call. `progress`: the client to tell of the server's progress, under its own token;
-    /// `caller`: the client and its request, for what the server asks or logs while the call runs.
-    /// Dropping the returned future (the client cancelled) cancels the request at the server.
+    /// Forwards one call (`params` named as the server knows the tool; on 2026-07-28 a retry's input
+    /// responses and request state pass as they came). `progress`: the client to tell of the server's
+    /// progress, under its own token; `caller`: the client and its request, for what the server asks or
+    /// logs while the call runs. Dropping the returned future (the client cancelled) cancels the request
+    /// at the server.
     pub async fn call(
         &self,
         server: usize,
-        tool: &str,
-        arguments: Option<JsonObject>,
+        params: CallToolRequestParams,
         progress: Option<ProgressRoute>,
         caller: Option<(Client, RequestId)>,
-    ) -> Result<CallToolResult, ServiceError> {
+    ) -> Result<CallToolResponse, ServiceError> {
         let _in_flight = caller.map(|(client, request)| self.clients.calling(server, client, request));
-        let mut params = CallToolRequestParams::new(tool.to_string());
-        params.arguments = arguments;
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let peer = &self.servers[server].peer;
         // The route is in place before the request leaves, so no early progress is lost.
@@ -384,7 +383,9 @@ impl Upstream {
         guard.0 = None;
         self.progress.lock().await.remove(&token);
         match answer? {
-            ServerResult::CallToolResult(r) => Ok(r),
+            ServerResult::CallToolResult(r) => Ok(CallToolResponse::Complete(r)),
+            // 2026-07-28: the server needs the client's input first (the client retries the call with it).
+            ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
             _ => Err(ServiceError::UnexpectedResponse),
         }
     }
