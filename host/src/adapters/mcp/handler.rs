@@ -508,7 +508,7 @@ impl ServerHandler for Proxy {
 
     async fn read_resource(&self, request: ReadResourceRequestParams, context: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        Ok(self.s().upstream.read_resource(request).await?.into())
+        self.s().upstream.read_resource(request).await
     }
 
     async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
@@ -542,7 +542,7 @@ impl ServerHandler for Proxy {
 
     async fn get_prompt(&self, request: GetPromptRequestParams, context: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        Ok(self.s().upstream.get_prompt(request).await?.into())
+        self.s().upstream.get_prompt(request).await
     }
 
     async fn complete(&self, request: CompleteRequestParams, context: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {

@@ -16,9 +16,9 @@
 
 use super::upstream::Upstream;
 use rmcp::model::{
-    ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams, GetPromptResult, ListPromptsRequest,
+    ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams, GetPromptResponse, ListPromptsRequest,
     ListPromptsResult, ListResourceTemplatesRequest, ListResourceTemplatesResult, ListResourcesRequest, ListResourcesResult, PaginatedRequestParams,
-    PromptsCapability, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResult, Reference, ResourcesCapability, ServerCapabilities, ServerResult,
+    PromptsCapability, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Reference, ResourcesCapability, ServerCapabilities, ServerResult,
     SetLevelRequest, SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 use rmcp::service::PeerRequestOptions;
@@ -186,11 +186,14 @@ impl Upstream {
         })
     }
 
-    pub async fn read_resource(&self, params: ReadResourceRequestParams) -> Result<ReadResourceResult, McpError> {
+    /// A resource as its server gives it: its contents or, on 2026-07-28, the input it needs first (the
+    /// client's retry carries it back, with the request state, in `params`).
+    pub async fn read_resource(&self, params: ReadResourceRequestParams) -> Result<ReadResourceResponse, McpError> {
         let mut last = None;
         for i in self.for_uri(&params.uri)? {
             match self.forward(i, ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params.clone()))).await {
-                Ok(ServerResult::ReadResourceResult(r)) => return Ok(r),
+                Ok(ServerResult::ReadResourceResult(r)) => return Ok(r.into()),
+                Ok(ServerResult::InputRequiredResult(r)) => return Ok(ReadResourceResponse::InputRequired(r)),
                 Ok(_) => return Err(unexpected()),
                 Err(e) => last = Some(e),
             }
@@ -260,11 +263,13 @@ impl Upstream {
             .ok_or_else(|| McpError::invalid_params(format!("no server behind the proxy has the prompt `{listed}`"), None))
     }
 
-    pub async fn get_prompt(&self, mut params: GetPromptRequestParams) -> Result<GetPromptResult, McpError> {
+    /// A prompt as its server gives it, or the input it needs first (as [`Self::read_resource`]).
+    pub async fn get_prompt(&self, mut params: GetPromptRequestParams) -> Result<GetPromptResponse, McpError> {
         let (i, name) = self.prompt_route(&params.name, Kind::Prompts)?;
         params.name = name;
         match self.forward(i, ClientRequest::GetPromptRequest(GetPromptRequest::new(params))).await? {
-            ServerResult::GetPromptResult(r) => Ok(r),
+            ServerResult::GetPromptResult(r) => Ok(r.into()),
+            ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
             _ => Err(unexpected()),
         }
     }
