@@ -20,6 +20,7 @@ pub const LATEST_SCHEMA: &str = "runbook-latest-run/v1";
 pub const HISTORY_SCHEMA: &str = "runbook-run-history-entry/v1";
 pub const SIGNATURES: &str = "signatures.ndjson";
 pub const SHADOW: &str = "shadow.ndjson";
+pub const TRAFFIC: &str = "traffic.ndjson";
 pub const RECEIPT_SIGNATURE: &str = "receipt.dsse.json";
 pub const STATEMENT_TYPE: &str = "https://in-toto.io/Statement/v1";
 pub const RECEIPT_PREDICATE: &str = "urn:runbook-host:receipt:v1";
@@ -653,7 +654,7 @@ fn receipt_of(manifest: &Node, run_json: &str, report: &str, report_node: &Node,
     for name in required {
         artifacts.push((name.to_string(), s(hashes.str(H, name)?)));
     }
-    for name in [SIGNATURES, SHADOW] {
+    for name in [SIGNATURES, SHADOW, TRAFFIC] {
         if let Some(h) = hashes.opt_str(H, name)? {
             artifacts.push((name.to_string(), s(h)));
         }
@@ -710,9 +711,94 @@ pub fn shadow_line(seq: u64, tool: &str, call_sha256: &str, decision: &str) -> S
     line(&obj(vec![("seq", jcs::n(seq)), ("tool", s(tool)), ("call_sha256", s(call_sha256)), ("decision", s(decision)), ("forwarded", b(true))]))
 }
 
+/// The members of a `traffic.ndjson` line, in byte order.
+pub const TRAFFIC_KEYS: [&str; 9] = ["answer_sha256", "at", "direction", "error_code", "link", "method", "n", "params_sha256", "server"];
+
+/// The link of a `traffic.ndjson` line (DESIGN 9.29): `sha256(prev || JCS(the line without its link))`,
+/// `prev` the previous line's link, or run.json's `chain_h0` for the first line.
+pub fn traffic_link(prev: &str, unlinked: &Node) -> String {
+    let mut text = String::from(prev);
+    text.push_str(&jcs::to_string(unlinked));
+    sha256_hex(text.as_bytes())
+}
+
+/// One line of `traffic.ndjson` and its link: MCP traffic besides tool calls that a proxy passed on and
+/// the module does not decide (a resource read, a prompt, a completion, a log level, a server's sampling,
+/// elicitation or roots request to the client). `entry`: `{n, at, direction: "to-server"|"to-client",
+/// server: <name>|null, method, params: <any JSON>, answer?: <any JSON>, error_code?: <integer>}`. The line
+/// holds digests, never the content: `params_sha256` and `answer_sha256` (null when the request failed)
+/// are the hex sha256 of their JCS, so the file is safe to share and a holder of the content can show
+/// which it was; the lines chain (`link`), so none can be dropped or reordered unseen.
+pub fn traffic_line(prev: &str, entry: &str) -> Result<(String, String), String> {
+    const W: &str = "traffic entry";
+    let f = Facts::parse(W, entry)?;
+    let count = |key: &str| match f.get(key).map(|n| &n.value) {
+        Some(Value::Num(x)) => x.as_u64().ok_or_else(|| format!("{W}: `{key}` must be a non-negative integer")),
+        _ => Err(format!("{W}: `{key}` must be a non-negative integer")),
+    };
+    let direction = f.str(W, "direction")?;
+    if !matches!(direction, "to-server" | "to-client") {
+        return Err(format!("{W}: `direction` must be \"to-server\" or \"to-client\""));
+    }
+    let params = f.0.get("params").ok_or_else(|| format!("{W}: `params` is missing"))?;
+    let error_code = match f.get("error_code").map(|n| &n.value) {
+        None => null(),
+        // An integer (JSON-RPC codes are negative): its canonical text has no fraction or exponent.
+        Some(Value::Num(x)) if x.canonical().trim_start_matches('-').bytes().all(|c| c.is_ascii_digit()) => f.get("error_code").cloned().unwrap_or_else(null),
+        Some(_) => return Err(format!("{W}: `error_code` must be an integer")),
+    };
+    let answer = match (f.get("answer"), is_null_node(&error_code)) {
+        (Some(a), true) => s(&crate::chain::value_digest(a)),
+        (None, false) => null(),
+        _ => return Err(format!("{W}: exactly one of `answer` and `error_code`")),
+    };
+    let unlinked = obj(vec![
+        ("answer_sha256", answer),
+        ("at", jcs::n(count("at")?)),
+        ("direction", s(direction)),
+        ("error_code", error_code),
+        ("method", s(f.str(W, "method")?)),
+        ("n", jcs::n(count("n")?)),
+        ("params_sha256", s(&crate::chain::value_digest(params))),
+        ("server", f.opt_str(W, "server")?.map(s).unwrap_or_else(null)),
+    ]);
+    let link = traffic_link(prev, &unlinked);
+    let mut linked = unlinked;
+    set(&mut linked, "link", s(&link));
+    let mut line = jcs::to_string(&linked);
+    line.push('\n');
+    Ok((line, link))
+}
+
+fn is_null_node(n: &Node) -> bool {
+    matches!(n.value, Value::Null)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn traffic_lines_hold_digests_and_chain() {
+        let (l1, h1) = traffic_line(
+            "h0",
+            r#"{"n":1,"at":5,"direction":"to-server","server":"s","method":"resources/read","params":{"uri":"a://b"},"answer":{"contents":[]}}"#,
+        )
+        .unwrap();
+        assert!(!l1.contains("a://b") && l1.ends_with('\n'), "{l1}");
+        let node = json::parse(&l1).node.unwrap();
+        let keys: Vec<&str> = match &node.value {
+            Value::Obj(m) => m.iter().map(|m| m.key.as_str()).collect(),
+            _ => vec![],
+        };
+        assert_eq!(keys, TRAFFIC_KEYS);
+        let (_, h2) =
+            traffic_line(&h1, r#"{"n":2,"at":6,"direction":"to-client","server":null,"method":"sampling/createMessage","params":{},"error_code":-32601}"#)
+                .unwrap();
+        assert_ne!(h1, h2);
+        assert!(traffic_line("h0", r#"{"n":1,"at":5,"direction":"sideways","method":"x","params":{}}"#).is_err());
+        assert!(traffic_line("h0", r#"{"n":1,"at":5,"direction":"to-server","method":"x","params":{},"answer":{},"error_code":1}"#).is_err());
+    }
 
     const DOC: &str = "{\"runbook\":\"x\"}";
 

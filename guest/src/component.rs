@@ -342,6 +342,10 @@ impl Guest for Component {
         crate::bundle::shadow_line(seq, &tool, &call_sha256, &decision)
     }
 
+    fn traffic_line(prev: String, entry: String) -> Result<(String, String), String> {
+        crate::bundle::traffic_line(&prev, &entry)
+    }
+
     fn guard_names(tool: String, arguments: String, needles: Vec<String>) -> bool {
         crate::bundle::guard_names(&tool, &arguments, &needles)
     }

@@ -19,6 +19,8 @@
 //! 9. `signatures`: each signed answer answers one approval event, once, with that event's payload
 //!    (9.19); the signature bytes are the host's to check ([`Verification::signed_answers`]);
 //! 10. `shadow.ndjson` (a shadow run): each line names a recorded decision that did not allow the call;
+//!     `traffic` (when `traffic.ndjson` is there): each line is the module's form, numbered from 1, and
+//!     continues the traffic chain from `chain_h0` (9.29);
 //! 11. `receipt`: its report, hashes, module, host and pins of every other file, byte for byte the
 //!     module's receipt of these files, and `run.json`'s lifecycle.
 //!
@@ -26,7 +28,7 @@
 //! an approval channel holding calls).
 
 use crate::audit;
-use crate::bundle::{self, RECEIPT_SCHEMA, RUN_SCHEMA, SHADOW, SIGNATURES};
+use crate::bundle::{self, RECEIPT_SCHEMA, RUN_SCHEMA, SHADOW, SIGNATURES, TRAFFIC};
 use crate::doc::sha256_hex;
 use crate::jcs;
 use crate::json;
@@ -346,6 +348,7 @@ struct Seen<'a> {
     lines: Vec<(String, String)>,
     signatures: Option<&'a [u8]>,
     shadow: Option<&'a [u8]>,
+    traffic: Option<&'a [u8]>,
 }
 
 fn null() -> Node {
@@ -381,6 +384,7 @@ impl<'a> Cx<'a> {
         self.report(&s, session)?;
         self.signatures(&mut s)?;
         self.shadow(&mut s)?;
+        self.traffic(&mut s)?;
         self.receipt(&s)
     }
 
@@ -812,6 +816,46 @@ impl<'a> Cx<'a> {
         Ok(())
     }
 
+    /// 10. The traffic besides tool calls (`traffic.ndjson`, 9.29), when there is any: each line holds
+    /// exactly the module's members, is numbered from 1 and continues the traffic chain from `chain_h0`
+    /// (the receipt pins the file, so a line dropped from the end shows there).
+    fn traffic(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+        if self.entry(TRAFFIC).is_none() {
+            return Ok(());
+        }
+        let bytes = self.read(TRAFFIC)?;
+        let text = utf8(TRAFFIC, bytes)?;
+        if !text.is_empty() && !text.ends_with('\n') {
+            return fail(TRAFFIC, "the last line is not whole (no final newline)");
+        }
+        let mut prev = s.h0.clone();
+        for (i, line) in text.lines().enumerate() {
+            let place = format!("{TRAFFIC}:{}", i + 1);
+            let v = parse(&place, line.as_bytes())?;
+            if keys(&v) != bundle::TRAFFIC_KEYS {
+                return fail(place, format!("its members are not exactly {}", bundle::TRAFFIC_KEYS.join(", ")));
+            }
+            if u64_of(v.get("n")) != Some(i as u64 + 1) {
+                return fail(place, format!("`n` is {}, not {}", shown(v.get("n")), i + 1));
+            }
+            let mut unlinked = v.clone();
+            if let Value::Obj(m) = &mut unlinked.value {
+                m.retain(|m| m.key != "link");
+            }
+            let link = bundle::traffic_link(&prev, &unlinked);
+            if str_at(&v, &["link"]) != Some(link.as_str()) {
+                return fail(place, "`link` does not continue the traffic chain (a line changed, dropped or moved)");
+            }
+            if jcs::to_string(&v) != line {
+                return fail(place, "not in the module's one canonical form (RFC 8785)");
+            }
+            prev = link;
+        }
+        s.traffic = Some(bytes);
+        self.pass("traffic");
+        Ok(())
+    }
+
     /// 11. The receipt's content, then the pins of every file (run.json last).
     fn receipt(&mut self, s: &Seen<'a>) -> Result<(), Failure> {
         let (receipt, run, report, h) = (s.receipt.as_ref().expect("form"), s.run.as_ref().expect("layout"), s.report.as_ref().expect("read"), &s.head);
@@ -853,6 +897,9 @@ impl<'a> Cx<'a> {
         }
         if let Some(b) = s.shadow {
             files.push((SHADOW, sha256_hex(b)));
+        }
+        if let Some(b) = s.traffic {
+            files.push((TRAFFIC, sha256_hex(b)));
         }
         if pins.len() != files.len() + 1 {
             return fail("receipt.json", "`artifacts` does not pin exactly the bundle's other files");
@@ -964,9 +1011,9 @@ pub fn redact(entries: &[(String, Item)], at: u64) -> Result<Vec<bundle::Effect>
     if str_at(&run, &["artifacts", "envelope"]).is_some() {
         copy.push("envelope.json");
     }
-    // Signed answers and a shadow run's list name calls by their hashes only; the receipt's signature
-    // still holds over the copied receipt.
-    for f in [SIGNATURES, SHADOW, bundle::RECEIPT_SIGNATURE] {
+    // Signed answers, a shadow run's list and the traffic besides tool calls hold hashes only; the
+    // receipt's signature still holds over the copied receipt.
+    for f in [SIGNATURES, SHADOW, TRAFFIC, bundle::RECEIPT_SIGNATURE] {
         if matches!(file(f)?, Some(_)) {
             copy.push(f);
         }

@@ -361,6 +361,11 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_shadow_line(store, seq, tool, call_sha256, decision))
     }
 
+    /// A line of `traffic.ndjson` and its link (WIT `traffic-line`, DESIGN 9.29).
+    pub fn traffic_line(&self, prev: &str, entry: &str) -> Result<Result<(String, String), String>, HostError> {
+        self.with_util(|store, inst| inst.runbook_policy_policy().call_traffic_line(store, prev, entry))
+    }
+
     /// The guard's matching rule (WIT `guard-names`, DESIGN 9.20).
     pub fn guard_names(&self, tool: &str, arguments: &str, needles: &[String]) -> Result<bool, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_guard_names(store, tool, arguments, needles))

@@ -18,7 +18,7 @@ use crate::{
     approvals, Approval, Coverage, Decision, DecisionKind, EndReason, Event, EventKind, Invoke, Outcome, Phase, Policy, Profile, Recorded, Risk, RunState,
     Session, StartClaim, ToolResult, Verdict,
 };
-use serde_json::Value;
+use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::Arc;
@@ -216,6 +216,19 @@ pub struct Run {
     /// Where approvals must be signed: the keys that may sign them.
     signers: Option<Signers>,
     clock: Clock,
+    /// The number and link of the last line of `traffic.ndjson` (read from the bundle at the first record).
+    traffic: Option<(u64, String)>,
+}
+
+/// One exchange of MCP traffic besides tool calls, as the proxy passed it on (DESIGN 9.29).
+pub struct Traffic<'a> {
+    /// `to-server` (the client's request) or `to-client` (a server's request to the client).
+    pub direction: &'a str,
+    pub server: Option<&'a str>,
+    pub method: &'a str,
+    pub params: &'a Value,
+    /// The answer, or the JSON-RPC error code it was refused with.
+    pub answer: Result<&'a Value, i64>,
 }
 
 /// The keys whose SSH signatures make an approval a human's: an `allowed_signers` file (ssh-keygen's
@@ -307,7 +320,7 @@ impl Run {
         let mut session = policy.session(&doc.bytes)?;
         session.set_guard(guard.needles())?;
         let t0_ms = clock.now_ms();
-        let mut run = Run { policy, session, bundle, guard, t0_ms, last_at: 0, broken: None, state: None, signers: None, clock };
+        let mut run = Run { policy, session, bundle, guard, t0_ms, last_at: 0, broken: None, state: None, signers: None, clock, traffic: None };
         let start = EventKind::Start(StartClaim {
             run_id,
             profile: claim.profile,
@@ -360,7 +373,7 @@ impl Run {
         guard.add_path(b.dir());
         session.set_guard(guard.needles())?;
         let resumed = Resumed { events: n, links_checked: n };
-        let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, signers: None, clock: Clock::system() };
+        let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, signers: None, clock: Clock::system(), traffic: None };
         Ok((run, resumed))
     }
 
@@ -422,6 +435,29 @@ impl Run {
         let call_sha256 = self.call_sha256(tool, arguments)?;
         let line = self.policy.shadow_line(seq, tool, &call_sha256, decision)?;
         self.bundle.append_shadow(&line).map_err(|e| self.break_with(RunError::Evidence(format!("shadow.ndjson: {e}"))))
+    }
+
+    /// Records one exchange of traffic besides tool calls in `traffic.ndjson` (the module's line: digests
+    /// of the params and the answer, chained), after it was answered. Not an event: the module decides
+    /// nothing about it and the replay of `events.ndjson` never sees it.
+    pub fn record_traffic(&mut self, t: &Traffic) -> Result<(), RunError> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        let (n, prev) = match self.traffic.take() {
+            Some(tail) => tail,
+            None => self.bundle.traffic_tail().map_err(|e| self.break_with(RunError::Evidence(format!("traffic.ndjson: {e}"))))?,
+        };
+        let at = self.clock.now_ms().saturating_sub(self.t0_ms);
+        let mut entry = json!({"n": n + 1, "at": at, "direction": t.direction, "server": t.server, "method": t.method, "params": t.params});
+        match t.answer {
+            Ok(a) => entry["answer"] = a.clone(),
+            Err(code) => entry["error_code"] = json!(code),
+        }
+        let (line, link) = self.policy.traffic_line(&prev, &entry.to_string())?.map_err(|e| RunError::Evidence(format!("traffic.ndjson: {e}")))?;
+        self.bundle.append_traffic(&line).map_err(|e| self.break_with(RunError::Evidence(format!("traffic.ndjson: {e}"))))?;
+        self.traffic = Some((n + 1, link));
+        Ok(())
     }
 
     /// Signs this run's receipt with `key` when it ends (a run reopened by another process: the hook).

@@ -750,6 +750,30 @@ fn resources_and_prompts_pass_through_only_when_asked() {
     assert_eq!((&r["resources"], &r["read"], &r["prompts"]), (&alone["resources"], &alone["read"], &alone["prompts"]), "the same as the server alone");
     assert_eq!(c.close(), Some(1));
     w.verify_all();
+
+    // Every request of both runs is in its bundle's traffic.ndjson: digests, never the content.
+    let runs = w.run_dirs();
+    let traffic =
+        |run: &Path| -> Vec<Value> { std::fs::read_to_string(run.join("traffic.ndjson")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect() };
+    let withheld = traffic(&runs[0]);
+    assert_eq!(withheld.len(), 1, "{withheld:?}");
+    assert_eq!((&withheld[0]["method"], &withheld[0]["error_code"], &withheld[0]["answer_sha256"]), (&json!("resources/list"), &json!(-32601), &Value::Null));
+    let passed = traffic(runs.last().unwrap());
+    let methods: Vec<&str> = passed.iter().map(|l| l["method"].as_str().unwrap()).collect();
+    assert_eq!(methods, ["resources/list", "resources/read", "prompts/list"]);
+    let first = r["resources"][0].as_str().unwrap();
+    let text = std::fs::read_to_string(runs.last().unwrap().join("traffic.ndjson")).unwrap();
+    assert!(!text.contains(first), "the URI read is digested, not written: {text}");
+    for (i, l) in passed.iter().enumerate() {
+        assert_eq!((&l["n"], &l["direction"], &l["server"], &l["error_code"]), (&json!(i + 1), &json!("to-server"), &json!("everything"), &Value::Null), "{l}");
+        assert_eq!(l["answer_sha256"].as_str().map(str::len), Some(64), "{l}");
+    }
+    // A line dropped from it is caught by `verify`.
+    let last = runs.last().unwrap();
+    let kept: String = text.lines().skip(1).map(|l| format!("{l}\n")).collect();
+    std::fs::write(last.join("traffic.ndjson"), kept).unwrap();
+    let (ok, out) = verify(last);
+    assert!(!ok && out.contains("traffic.ndjson:1"), "{out}");
 }
 
 /// A server's own requests (sampling, elicitation, roots) and its log messages, sent while a call runs,
@@ -808,4 +832,21 @@ fn server_requests_reach_the_client_only_when_passed() {
     assert_eq!(asked["logs"], json!([{"level": "info", "data": "asking: why?"}]));
     assert_eq!(c.close(), Some(0), "the run completes");
     w.verify_all();
+
+    // Each run's traffic.ndjson holds what the server asked of the client, and how it was answered.
+    let asked_of = |run: &Path| -> Vec<(String, Value)> {
+        std::fs::read_to_string(run.join("traffic.ndjson"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .inspect(|l| assert_eq!((&l["direction"], &l["server"]), (&json!("to-client"), &json!("asking")), "{l}"))
+            .map(|l| (l["method"].as_str().unwrap().to_string(), l["error_code"].clone()))
+            .collect()
+    };
+    let runs = w.run_dirs();
+    let methods = ["sampling/createMessage", "elicitation/create", "roots/list"];
+    let withheld: Vec<(String, Value)> = methods.iter().map(|m| (m.to_string(), json!(-32601))).collect();
+    assert_eq!(asked_of(&runs[0]), withheld, "withheld: refused by the proxy");
+    assert_eq!(asked_of(&runs[1]), withheld, "a client without the capabilities: refused by the proxy");
+    assert_eq!(asked_of(&runs[2]), methods.iter().map(|m| (m.to_string(), Value::Null)).collect::<Vec<_>>(), "answered by the client");
 }

@@ -83,6 +83,8 @@ pub const HISTORY_SCHEMA: &str = "runbook-run-history-entry/v1";
 pub const SIGNATURES: &str = "signatures.ndjson";
 /// A shadow run's calls that ran although the module did not allow them (see [`Bundle::set_shadow`]).
 pub const SHADOW: &str = "shadow.ndjson";
+/// MCP traffic besides tool calls that the proxy passed on (DESIGN 9.29): digests, chained.
+pub const TRAFFIC: &str = "traffic.ndjson";
 /// The host's name and version, as written into receipts.
 pub const HOST_NAME: &str = "runbook-host";
 pub const HOST_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -429,6 +431,32 @@ impl Bundle {
         append_whole(&mut f, SHADOW, line.as_bytes())
     }
 
+    /// The number and link of the last line of [`TRAFFIC`] (none yet: 0 and run.json's `chain_h0`), so a
+    /// reopened run continues its chain.
+    pub fn traffic_tail(&self) -> io::Result<(u64, String)> {
+        let h0 = self.manifest["chain_h0"].as_str().unwrap_or_default().to_string();
+        if !self.dir.is_file(TRAFFIC) {
+            return Ok((0, h0));
+        }
+        let text = self.dir.read_to_string(TRAFFIC)?;
+        match text.lines().last() {
+            None => Ok((0, h0)),
+            Some(l) => {
+                let v: Value = serde_json::from_str(l).map_err(|e| io::Error::other(format!("its last line is not JSON: {e}")))?;
+                Ok((v["n"].as_u64().unwrap_or_default(), v["link"].as_str().unwrap_or_default().to_string()))
+            }
+        }
+    }
+
+    /// Appends the module's `traffic-line` to [`TRAFFIC`] (created at its first line) and syncs it.
+    pub fn append_traffic(&mut self, line: &str) -> io::Result<()> {
+        if self.finished {
+            return Err(io::Error::other("the bundle is finished"));
+        }
+        let mut f = self.dir.open_with(TRAFFIC, OpenOptions::new().append(true).create(true))?;
+        append_whole(&mut f, TRAFFIC, line.as_bytes())
+    }
+
     /// Records admission (`admitted`) or refusal (`refused`) in `run.json`'s lifecycle, with the `start`
     /// claim's coverage.
     pub fn admitted(&mut self, admitted: bool) -> io::Result<()> {
@@ -448,7 +476,7 @@ impl Bundle {
         if self.has_envelope {
             files.push("envelope.json".into());
         }
-        for optional in [SIGNATURES, SHADOW] {
+        for optional in [SIGNATURES, SHADOW, TRAFFIC] {
             if self.dir.is_file(optional) {
                 files.push(optional.into());
             }

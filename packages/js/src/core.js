@@ -790,6 +790,20 @@ export class Policy {
   }
 
   /**
+   * A line of traffic.ndjson and its link (DESIGN 9.29): MCP traffic besides tool calls that a proxy
+   * passed on. `prev` is the previous line's link (run.json's `chain_h0` for the first), `entryJson` the
+   * JSON text of `{n, at, direction, server, method, params, answer | error_code}`. Returns `[line, link]`;
+   * the line holds digests, never the content. InvalidInput names a malformed entry.
+   */
+  trafficLine(prev, entryJson) {
+    text(prev, 'prev');
+    text(entryJson, 'entryJson');
+    const r = this.#call('traffic-line', (api) => api.trafficLine(prev, entryJson), true);
+    if (Object.hasOwn(r, 'err')) throw new InvalidInput(`not a traffic entry: ${r.err}`, r.err);
+    return r.ok;
+  }
+
+  /**
    * The guard's matching rule (DESIGN 9.20): whether the tool name or any string of the arguments (JSON
    * text; keys included) contains one of `needles`. Arguments that are not JSON are matched as text.
    */

@@ -373,6 +373,8 @@ export class Policy {
   signatureLine(seq: number | bigint, request: number | bigint, channelId: string, message: string, signature: string, principal: string, fingerprint: string): string;
   /** A line of `shadow.ndjson`. */
   shadowLine(seq: number | bigint, tool: string, callSha256: string, decision: string): string;
+  /** A line of `traffic.ndjson` and its link (DESIGN 9.29), from the previous link and an entry's JSON text. */
+  trafficLine(prev: string, entryJson: string): [string, string];
   /** The guard's matching rule (DESIGN 9.20) over a tool name and its arguments' JSON text. */
   guardNames(tool: string, argumentsJson: string, needles: string[]): boolean;
   /** The git state as counts only (JSON text), from `git status --porcelain=v1 -z`'s exit code (null: none) and output. */

@@ -172,3 +172,17 @@ test('a signed receipt fails closed here (this package cannot check it) and the 
   assert.equal(want.status, 1, want.stderr);
   assert.ok(['receipt.dsse.json', 'run.json'].includes(want.result.failure.place), JSON.stringify(want.result.failure));
 });
+
+test('a traffic.ndjson line holds digests only and links as the module says (sha256 of prev and the line without its link)', async () => {
+  const { createHash } = await import('node:crypto');
+  const entry = { n: 1, at: 5, direction: 'to-server', server: 's', method: 'resources/read', params: { uri: 'secret://x' }, answer: { contents: [] } };
+  const [line, link] = policy.trafficLine('h0', JSON.stringify(entry));
+  assert.ok(line.endsWith('\n') && !line.includes('secret://x'), line);
+  const parsed = JSON.parse(line);
+  assert.equal(parsed.link, link);
+  const { link: _, ...unlinked } = parsed;
+  const sorted = Object.fromEntries(Object.keys(unlinked).sort().map((k) => [k, unlinked[k]]));
+  assert.equal(createHash('sha256').update('h0' + JSON.stringify(sorted)).digest('hex'), link);
+  assert.equal(parsed.params_sha256, createHash('sha256').update('{"uri":"secret://x"}').digest('hex'));
+  assert.throws(() => policy.trafficLine('h0', JSON.stringify({ ...entry, direction: 'sideways' })), InvalidInput);
+});

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import List, Tuple
@@ -387,6 +388,16 @@ def test_the_module_composes_every_byte_of_a_bundle(policy: rp.Policy) -> None:
         "seq": 3, "request": 2, "channel_id": "a-1", "message": "msg", "signature": "sig", "principal": "alice", "fingerprint": "SHA256:x"
     }
     assert json.loads(policy.shadow_line(4, "Bash", "f" * 64, "deny"))["forwarded"] is True
+
+    # A traffic.ndjson line (DESIGN 9.29): digests only, linked as sha256(prev || JCS(the line without link)).
+    entry = {"n": 1, "at": 5, "direction": "to-client", "server": "s", "method": "sampling/createMessage", "params": {"q": "secret"}, "error_code": -32601}
+    line, link = policy.traffic_line("h0", entry)
+    parsed = json.loads(line)
+    assert line.endswith("\n") and "secret" not in line and parsed["link"] == link and parsed["answer_sha256"] is None
+    unlinked = {k: v for k, v in parsed.items() if k != "link"}
+    assert hashlib.sha256(("h0" + json.dumps(unlinked, sort_keys=True, separators=(",", ":"))).encode()).hexdigest() == link
+    with pytest.raises(ValueError, match="direction"):
+        policy.traffic_line("h0", {**entry, "direction": "sideways"})
 
     # The guard's rule, and a session that applies it to every typed invoke.
     assert policy.guard_names("Bash", {"command": "cat .runbook/runs/x"}, [".runbook/runs"])

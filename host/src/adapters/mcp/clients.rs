@@ -12,6 +12,7 @@
 #![allow(deprecated)]
 
 use super::passthrough::Kind;
+use super::Shared;
 use rmcp::model::{
     ClientResult, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ErrorCode,
     GetExtensions, ListRootsRequest, ListRootsResult, LoggingMessageNotificationParam, RequestId, ServerRequest,
@@ -19,7 +20,7 @@ use rmcp::model::{
 use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RoleServer};
 use rmcp::{ErrorData as McpError, Peer};
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
 /// A client of the proxy, keyed by its run (one per stdio proxy, one per HTTP session).
@@ -27,6 +28,8 @@ use std::time::Duration;
 pub struct Client {
     pub key: usize,
     pub peer: Peer<RoleServer>,
+    /// The run that records what the servers asked of this client (`traffic.ndjson`).
+    pub run: Weak<Shared>,
 }
 
 /// A forwarded tool call in flight: the server it went to, and the client's request it answers.
@@ -47,6 +50,8 @@ pub struct Clients {
     next_ticket: Mutex<u64>,
     /// Resource URI → the clients subscribed to it.
     subscribed: Mutex<HashMap<String, Vec<Client>>>,
+    /// The servers' names, by index (as the bundle names them).
+    pub names: Mutex<Vec<String>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -67,7 +72,15 @@ impl Drop for CallGuard<'_> {
 
 impl Clients {
     pub fn new(pass: Vec<Kind>, timeout: Duration) -> Clients {
-        Clients { pass, timeout, known: Mutex::default(), calls: Mutex::default(), next_ticket: Mutex::new(0), subscribed: Mutex::default() }
+        Clients {
+            pass,
+            timeout,
+            known: Mutex::default(),
+            calls: Mutex::default(),
+            next_ticket: Mutex::new(0),
+            subscribed: Mutex::default(),
+            names: Mutex::default(),
+        }
     }
 
     pub fn passes(&self, kind: Kind) -> bool {
@@ -117,12 +130,41 @@ impl Clients {
         lock(&self.known).iter().filter(|c| !c.peer.is_transport_closed()).cloned().collect()
     }
 
-    /// Sends a server's request to the client it is for, on the client's call's stream.
-    async fn ask(&self, server: usize, kind: Kind, what: &str, mut request: ServerRequest) -> Result<ClientResult, McpError> {
+    /// Sends a server's request to the client it is for, on the client's call's stream, and records the
+    /// exchange (or its refusal) in that client's run.
+    async fn ask(&self, server: usize, kind: Kind, what: &str, request: ServerRequest) -> Result<ClientResult, McpError> {
+        let target = self.target(server);
+        let wire = serde_json::to_value(&request).unwrap_or_default();
+        let method = wire["method"].as_str().unwrap_or(what).to_string();
+        let params = wire.get("params").cloned().unwrap_or_default();
+        let name = lock(&self.names).get(server).cloned();
+        let answer = self.ask_unrecorded(target.clone(), kind, what, request).await;
+        let Some(run) = target.and_then(|(c, _)| c.run.upgrade()) else { return answer };
+        let answered = answer.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default()).map_err(|e| i64::from(e.code.0));
+        let t = crate::run::Traffic {
+            direction: "to-client",
+            server: name.as_deref(),
+            method: &method,
+            params: &params,
+            answer: answered.as_ref().map_err(|c| *c),
+        };
+        match run.record_traffic(&t) {
+            Ok(()) => answer,
+            Err(f) => Err(McpError::internal_error(f.text(), None)),
+        }
+    }
+
+    async fn ask_unrecorded(
+        &self,
+        target: Option<(Client, Option<RequestId>)>,
+        kind: Kind,
+        what: &str,
+        mut request: ServerRequest,
+    ) -> Result<ClientResult, McpError> {
         if !self.passes(kind) {
             return Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("the proxy does not pass {what} to its client (`run --pass-through`)"), None));
         }
-        let Some((client, call)) = self.target(server) else {
+        let Some((client, call)) = target else {
             return Err(McpError::internal_error(format!("no client is connected to the proxy to answer {what}"), None));
         };
         let offered = client.peer.peer_info().map(|i| {

@@ -105,7 +105,7 @@ impl Proxy {
 
     /// This client, as the servers' requests and notifications find it (keyed by its run).
     fn client(&self, ctx: &RequestContext<RoleServer>) -> super::clients::Client {
-        super::clients::Client { key: Arc::as_ptr(self.s()) as usize, peer: ctx.peer.clone() }
+        super::clients::Client { key: Arc::as_ptr(self.s()) as usize, peer: ctx.peer.clone(), run: Arc::downgrade(self.s()) }
     }
 
     fn s(&self) -> &Arc<Shared> {
@@ -438,10 +438,47 @@ impl Proxy {
         }
     }
 
+    /// A request besides tools as it was answered, recorded first in `traffic.ndjson` (its params and
+    /// the answer's digest, or the error's code): the client hears the answer only once it is recorded.
+    fn passed<T: serde::Serialize>(&self, method: &str, params: &impl serde::Serialize, answer: Result<T, McpError>) -> Result<T, McpError> {
+        let params = serde_json::to_value(params).unwrap_or_default();
+        let answered = answer.as_ref().map(|a| serde_json::to_value(a).unwrap_or_default()).map_err(|e| i64::from(e.code.0));
+        let up = &self.s().upstream;
+        // With several servers the request went to one of them or to each (a list): not named.
+        let server = (up.servers.len() == 1).then(|| up.servers[0].name.as_str());
+        let t = crate::run::Traffic { direction: "to-server", server, method, params: &params, answer: answered.as_ref().map_err(|c| *c) };
+        self.s().record_traffic(&t).map_err(|f| failure_error(&f))?;
+        answer
+    }
+
     fn feed_result(&self, tool: &str, result: Value, is_error: bool, call_id: &str) -> Result<Dec, Failure> {
         let s = &self.s();
         let mut run = s.lock_run();
         s.drive(&mut run, |r| r.result(tool, &result, is_error, Some(call_id)))
+    }
+}
+
+/// A response of two kinds (complete, or the input a 2026-07-28 server needs first), serialized as
+/// the result it carries, for `traffic.ndjson`.
+struct Answer<T>(T);
+
+impl serde::Serialize for Answer<ReadResourceResponse> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            ReadResourceResponse::Complete(r) => r.serialize(s),
+            ReadResourceResponse::InputRequired(r) => r.serialize(s),
+            _ => s.serialize_none(),
+        }
+    }
+}
+
+impl serde::Serialize for Answer<GetPromptResponse> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match &self.0 {
+            GetPromptResponse::Complete(r) => r.serialize(s),
+            GetPromptResponse::InputRequired(r) => r.serialize(s),
+            _ => s.serialize_none(),
+        }
     }
 }
 
@@ -494,7 +531,8 @@ impl ServerHandler for Proxy {
     // Everything but tools passes through to the servers (see `passthrough`); the run must have begun.
     async fn list_resources(&self, request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListResourcesResult, McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        self.s().upstream.list_resources(request).await
+        let answer = self.s().upstream.list_resources(request.clone()).await;
+        self.passed("resources/list", &request, answer)
     }
 
     async fn list_resource_templates(
@@ -503,26 +541,29 @@ impl ServerHandler for Proxy {
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        self.s().upstream.list_resource_templates(request).await
+        let answer = self.s().upstream.list_resource_templates(request.clone()).await;
+        self.passed("resources/templates/list", &request, answer)
     }
 
     async fn read_resource(&self, request: ReadResourceRequestParams, context: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        self.s().upstream.read_resource(request).await
+        let answer = self.s().upstream.read_resource(request.clone()).await.map(Answer);
+        self.passed("resources/read", &request, answer).map(|a| a.0)
     }
 
     async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        let uri = request.uri.clone();
-        self.s().upstream.subscribe(request).await?;
-        self.s().upstream.clients.subscribed(&uri, self.client(&context));
+        let answer = self.s().upstream.subscribe(request.clone()).await;
+        self.passed("resources/subscribe", &request, answer)?;
+        self.s().upstream.clients.subscribed(&request.uri, self.client(&context));
         Ok(())
     }
 
     async fn unsubscribe(&self, request: UnsubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
         self.s().upstream.clients.unsubscribed(&request.uri, self.client(&context).key);
-        self.s().upstream.unsubscribe(request).await
+        let answer = self.s().upstream.unsubscribe(request.clone()).await;
+        self.passed("resources/unsubscribe", &request, answer)
     }
 
     /// The client's roots changed: every server is told, when roots pass through.
@@ -537,23 +578,27 @@ impl ServerHandler for Proxy {
 
     async fn list_prompts(&self, request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListPromptsResult, McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        self.s().upstream.list_prompts(request).await
+        let answer = self.s().upstream.list_prompts(request.clone()).await;
+        self.passed("prompts/list", &request, answer)
     }
 
     async fn get_prompt(&self, request: GetPromptRequestParams, context: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        self.s().upstream.get_prompt(request).await
+        let answer = self.s().upstream.get_prompt(request.clone()).await.map(Answer);
+        self.passed("prompts/get", &request, answer).map(|a| a.0)
     }
 
     async fn complete(&self, request: CompleteRequestParams, context: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        self.s().upstream.complete(request).await
+        let answer = self.s().upstream.complete(request.clone()).await;
+        self.passed("completion/complete", &request, answer)
     }
 
     #[allow(deprecated)]
     async fn set_level(&self, request: rmcp::model::SetLevelRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        self.s().upstream.set_level(request).await
+        let answer = self.s().upstream.set_level(request.clone()).await;
+        self.passed("logging/setLevel", &request, answer)
     }
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {

@@ -320,6 +320,20 @@ impl Shared {
         lock(&self.run)
     }
 
+    /// Records one exchange of traffic besides tool calls in the run's `traffic.ndjson`. A run that has
+    /// not begun or has ended records nothing (there is no bundle to hold it); one whose evidence cannot
+    /// be written fails, and the caller answers the failure instead of the traffic (fail closed).
+    pub fn record_traffic(&self, t: &crate::run::Traffic) -> Result<(), Failure> {
+        let mut st = self.lock_run();
+        if st.ended.is_some() {
+            return Ok(());
+        }
+        match st.run.as_mut() {
+            Some(run) => run.record_traffic(t).map_err(Failure::from),
+            None => Ok(()),
+        }
+    }
+
     /// Feeds one event through the run driver. A run that cannot record, or a module that trapped, is
     /// broken for good (fail closed): the call that caused it is not forwarded and every later one
     /// answers `runbook_failed:host-error`.

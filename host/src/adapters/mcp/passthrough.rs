@@ -37,6 +37,14 @@ pub enum Kind {
     Roots,
 }
 
+/// A result from a server on an older protocol has no `resultType`; a client on 2026-07-28 needs it (rmcp
+/// drops it again for older clients).
+fn complete(t: &mut Option<rmcp::model::ResultType>) {
+    if t.is_none() {
+        *t = Some(rmcp::model::ResultType::COMPLETE);
+    }
+}
+
 /// The longest list gathered from one server across its pages.
 const MAX_PAGES: usize = 100;
 
@@ -132,7 +140,8 @@ impl Upstream {
             for _ in 0..MAX_PAGES {
                 let req =
                     ClientRequest::ListResourcesRequest(ListResourcesRequest { method: Default::default(), params: p.clone(), extensions: Default::default() });
-                let ServerResult::ListResourcesResult(r) = self.forward(i, req).await? else { return Err(unexpected()) };
+                let ServerResult::ListResourcesResult(mut r) = self.forward(i, req).await? else { return Err(unexpected()) };
+                complete(&mut r.result_type);
                 for x in &r.resources {
                     self.remember(format!("uri:{}", x.uri), i);
                 }
@@ -160,7 +169,8 @@ impl Upstream {
                     params: p.clone(),
                     extensions: Default::default(),
                 });
-                let ServerResult::ListResourceTemplatesResult(r) = self.forward(i, req).await? else { return Err(unexpected()) };
+                let ServerResult::ListResourceTemplatesResult(mut r) = self.forward(i, req).await? else { return Err(unexpected()) };
+                complete(&mut r.result_type);
                 for x in &r.resource_templates {
                     self.remember(format!("template:{}", x.uri_template), i);
                 }
@@ -192,7 +202,10 @@ impl Upstream {
         let mut last = None;
         for i in self.for_uri(&params.uri)? {
             match self.forward(i, ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params.clone()))).await {
-                Ok(ServerResult::ReadResourceResult(r)) => return Ok(r.into()),
+                Ok(ServerResult::ReadResourceResult(mut r)) => {
+                    complete(&mut r.result_type);
+                    return Ok(r.into());
+                }
                 Ok(ServerResult::InputRequiredResult(r)) => return Ok(ReadResourceResponse::InputRequired(r)),
                 Ok(_) => return Err(unexpected()),
                 Err(e) => last = Some(e),
@@ -233,6 +246,7 @@ impl Upstream {
                 let req =
                     ClientRequest::ListPromptsRequest(ListPromptsRequest { method: Default::default(), params: p.clone(), extensions: Default::default() });
                 let ServerResult::ListPromptsResult(mut r) = self.forward(i, req).await? else { return Err(unexpected()) };
+                complete(&mut r.result_type);
                 if several {
                     for x in &mut r.prompts {
                         x.name = format!("{}.{}", self.servers[i].name, x.name);
@@ -268,7 +282,10 @@ impl Upstream {
         let (i, name) = self.prompt_route(&params.name, Kind::Prompts)?;
         params.name = name;
         match self.forward(i, ClientRequest::GetPromptRequest(GetPromptRequest::new(params))).await? {
-            ServerResult::GetPromptResult(r) => Ok(r.into()),
+            ServerResult::GetPromptResult(mut r) => {
+                complete(&mut r.result_type);
+                Ok(r.into())
+            }
             ServerResult::InputRequiredResult(r) => Ok(GetPromptResponse::InputRequired(r)),
             _ => Err(unexpected()),
         }
@@ -288,7 +305,10 @@ impl Upstream {
             _ => return Err(McpError::invalid_params("a completion reference of a kind the proxy does not know", None)),
         };
         match self.forward(i, ClientRequest::CompleteRequest(CompleteRequest::new(params))).await? {
-            ServerResult::CompleteResult(r) => Ok(r),
+            ServerResult::CompleteResult(mut r) => {
+                complete(&mut r.result_type);
+                Ok(r)
+            }
             _ => Err(unexpected()),
         }
     }

@@ -309,6 +309,7 @@ impl Upstream {
                 k += 1;
             }
         }
+        *clients.names.lock().unwrap_or_else(|e| e.into_inner()) = servers.iter().map(|s| s.name.clone()).collect();
         Ok(Upstream { servers, tools, progress, call_timeout, passthrough_routes: RwLock::new(HashMap::new()), pass_through, clients })
     }
 

@@ -57,7 +57,7 @@ from ._types import (
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "1d10faf5ab9b18ea08e7c612b21c723e7163ac7beaea2731b8c75bcbed269e1a"
+COMPONENT_SHA256 = "f220029c8b883f5931af37341b24bbc3b3a2a8c242a0a8e680b5cbeb52911f68"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
@@ -638,6 +638,17 @@ class Policy:
     def shadow_line(self, seq: int, tool: str, call_sha256: str, decision: str) -> str:
         """A line of ``shadow.ndjson``: a call of a shadow run forwarded although the module did not allow it."""
         return self._call("shadow-line", _u64(seq, "seq"), _str(tool, "tool"), _str(call_sha256, "call_sha256"), _str(decision, "decision"))
+
+    def traffic_line(self, prev: str, entry: Any) -> Tuple[str, str]:
+        """A line of ``traffic.ndjson`` and its link (DESIGN 9.29): MCP traffic besides tool calls that a
+        proxy passed on. ``prev`` is the previous line's link (``run.json``'s ``chain_h0`` for the first);
+        ``entry`` a JSON-able ``{n, at, direction, server, method, params, answer | error_code}``. The line
+        holds digests, never the content; ``ValueError`` names a malformed entry."""
+        # result<tuple<string, string>, string>: wasmtime-py lifts the two cases to a tuple and a str.
+        v = self._call("traffic-line", _str(prev, "prev"), json_text(entry, "entry"))
+        if isinstance(v, str):
+            raise ValueError(f"not a traffic entry: {v}")
+        return (v[0], v[1])
 
     def guard_names(self, tool: str, arguments: Any, needles: Sequence[str]) -> bool:
         """The guard's matching rule (DESIGN 9.20): whether the tool name or any string of the arguments
