@@ -747,7 +747,8 @@ pub fn traffic_line(prev: &str, entry: &str) -> Result<(String, String), String>
         Some(Value::Num(x)) if x.canonical().trim_start_matches('-').bytes().all(|c| c.is_ascii_digit()) => f.get("error_code").cloned().unwrap_or_else(null),
         Some(_) => return Err(format!("{W}: `error_code` must be an integer")),
     };
-    let answer = match (f.get("answer"), is_null_node(&error_code)) {
+    // An answer may itself be null (an empty result), so its presence is what counts.
+    let answer = match (f.0.get("answer"), is_null_node(&error_code)) {
         (Some(a), true) => s(&crate::chain::value_digest(a)),
         (None, false) => null(),
         _ => return Err(format!("{W}: exactly one of `answer` and `error_code`")),
@@ -797,6 +798,9 @@ mod tests {
                 .unwrap();
         assert_ne!(h1, h2);
         assert!(traffic_line("h0", r#"{"n":1,"at":5,"direction":"sideways","method":"x","params":{}}"#).is_err());
+        let (empty, _) =
+            traffic_line("h0", r#"{"n":1,"at":5,"direction":"to-server","server":null,"method":"logging/setLevel","params":{},"answer":null}"#).unwrap();
+        assert!(empty.contains(&format!("\"answer_sha256\":\"{}\"", sha256_hex(b"null"))), "{empty}");
         assert!(traffic_line("h0", r#"{"n":1,"at":5,"direction":"to-server","method":"x","params":{},"answer":{},"error_code":1}"#).is_err());
     }
 

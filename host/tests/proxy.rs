@@ -724,24 +724,24 @@ fn servers_from_an_mcp_config_file_whose_arguments_hold_dashes() {
     );
 }
 
-/// Everything of MCP but tools is withheld by default (not advertised, refused), and passed through with
-/// `--pass-through`: server-everything's resources listed and read, its prompts listed, as directly; the
-/// run records the tool calls only.
+/// Everything of MCP but tools passes through by default (server-everything's resources listed and read,
+/// its prompts listed, as directly) and is recorded in `traffic.ndjson`; `--block` withholds it (not
+/// advertised, refused, the refusal recorded).
 #[test]
-fn resources_and_prompts_pass_through_only_when_asked() {
+fn resources_and_prompts_pass_through_unless_blocked() {
     let w = work("passthrough");
-    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &[], &[everything()]);
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &["--block", "resources,prompts"], &[everything()]);
     c.init();
     let r = c.ask(json!({"op": "resources"}));
     assert_eq!(r["ok"], false, "{r}");
-    assert!(r.to_string().contains("Method not found") || r.to_string().contains("-32601") || r.to_string().contains("does not pass"), "{r}");
+    assert!(r.to_string().contains("-32601") && r.to_string().contains("withholds"), "{r}");
     assert_eq!(c.close(), Some(1));
 
     let mut direct = Client::new(&w, "test-agent", everything());
     direct.init();
     let alone = direct.ask(json!({"op": "resources"}));
     direct.close();
-    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &["--pass-through", "resources,prompts"], &[everything()]);
+    let mut c = Client::proxy(&w, "test-agent", &runbook("everything-tour.yaml"), &[], &[everything()]);
     c.init();
     let r = c.ask(json!({"op": "resources"}));
     assert_eq!(r["ok"], true, "{r}");
@@ -777,11 +777,11 @@ fn resources_and_prompts_pass_through_only_when_asked() {
 }
 
 /// A server's own requests (sampling, elicitation, roots) and its log messages, sent while a call runs,
-/// reach the proxy's client only when `--pass-through` names them. Withheld, the server is answered the
-/// protocol's error and the client is asked nothing; passed to a client that does not offer them, the
-/// server is answered that the client does not; passed to one that does, the server gets its answers.
+/// reach the proxy's client unless `--block` names them. Withheld, the server is answered the protocol's
+/// error and the client is asked nothing; passed to a client that does not offer them, the server is
+/// answered that the client does not; passed to one that does, the server gets its answers.
 #[test]
-fn server_requests_reach_the_client_only_when_passed() {
+fn server_requests_reach_the_client_unless_blocked() {
     let w = work("asking");
     let asking = runbook("asking.yaml");
     let proxy = |args: &[&str]| -> Vec<String> {
@@ -803,19 +803,18 @@ fn server_requests_reach_the_client_only_when_passed() {
         c
     };
 
-    // Withheld (the default): every request refused by the proxy, the client asked nothing.
-    let mut c = client(true, proxy(&[]));
+    // Withheld: every request refused by the proxy, the client asked nothing.
+    let mut c = client(true, proxy(&["--block", "sampling,elicitation,roots,logging"]));
     let (got, asked) = ask_through(&mut c, "why?");
     for k in ["sampled", "elicited", "roots"] {
         let e = got[k].as_str().unwrap_or_else(|| panic!("{k} was answered: {got}"));
-        assert!(e.starts_with("error:") && e.contains("does not pass"), "{k}: {got}");
+        assert!(e.starts_with("error:") && e.contains("withholds"), "{k}: {got}");
     }
     assert_eq!((&asked["asked"], &asked["logs"]), (&json!([]), &json!([])), "{asked}");
     assert_eq!(c.close(), Some(0), "the run completes");
 
-    // Passed, to a client that offers none of them: the server hears that the client does not.
-    let pass = ["--pass-through", "sampling,elicitation,roots,logging"];
-    let mut c = client(false, proxy(&pass));
+    // Passed (the default), to a client that offers none of them: the server hears that the client does not.
+    let mut c = client(false, proxy(&[]));
     let (got, asked) = ask_through(&mut c, "why?");
     for k in ["sampled", "elicited", "roots"] {
         let e = got[k].as_str().unwrap_or_else(|| panic!("{k} was answered: {got}"));
@@ -825,7 +824,7 @@ fn server_requests_reach_the_client_only_when_passed() {
     assert_eq!(c.close(), Some(0), "the run completes");
 
     // Passed, to a client that answers: the server gets the client's own answers, the client the log.
-    let mut c = client(true, proxy(&pass));
+    let mut c = client(true, proxy(&[]));
     let (got, asked) = ask_through(&mut c, "why?");
     assert_eq!(got, json!({"sampled": "sampled: why?", "elicited": {"action": "accept", "answer": "yes"}, "roots": ["file:///project"]}));
     assert_eq!(asked["asked"], json!([{"sampling": "why?"}, {"elicitation": "may I? why?"}, {"roots": true}]));

@@ -413,7 +413,7 @@ fn three_servers_from_an_mcp_config_one_remote_one_with_dashes_in_its_arguments(
 #[test]
 fn server_requests_reach_the_calling_client_over_http() {
     let w = work("http-asking");
-    let mut l = listen(&w, &runbook("asking.yaml"), &["--pass-through", "sampling,elicitation,roots,logging"], &[asking_server()]);
+    let mut l = listen(&w, &runbook("asking.yaml"), &[], &[asking_server()]);
     let mut a = Client::spawn(&w, &["--name", "agent-a", "--answer", "--url", &l.url]);
     let mut b = Client::spawn(&w, &["--name", "agent-b", "--answer", "--url", &l.url]);
     a.init();

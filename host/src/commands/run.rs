@@ -56,12 +56,12 @@ pub struct Args {
     /// notification); the module decides every call either way
     #[arg(long, default_value = "scope", value_parser = ["scope", "allowlist"])]
     pub list: String,
-    /// Pass these parts of MCP besides tools through, comma-separated: to the servers `resources`,
-    /// `prompts`, `completions`, `logging` (its messages back too); from the servers to the client
-    /// `sampling`, `elicitation`, `roots`; or `all`. They are not decided by the module and, for now, not
-    /// recorded in the run's bundle: by default the proxy withholds them (fail closed)
+    /// Withhold these parts of MCP besides tools, comma-separated: to the servers `resources`, `prompts`,
+    /// `completions`, `logging` (its messages back too); from the servers to the client `sampling`,
+    /// `elicitation`, `roots`; or `all`. By default every one passes, undecided by the module and
+    /// recorded in the run's `traffic.ndjson`; a withheld one is answered `method not found`
     #[arg(long, value_delimiter = ',', value_parser = ["resources", "prompts", "completions", "logging", "sampling", "elicitation", "roots", "all"])]
-    pub pass_through: Vec<String>,
+    pub block: Vec<String>,
     /// Names of the servers, in order (with several servers their tools are listed as `name.tool`);
     /// default: from each server's `serverInfo.name`
     #[arg(long = "server-name", value_name = "NAME")]
@@ -218,7 +218,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         start_timeout: args.start_timeout,
         call_timeout: args.call_timeout,
         session_idle: args.session_idle,
-        pass_through: proxy::passthrough_kinds(&args.pass_through),
+        pass_through: proxy::passed_kinds(&args.block),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
     let code = runtime.block_on(proxy::main(config));

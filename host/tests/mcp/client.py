@@ -158,7 +158,7 @@ async def main():
                             res["progress"] = progress
                         out(res)
                     elif op == "resources":
-                        # Everything but tools (`run --pass-through`): what the server offers, as the client sees it.
+                        # Everything but tools (passed unless `run --block`): what the server offers, as the client sees it.
                         caps = PROCESS["caps"]
                         r = await session.list_resources()
                         first = r.resources[0].uri if r.resources else None

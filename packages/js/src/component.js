@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = 'f220029c8b883f5931af37341b24bbc3b3a2a8c242a0a8e680b5cbeb52911f68';
+export const COMPONENT_SHA256 = '25411bc2120e2d829267fe00cac90a960617e2ff77c781ada24dc9bb5eede84f';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';

@@ -1,7 +1,8 @@
 //! What the servers behind the proxy say to its clients (DESIGN 9.29; issue 31): their requests
 //! (`sampling/createMessage`, `elicitation/create`, `roots/list`) and their notifications (log messages,
-//! `resources/updated`, the resource and prompt lists changed), each passed on only when `run
-//! --pass-through` names its kind.
+//! `resources/updated`, the resource and prompt lists changed), each passed on unless `run --block` names
+//! its kind. Each request and how it was answered (or refused) is recorded in the client's run
+//! (`traffic.ndjson`); notifications are not.
 //!
 //! Which client hears a server: a request or a log message that comes while a forwarded tool call is in
 //! flight at that server goes to the client that made the call, on that call's own stream over HTTP (the
@@ -162,7 +163,7 @@ impl Clients {
         mut request: ServerRequest,
     ) -> Result<ClientResult, McpError> {
         if !self.passes(kind) {
-            return Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("the proxy does not pass {what} to its client (`run --pass-through`)"), None));
+            return Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("the proxy withholds {what} from its client (`run --block`)"), None));
         }
         let Some((client, call)) = target else {
             return Err(McpError::internal_error(format!("no client is connected to the proxy to answer {what}"), None));

@@ -62,12 +62,12 @@ pub struct Config {
     pub call_timeout: Duration,
     /// Over HTTP: a session without a request for this long is closed, and its run ends `client-closed`.
     pub session_idle: Duration,
-    /// The parts of MCP besides tools passed through to the servers (`run --pass-through`).
+    /// The parts of MCP besides tools passed through (every one but those `run --block` names).
     pub pass_through: Vec<passthrough::Kind>,
 }
 
-/// The kinds `run --pass-through` names (`all`: every one).
-pub fn passthrough_kinds(names: &[String]) -> Vec<passthrough::Kind> {
+/// The kinds passed through: every one but those `run --block` names (`all`: none).
+pub fn passed_kinds(blocked: &[String]) -> Vec<passthrough::Kind> {
     use passthrough::Kind;
     let all = [
         ("resources", Kind::Resources),
@@ -78,7 +78,7 @@ pub fn passthrough_kinds(names: &[String]) -> Vec<passthrough::Kind> {
         ("elicitation", Kind::Elicitation),
         ("roots", Kind::Roots),
     ];
-    all.iter().filter(|(n, _)| names.iter().any(|x| x == n || x == "all")).map(|(_, k)| *k).collect()
+    all.iter().filter(|(n, _)| !blocked.iter().any(|x| x == n || x == "all")).map(|(_, k)| *k).collect()
 }
 
 /// One server behind the proxy: a command it starts (`argv`, `env`) or a URL it reaches over Streamable

@@ -1,9 +1,9 @@
 //! Everything of MCP but tools, passed through to the servers behind the proxy (DESIGN 9.29; issue 31):
 //! resources (list, templates, read, subscribe, unsubscribe), prompts (list, get), completion and the
-//! logging level, each only when `run --pass-through` names it: they are not tool calls, the module does
-//! not decide them, and their traffic is not yet recorded in the bundle (`traffic.ndjson` of 9.29 is still
-//! to come), so by default they are withheld. The proxy offers a capability when it is passed through and
-//! a server behind it offers it.
+//! logging level, each unless `run --block` names it. They are not tool calls and the module does not
+//! decide them; each request and its answer's digest is recorded in the run's `traffic.ndjson` (see
+//! `handler::Proxy::passed`). The proxy offers a capability when it is passed through and a server behind
+//! it offers it.
 //!
 //! With one server a request goes to it as it came (its cursor included). With several, a list is every
 //! capable server's whole list (no cursor), a prompt is named `server.prompt` (as tools are), and a
@@ -117,7 +117,7 @@ impl Upstream {
         if c.is_empty() {
             return Err(McpError::new(
                 rmcp::model::ErrorCode::METHOD_NOT_FOUND,
-                format!("the proxy does not pass {method} through (`runbook-host run --pass-through`), or no server behind it offers them"),
+                format!("the proxy withholds {method} (`runbook-host run --block`), or no server behind it offers them"),
                 None,
             ));
         }

@@ -52,7 +52,7 @@ struct Listener {
 
 impl ClientHandler for Listener {
     /// The capabilities passed through: the server is told the proxy can sample, elicit and list roots
-    /// when `--pass-through` names them (the proxy's client is asked when the server asks).
+    /// unless `--block` names them (the proxy's client is asked when the server asks).
     fn get_info(&self) -> ClientConfig {
         let mut caps = ClientCapabilities::default();
         if self.clients.passes(Kind::Sampling) {
@@ -172,7 +172,7 @@ pub struct Upstream {
     pub call_timeout: Duration,
     /// Which server listed a resource, a template or a prompt (see [`super::passthrough`]).
     pub passthrough_routes: RwLock<HashMap<String, usize>>,
-    /// What besides tools the proxy passes through (none unless `run --pass-through` names it).
+    /// What besides tools the proxy passes through (all but what `run --block` names).
     pub pass_through: Vec<Kind>,
     /// The proxy's clients, for what the servers ask of them and tell them.
     pub clients: Arc<Clients>,

@@ -57,7 +57,7 @@ from ._types import (
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "f220029c8b883f5931af37341b24bbc3b3a2a8c242a0a8e680b5cbeb52911f68"
+COMPONENT_SHA256 = "25411bc2120e2d829267fe00cac90a960617e2ff77c781ada24dc9bb5eede84f"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
