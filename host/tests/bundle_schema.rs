@@ -8,6 +8,7 @@
 //!   `history.ndjson`),
 //! - `approval-request` and `approval-grant` (the approval channel),
 //! - `redacted-derivation` (`derivation.json` of `export_redacted`),
+//! - `traffic-line` (each line of `traffic.ndjson`, as the module composes it),
 //! - `verify-result` (`runbook-host verify --format json`, through the binary).
 //!
 //! Bundles are made the way an adapter makes them (host/tests/bundle.rs): every bundled example stream, a
@@ -695,4 +696,31 @@ fn safe_names_agree_with_the_host() {
         assert_valid(&v, &with(&created, "/reference", json!(written)), &format!("the public reference of {r}"));
         assert_eq!(v.is_valid(&with(&created, "/reference", json!(r))), !r.contains('/') && !r.contains('\\'), "reference {r}");
     }
+}
+
+/// `traffic-line` against the module's own lines (an answered request, a refused one, a null answer), and
+/// the wrong copies it must reject: each member missing, an extra one, both an answer and an error, neither.
+#[test]
+fn traffic_lines_validate() {
+    let val = validator("traffic-line");
+    let mut prev = "0".repeat(64);
+    let mut lines = Vec::new();
+    for entry in [
+        json!({"n": 1, "at": 3, "direction": "to-server", "server": "s", "method": "resources/read", "params": {"uri": "a://b"}, "answer": {"contents": []}}),
+        json!({"n": 2, "at": 4, "direction": "to-client", "server": "s", "method": "sampling/createMessage", "params": {}, "error_code": -32601}),
+        json!({"n": 3, "at": 5, "direction": "to-server", "server": null, "method": "logging/setLevel", "params": {"level": "info"}, "answer": null}),
+    ] {
+        let (line, link) = policy().traffic_line(&prev, &entry.to_string()).unwrap().unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap();
+        assert_valid(&val, &v, &format!("traffic line {}", entry["n"]));
+        prev = link;
+        lines.push(v);
+    }
+    rejects_missing_and_extra("traffic-line", &val, &lines[0]);
+    let mut both = lines[0].clone();
+    both["error_code"] = json!(-32601);
+    assert_invalid(&val, &both, "an answer and an error");
+    let mut neither = lines[1].clone();
+    neither["error_code"] = Value::Null;
+    assert_invalid(&val, &neither, "neither an answer nor an error");
 }
