@@ -14,6 +14,7 @@
 
 use super::passthrough::Kind;
 use super::Shared;
+use rmcp::model::{ClientCapabilities, InputRequest};
 use rmcp::model::{
     ClientResult, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ErrorCode,
     GetExtensions, ListRootsRequest, ListRootsResult, LoggingMessageNotificationParam, RequestId, ServerRequest,
@@ -23,6 +24,7 @@ use rmcp::{ErrorData as McpError, Peer};
 use std::collections::HashMap;
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
 
 /// A client of the proxy, keyed by its run (one per stdio proxy, one per HTTP session).
 #[derive(Clone)]
@@ -39,6 +41,56 @@ struct InFlight {
     server: usize,
     client: Client,
     request: RequestId,
+    mailbox: Option<Mailbox>,
+}
+
+/// A server's request for a client on 2026-07-28, which takes no request of a server (it is asked
+/// through an `input_required` answer instead): handed to the client's call in flight, answered from the
+/// client's retry.
+pub struct Asked {
+    pub request: InputRequest,
+    pub answer: oneshot::Sender<Result<ClientResult, McpError>>,
+}
+
+/// Where a 2026-07-28 call takes its server's requests, and what its client said it can answer.
+#[derive(Clone)]
+pub struct Mailbox {
+    pub to: mpsc::UnboundedSender<Asked>,
+    pub capabilities: ClientCapabilities,
+}
+
+/// A 2026-07-28 call held between its client's rounds: the server's call still running, the requests it
+/// made that wait for the client's answers, and the tool the rounds belong to.
+pub struct Flow {
+    pub done: oneshot::Receiver<Result<rmcp::model::CallToolResponse, rmcp::ServiceError>>,
+    pub asked: mpsc::UnboundedReceiver<Asked>,
+    pub waiting: std::collections::BTreeMap<String, Asked>,
+    pub next_key: u64,
+    pub tool: String,
+}
+
+/// The prefix of the proxy's own `requestState` (a server's own passes through untouched).
+pub const FLOW_STATE: &str = "runbook-proxy-round:";
+
+/// What a capability set lets a client be asked.
+fn offers(c: &ClientCapabilities, kind: Kind) -> bool {
+    match kind {
+        Kind::Sampling => c.sampling.is_some(),
+        Kind::Elicitation => c.elicitation.is_some(),
+        Kind::Roots => c.roots.is_some(),
+        _ => false,
+    }
+}
+
+/// A client's answer (from `inputResponses`) to a request it was asked, as the server's request expects it.
+pub fn client_result(asked: &InputRequest, answer: serde_json::Value) -> Result<ClientResult, McpError> {
+    let bad = |e: serde_json::Error| McpError::invalid_params(format!("an input response is not the answer its request needs: {e}"), None);
+    Ok(match asked {
+        InputRequest::CreateMessage(_) => ClientResult::CreateMessageResult(Box::new(serde_json::from_value::<CreateMessageResult>(answer).map_err(bad)?)),
+        InputRequest::Elicitation(_) => ClientResult::ElicitResult(serde_json::from_value::<ElicitResult>(answer).map_err(bad)?),
+        InputRequest::ListRoots(_) => ClientResult::ListRootsResult(serde_json::from_value::<ListRootsResult>(answer).map_err(bad)?),
+        _ => return Err(McpError::invalid_params("an input request of a kind the proxy does not know", None)),
+    })
 }
 
 /// The proxy's clients as the servers need them.
@@ -53,7 +105,12 @@ pub struct Clients {
     subscribed: Mutex<HashMap<String, Vec<Client>>>,
     /// The servers' names, by index (as the bundle names them).
     pub names: Mutex<Vec<String>>,
+    /// 2026-07-28 calls between their client's rounds, by the proxy's `requestState`.
+    flows: Mutex<HashMap<String, Flow>>,
 }
+
+/// The client a server's request is for: its call's request id and, on 2026-07-28, its call's mailbox.
+type Target = (Client, Option<RequestId>, Option<Mailbox>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -81,6 +138,7 @@ impl Clients {
             next_ticket: Mutex::new(0),
             subscribed: Mutex::default(),
             names: Mutex::default(),
+            flows: Mutex::default(),
         }
     }
 
@@ -96,13 +154,13 @@ impl Clients {
     }
 
     /// A forwarded call to `server` for the client's request `request`, until the guard drops.
-    pub fn calling(&self, server: usize, client: Client, request: RequestId) -> CallGuard<'_> {
+    pub fn calling(&self, server: usize, client: Client, request: RequestId, mailbox: Option<Mailbox>) -> CallGuard<'_> {
         let ticket = {
             let mut t = lock(&self.next_ticket);
             *t += 1;
             *t
         };
-        lock(&self.calls).push(InFlight { ticket, server, client, request });
+        lock(&self.calls).push(InFlight { ticket, server, client, request, mailbox });
         CallGuard { clients: self, ticket }
     }
 
@@ -120,11 +178,26 @@ impl Clients {
     }
 
     /// The client a server's request or log message is for, and the client's call it belongs to.
-    fn target(&self, server: usize) -> Option<(Client, Option<RequestId>)> {
-        if let Some(c) = lock(&self.calls).iter().rev().find(|c| c.server == server && !c.client.peer.is_transport_closed()) {
-            return Some((c.client.clone(), Some(c.request.clone())));
+    fn target(&self, server: usize) -> Option<Target> {
+        if let Some(c) = lock(&self.calls).iter().rev().find(|c| c.server == server && (c.mailbox.is_some() || !c.client.peer.is_transport_closed())) {
+            return Some((c.client.clone(), Some(c.request.clone()), c.mailbox.clone()));
         }
-        lock(&self.known).iter().rev().find(|c| !c.peer.is_transport_closed()).map(|c| (c.clone(), None))
+        lock(&self.known).iter().rev().find(|c| !c.peer.is_transport_closed()).map(|c| (c.clone(), None, None))
+    }
+
+    /// Keeps a 2026-07-28 call between its client's rounds under `token`, for at most the call timeout
+    /// (then its server's requests are answered as failed).
+    pub fn keep_flow(self: &std::sync::Arc<Self>, token: String, flow: Flow) {
+        lock(&self.flows).insert(token.clone(), flow);
+        let me = std::sync::Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(me.timeout).await;
+            lock(&me.flows).remove(&token);
+        });
+    }
+
+    pub fn take_flow(&self, token: &str) -> Option<Flow> {
+        lock(&self.flows).remove(token)
     }
 
     fn every(&self) -> Vec<Client> {
@@ -140,8 +213,9 @@ impl Clients {
         let params = wire.get("params").cloned().unwrap_or_default();
         let name = lock(&self.names).get(server).cloned();
         let answer = self.ask_unrecorded(target.clone(), kind, what, request).await;
-        let Some(run) = target.and_then(|(c, _)| c.run.upgrade()) else { return answer };
+        let run = target.and_then(|(c, _, _)| c.run.upgrade());
         let answered = answer.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default()).map_err(|e| i64::from(e.code.0));
+        let Some(run) = run else { return answer };
         let t = crate::run::Traffic {
             direction: "to-client",
             server: name.as_deref(),
@@ -155,29 +229,35 @@ impl Clients {
         }
     }
 
-    async fn ask_unrecorded(
-        &self,
-        target: Option<(Client, Option<RequestId>)>,
-        kind: Kind,
-        what: &str,
-        mut request: ServerRequest,
-    ) -> Result<ClientResult, McpError> {
+    async fn ask_unrecorded(&self, target: Option<Target>, kind: Kind, what: &str, mut request: ServerRequest) -> Result<ClientResult, McpError> {
         if !self.passes(kind) {
             return Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("the proxy withholds {what} from its client (`run --block`)"), None));
         }
-        let Some((client, call)) = target else {
+        let Some((client, call, mailbox)) = target else {
             return Err(McpError::internal_error(format!("no client is connected to the proxy to answer {what}"), None));
         };
-        let offered = client.peer.peer_info().map(|i| {
-            let c = &i.capabilities;
-            match kind {
-                Kind::Sampling => c.sampling.is_some(),
-                Kind::Elicitation => c.elicitation.is_some(),
-                Kind::Roots => c.roots.is_some(),
-                _ => false,
+        if let Some(mb) = mailbox {
+            // A 2026-07-28 client: asked through its call's `input_required` answer, answered on its retry.
+            if !offers(&mb.capabilities, kind) {
+                return Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("the client behind the proxy does not offer {what}"), None));
             }
-        });
-        if offered != Some(true) {
+            let request = match request {
+                ServerRequest::CreateMessageRequest(r) => InputRequest::CreateMessage(r),
+                ServerRequest::ElicitRequest(r) => InputRequest::Elicitation(r),
+                ServerRequest::ListRootsRequest(r) => InputRequest::ListRoots(r),
+                _ => return Err(McpError::internal_error(format!("{what} cannot be asked of a 2026-07-28 client"), None)),
+            };
+            let (answer, answered) = oneshot::channel();
+            mb.to
+                .send(Asked { request, answer })
+                .map_err(|_| McpError::internal_error(format!("the client's call ended before it could be asked {what}"), None))?;
+            return match tokio::time::timeout(self.timeout, answered).await {
+                Ok(Ok(r)) => r,
+                Ok(Err(_)) => Err(McpError::internal_error(format!("the client's call ended without an answer to {what}"), None)),
+                Err(_) => Err(McpError::internal_error(format!("the client did not answer {what} within {:?}", self.timeout), None)),
+            };
+        }
+        if client.peer.peer_info().map(|i| offers(&i.capabilities, kind)) != Some(true) {
             return Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("the client behind the proxy does not offer {what}"), None));
         }
         if let Some(id) = call {
@@ -223,7 +303,7 @@ impl Clients {
         if !self.passes(Kind::Logging) {
             return;
         }
-        if let Some((client, _)) = self.target(server) {
+        if let Some((client, _, _)) = self.target(server) {
             let _ = client.peer.notify_logging_message(params).await;
         }
     }

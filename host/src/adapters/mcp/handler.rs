@@ -372,16 +372,27 @@ impl Proxy {
         // progress token), a 2026-07-28 retry's input responses and request state pass as they came.
         let mut params = CallToolRequestParams::new(name);
         params.arguments = request.arguments;
-        params.input_responses = request.input_responses;
-        params.request_state = request.request_state;
-        let forwarded = tokio::select! {
-            r = s.upstream.call(
-                server,
-                params,
-                ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t)),
-                Some((self.client(ctx), ctx.id.clone())),
-            ) => r,
-            _ = ctx.ct.cancelled() => Err(ServiceError::Cancelled { reason: Some("cancelled by the client".into()) }),
+        // A 2026-07-28 client cannot be sent a server's request: its call is held in rounds (`round`).
+        let on_2026 = ctx.meta.protocol_version().is_some_and(|v| !v.has_initialize());
+        let ours = request.request_state.as_deref().and_then(|t| t.strip_prefix(super::clients::FLOW_STATE)).is_some();
+        let forwarded = if on_2026 || ours {
+            match self.round(server, params, request.request_state.filter(|_| ours), request.input_responses, ctx).await {
+                Ok(Ok(r)) => Ok(r),
+                Ok(Err(input)) => return Ok(CallToolResponse::InputRequired(input)),
+                Err(e) => return Err(e),
+            }
+        } else {
+            params.input_responses = request.input_responses;
+            params.request_state = request.request_state;
+            tokio::select! {
+                r = s.upstream.call(
+                    server,
+                    params,
+                    ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t)),
+                    Some((self.client(ctx), ctx.id.clone(), None)),
+                ) => r,
+                _ = ctx.ct.cancelled() => Err(ServiceError::Cancelled { reason: Some("cancelled by the client".into()) }),
+            }
         };
         match forwarded {
             // The server needs the client's input before it can answer (2026-07-28): not the call's result,
@@ -436,6 +447,83 @@ impl Proxy {
                 }
             }
         }
+    }
+
+    /// One round of a 2026-07-28 call whose server may ask the client (sampling, elicitation, roots): the
+    /// server speaks 2025-11-25 to the proxy and asks with requests of its own, which a 2026-07-28 client
+    /// may not be sent. So the server's call runs on, held by the proxy; each round answers the client
+    /// either the call's outcome or `input_required` with the server's requests and a `requestState` of
+    /// the proxy's own, and the client's retry (`resume`, with its `inputResponses`) answers the server's
+    /// requests and starts the next round. A request left unanswered is asked again; an unknown state is
+    /// refused (-32602). Each retry is a call the module decides again; the outcome is fed with the last.
+    async fn round(
+        &self,
+        server: usize,
+        params: CallToolRequestParams,
+        resume: Option<String>,
+        responses: Option<rmcp::model::InputResponses>,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<Result<CallToolResponse, rmcp::model::InputRequiredResult>, McpError> {
+        use super::clients::{client_result, Flow, Mailbox, FLOW_STATE};
+        let clients = Arc::clone(&self.s().upstream.clients);
+        let tool = params.name.to_string();
+        let mut flow = match resume {
+            Some(token) => {
+                let Some(mut flow) = clients.take_flow(&token) else {
+                    return Err(McpError::invalid_params("requestState names no call held by this proxy (changed, or its call already ended)", None));
+                };
+                if flow.tool != tool {
+                    return Err(McpError::invalid_params(format!("requestState belongs to a call of `{}`, not of `{tool}`", flow.tool), None));
+                }
+                let responses = responses.unwrap_or_default();
+                for key in flow.waiting.keys().cloned().collect::<Vec<_>>() {
+                    if let Some(answer) = responses.get(&key) {
+                        let asked = flow.waiting.remove(&key).expect("listed");
+                        let _ = asked.answer.send(client_result(&asked.request, answer.clone()));
+                    }
+                }
+                flow
+            }
+            None => {
+                let (to, asked) = tokio::sync::mpsc::unbounded_channel();
+                let (done_tx, done) = tokio::sync::oneshot::channel();
+                let mailbox = Mailbox { to, capabilities: ctx.meta.client_capabilities().unwrap_or_default() };
+                let caller = (self.client(ctx), ctx.id.clone(), Some(mailbox));
+                let progress = ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t));
+                let base = Arc::clone(&self.s().base);
+                tokio::spawn(async move {
+                    let _ = done_tx.send(base.upstream.call(server, params, progress, Some(caller)).await);
+                });
+                Flow { done, asked, waiting: Default::default(), next_key: 0, tool }
+            }
+        };
+        if flow.waiting.is_empty() {
+            tokio::select! {
+                r = &mut flow.done => return Ok(Ok(r.unwrap_or(Err(ServiceError::TransportClosed)).map_err(|e| match e {
+                    ServiceError::McpError(e) => e,
+                    other => McpError::internal_error(format!("the server did not answer: {other}"), None),
+                })?)),
+                Some(first) = flow.asked.recv() => {
+                    // A server may ask several things at once: what comes within a moment joins this round.
+                    let mut batch = vec![first];
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    while let Ok(more) = flow.asked.try_recv() {
+                        batch.push(more);
+                    }
+                    for a in batch {
+                        flow.next_key += 1;
+                        flow.waiting.insert(format!("r{}", flow.next_key), a);
+                    }
+                }
+                _ = ctx.ct.cancelled() => return Err(McpError::internal_error("cancelled by the client", None)),
+            }
+        }
+        let requests = flow.waiting.iter().map(|(k, a)| (k.clone(), a.request.clone())).collect();
+        let mut token = [0u8; 16];
+        getrandom::fill(&mut token).map_err(|e| McpError::internal_error(format!("the operating system's random source failed: {e}"), None))?;
+        let token = format!("{FLOW_STATE}{}", hex::encode(token));
+        clients.keep_flow(token.clone(), flow);
+        Ok(Err(rmcp::model::InputRequiredResult::new(Some(requests), Some(token))))
     }
 
     /// A request besides tools as it was answered, recorded first in `traffic.ndjson` (its params and

@@ -12,7 +12,7 @@
 //! 2025-11-25 server sends: passed on as they come.
 #![allow(deprecated)]
 
-use super::clients::{Client, Clients};
+use super::clients::{Client, Clients, Mailbox};
 use super::passthrough::Kind;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ClientRequest, CreateMessageRequestParams, CreateMessageResult,
@@ -354,9 +354,9 @@ impl Upstream {
         server: usize,
         params: CallToolRequestParams,
         progress: Option<ProgressRoute>,
-        caller: Option<(Client, RequestId)>,
+        caller: Option<(Client, RequestId, Option<Mailbox>)>,
     ) -> Result<CallToolResponse, ServiceError> {
-        let _in_flight = caller.map(|(client, request)| self.clients.calling(server, client, request));
+        let _in_flight = caller.map(|(client, request, mailbox)| self.clients.calling(server, client, request, mailbox));
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let peer = &self.servers[server].peer;
         // The route is in place before the request leaves, so no early progress is lost.

@@ -574,22 +574,14 @@ async function runTarget(rev, id, target, scenarios, bin, work) {
 // Scenarios a server passes alone that the proxy is known to fail, each with why (issue 31). A listed
 // scenario that fails through the proxy is reported, not counted as a regression; one that passes is a
 // problem (remove it here), so the list never outlives the gap.
-const MRTR_GAP =
-  "a 2026-07-28 client through the proxy: the proxy speaks 2025-11-25 to the server, whose SDK then asks the client with server-to-client requests, which 2026-07-28 forbids; translating them into input_required rounds is not built yet";
 const KNOWN_GAPS = {
   "2026-07-28/fixture": {
     "server-stateless":
       "the proxy answers `initialize`, ping, logging/setLevel and resources/subscribe of a 2026-07-28 request itself instead of HTTP 404 with -32601, and does not check a tool's required client capability (-32021)",
-    "input-required-result-basic-elicitation": MRTR_GAP,
-    "input-required-result-basic-sampling": MRTR_GAP,
-    "input-required-result-basic-list-roots": MRTR_GAP,
-    "input-required-result-request-state": MRTR_GAP,
-    "input-required-result-multiple-input-requests": MRTR_GAP,
-    "input-required-result-multi-round": MRTR_GAP,
-    "input-required-result-non-tool-request": MRTR_GAP,
-    "input-required-result-result-type": MRTR_GAP,
-    "input-required-result-tampered-state": MRTR_GAP,
-    "input-required-result-capability-check": MRTR_GAP,
+    "input-required-result-basic-elicitation":
+      "the proxy speaks 2025-11-25 to the server, whose SDK turns its `input_required` into a request of its own; the proxy asks the 2026-07-28 client in rounds under keys of its own (`r1`), so the server's key (`user_name`) the scenario checks is lost",
+    "input-required-result-non-tool-request":
+      "only `tools/call` is held in rounds: a server that asks while answering `prompts/get` or `resources/read` of a 2026-07-28 client reaches no client",
     "http-custom-header-server-validation":
       "the proxy does not check the `Mcp-Param-*` headers against the call's arguments (SEP-2243, pending in the suite, not scored)",
   },
