@@ -67,6 +67,15 @@ pub struct Flow {
     pub waiting: std::collections::BTreeMap<String, Asked>,
     pub next_key: u64,
     pub tool: String,
+    /// The task running the server's call: a flow dropped before its outcome (the client cancelled, left,
+    /// or never came back within the call timeout) cancels the call at the server.
+    pub task: tokio::task::AbortHandle,
+}
+
+impl Drop for Flow {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 /// The prefix of the proxy's own `requestState` (a server's own passes through untouched).

@@ -491,10 +491,11 @@ impl Proxy {
                 let caller = (self.client(ctx), ctx.id.clone(), Some(mailbox));
                 let progress = ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t));
                 let base = Arc::clone(&self.s().base);
-                tokio::spawn(async move {
+                let task = tokio::spawn(async move {
                     let _ = done_tx.send(base.upstream.call(server, params, progress, Some(caller)).await);
-                });
-                Flow { done, asked, waiting: Default::default(), next_key: 0, tool }
+                })
+                .abort_handle();
+                Flow { done, asked, waiting: Default::default(), next_key: 0, tool, task }
             }
         };
         if flow.waiting.is_empty() {
