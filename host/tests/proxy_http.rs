@@ -434,3 +434,99 @@ fn server_requests_reach_the_calling_client_over_http() {
     l.stop();
     w.verify_all();
 }
+
+/// One JSON-RPC request of a 2026-07-28 client (no session; the revision, its capabilities and any log
+/// level in `_meta`): the HTTP status and the answer (the last JSON-RPC response on an SSE stream) with
+/// every notification the stream carried before it.
+fn post_2026(url: &str, id: u64, method: &str, mut params: Value, capabilities: Value, log_level: Option<&str>) -> (u16, Value, Vec<Value>) {
+    let mut meta = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientInfo": {"name": "raw-2026", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": capabilities});
+    if let Some(l) = log_level {
+        meta["io.modelcontextprotocol/logLevel"] = json!(l);
+    }
+    params["_meta"] = meta;
+    let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+    let mut r = agent.post(url).header("content-type", "application/json").header("accept", "application/json, text/event-stream");
+    r = r.header("mcp-protocol-version", "2026-07-28").header("mcp-method", method);
+    if let Some(name) = params.get("name").and_then(|n| n.as_str()) {
+        r = r.header("mcp-name", name);
+    }
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+    let mut resp = r.send(body.as_bytes()).expect("an HTTP answer");
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    let frames: Vec<Value> = if text.trim_start().starts_with('{') {
+        vec![serde_json::from_str(&text).expect("JSON")]
+    } else {
+        text.lines().filter_map(|l| l.strip_prefix("data:")).filter_map(|d| serde_json::from_str(d.trim()).ok()).collect()
+    };
+    let answer = frames.iter().rev().find(|f| f.get("id").is_some()).cloned().unwrap_or(Value::Null);
+    let notes = frames.into_iter().filter(|f| f.get("method").is_some()).collect();
+    (status, answer, notes)
+}
+
+#[test]
+fn a_2026_client_is_asked_in_rounds_and_never_asked_what_it_did_not_declare() {
+    let w = work("http-rounds-2026");
+    let mut l = listen(&w, &runbook("asking.yaml"), &[], &[asking_server()]);
+    let call = |id, extra: Value, caps: Value, level| {
+        let mut params = json!({"name": "ask", "arguments": {"question": "deploy?"}});
+        for (k, v) in extra.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        post_2026(&l.url, id, "tools/call", params, caps, level)
+    };
+    // A client that declared nothing: the server's first request (sampling) is refused with -32021 and
+    // HTTP 400, naming the capability as an object; nothing was asked of it.
+    let (status, answer, _) = call(1, json!({}), json!({}), None);
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["code"], -32021, "{answer}");
+    assert_eq!(answer["error"]["data"]["requiredCapabilities"], json!({"sampling": {}}), "{answer}");
+    // A client that declared all three is asked in three rounds, one request each, under the proxy's state.
+    let caps = json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {}});
+    let answers = [
+        ("sampling/createMessage", json!({"role": "assistant", "content": {"type": "text", "text": "sampled: deploy?"}, "model": "scripted"})),
+        ("elicitation/create", json!({"action": "accept", "content": {"answer": "yes"}})),
+        ("roots/list", json!({"roots": [{"uri": "file:///project"}]})),
+    ];
+    let (status, mut answer, notes) = call(2, json!({}), caps.clone(), None);
+    assert_eq!(status, 200, "{answer}");
+    // No `logLevel` in its `_meta`: the server's log message is not sent to it.
+    assert!(notes.iter().all(|n| n["method"] != "notifications/message"), "{notes:?}");
+    let mut states = Vec::new();
+    for (i, (method, reply)) in answers.iter().enumerate() {
+        let r = &answer["result"];
+        assert_eq!(r["resultType"], "input_required", "round {i}: {answer}");
+        let requests = r["inputRequests"].as_object().expect("inputRequests");
+        assert_eq!(requests.len(), 1, "{answer}");
+        let (key, asked) = requests.iter().next().unwrap();
+        assert_eq!(asked["method"], *method, "{answer}");
+        let state = r["requestState"].as_str().expect("requestState").to_string();
+        assert!(state.starts_with("runbook-proxy-round:"), "{state}");
+        if i == 0 {
+            // A state the proxy did not give (or gave for another call) is refused, and changes nothing.
+            let (_, refused, _) = call(9, json!({"requestState": "runbook-proxy-round:00", "inputResponses": {key.clone(): reply}}), caps.clone(), None);
+            assert_eq!(refused["error"]["code"], -32602, "{refused}");
+        }
+        states.push(state.clone());
+        let (_, next, _) = call(3 + i as u64, json!({"requestState": state, "inputResponses": {key.clone(): reply}}), caps.clone(), None);
+        answer = next;
+    }
+    assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
+    let said: Value = serde_json::from_str(answer["result"]["content"][0]["text"].as_str().expect("text")).unwrap();
+    assert_eq!(said, json!({"sampled": "sampled: deploy?", "elicited": {"action": "accept", "answer": "yes"}, "roots": ["file:///project"]}));
+    states.dedup();
+    assert_eq!(states.len(), 3, "each round has a state of its own: {states:?}");
+    l.stop();
+    w.verify_all();
+    // The stateless run recorded each request the server made of the client, with its answer's digest.
+    let run = w.latest();
+    let traffic = std::fs::read_to_string(run.join("traffic.ndjson")).expect("traffic.ndjson");
+    let to_client: Vec<String> = traffic
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|t| t["direction"] == "to-client")
+        .map(|t| t["method"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(to_client, ["sampling/createMessage", "sampling/createMessage", "elicitation/create", "roots/list"], "{traffic}");
+}

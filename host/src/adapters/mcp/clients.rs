@@ -17,9 +17,10 @@ use super::Shared;
 use rmcp::model::{ClientCapabilities, InputRequest};
 use rmcp::model::{
     ClientResult, CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams, ElicitResult, ErrorCode,
-    GetExtensions, ListRootsRequest, ListRootsResult, LoggingMessageNotificationParam, RequestId, ServerRequest,
+    GetExtensions, ListRootsRequest, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam, RequestId, ServerRequest,
 };
-use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RoleServer};
+use rmcp::model::{ResourceUpdatedNotification, ServerNotification};
+use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RoleServer, SubscriptionSink};
 use rmcp::{ErrorData as McpError, Peer};
 use std::collections::HashMap;
 use std::sync::{Mutex, Weak};
@@ -49,6 +50,8 @@ struct InFlight {
 /// client's retry.
 pub struct Asked {
     pub request: InputRequest,
+    /// What the client must offer to be asked it (its call answers -32021 when it does not).
+    pub kind: Kind,
     pub answer: oneshot::Sender<Result<ClientResult, McpError>>,
 }
 
@@ -57,16 +60,26 @@ pub struct Asked {
 pub struct Mailbox {
     pub to: mpsc::UnboundedSender<Asked>,
     pub capabilities: ClientCapabilities,
+    /// The least severe log message the call asked for (`_meta` `logLevel`); none asked, none sent.
+    pub log_level: Option<LoggingLevel>,
 }
 
-/// A 2026-07-28 call held between its client's rounds: the server's call still running, the requests it
-/// made that wait for the client's answers, and the tool the rounds belong to.
+/// How a request held in rounds ended at its server.
+pub enum Outcome {
+    Call(rmcp::model::CallToolResponse),
+    Resource(rmcp::model::ReadResourceResponse),
+    Prompt(rmcp::model::GetPromptResponse),
+}
+
+/// A 2026-07-28 request held between its client's rounds (`tools/call`, `resources/read`, `prompts/get`):
+/// the server's request still running, the requests it made that wait for the client's answers, and what
+/// the rounds belong to (the method and the tool, resource or prompt: a retry must name the same).
 pub struct Flow {
-    pub done: oneshot::Receiver<Result<rmcp::model::CallToolResponse, rmcp::ServiceError>>,
+    pub done: oneshot::Receiver<Result<Outcome, McpError>>,
     pub asked: mpsc::UnboundedReceiver<Asked>,
     pub waiting: std::collections::BTreeMap<String, Asked>,
     pub next_key: u64,
-    pub tool: String,
+    pub subject: String,
     /// The task running the server's call: a flow dropped before its outcome (the client cancelled, left,
     /// or never came back within the call timeout) cancels the call at the server.
     pub task: tokio::task::AbortHandle,
@@ -80,6 +93,31 @@ impl Drop for Flow {
 
 /// The prefix of the proxy's own `requestState` (a server's own passes through untouched).
 pub const FLOW_STATE: &str = "runbook-proxy-round:";
+
+/// A log level's rank, least severe first.
+fn severity(l: LoggingLevel) -> u8 {
+    match l {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// The capability a client lacks to be asked `kind`, as -32021's `requiredCapabilities` names it.
+pub fn missing(c: &ClientCapabilities, kind: Kind) -> Option<&'static str> {
+    let name = match kind {
+        Kind::Sampling => "sampling",
+        Kind::Elicitation => "elicitation",
+        Kind::Roots => "roots",
+        _ => return None,
+    };
+    (!offers(c, kind)).then_some(name)
+}
 
 /// What a capability set lets a client be asked.
 fn offers(c: &ClientCapabilities, kind: Kind) -> bool {
@@ -116,10 +154,15 @@ pub struct Clients {
     pub names: Mutex<Vec<String>>,
     /// 2026-07-28 calls between their client's rounds, by the proxy's `requestState`.
     flows: Mutex<HashMap<String, Flow>>,
+    /// 2026-07-28 clients' open `subscriptions/listen` streams: ticket, the run's key, the stream.
+    listeners: Mutex<Vec<(u64, usize, SubscriptionSink)>>,
 }
 
 /// The client a server's request is for: its call's request id and, on 2026-07-28, its call's mailbox.
 type Target = (Client, Option<RequestId>, Option<Mailbox>);
+
+/// The client's request a forwarded request answers: what the server asks or logs meanwhile goes there.
+pub type Caller = (Client, RequestId, Option<Mailbox>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -148,6 +191,7 @@ impl Clients {
             subscribed: Mutex::default(),
             names: Mutex::default(),
             flows: Mutex::default(),
+            listeners: Mutex::default(),
         }
     }
 
@@ -171,6 +215,41 @@ impl Clients {
         };
         lock(&self.calls).push(InFlight { ticket, server, client, request, mailbox });
         CallGuard { clients: self, ticket }
+    }
+
+    /// A 2026-07-28 client's `subscriptions/listen` stream of the run `key` opened: it hears what its filter
+    /// accepted (rmcp's sink drops the rest and tags each with the subscription's id) until it closes.
+    pub fn listening(&self, key: usize, sink: SubscriptionSink) -> u64 {
+        let ticket = {
+            let mut t = lock(&self.next_ticket);
+            *t += 1;
+            *t
+        };
+        lock(&self.listeners).push((ticket, key, sink));
+        ticket
+    }
+
+    pub fn unlistened(&self, ticket: u64) {
+        lock(&self.listeners).retain(|l| l.0 != ticket);
+    }
+
+    /// Whether any client still follows `uri` (a 2025-11-25 subscription or a listen stream).
+    pub fn watched(&self, uri: &str) -> bool {
+        lock(&self.subscribed).get(uri).is_some_and(|l| !l.is_empty())
+            || lock(&self.listeners).iter().any(|l| l.2.accepted().resource_subscriptions.as_ref().is_some_and(|u| u.iter().any(|u| u == uri)))
+    }
+
+    /// Sends a change to the listen streams (of run `key` only, when given) whose filter accepts it.
+    async fn to_listeners(&self, key: Option<usize>, n: ServerNotification) {
+        let sinks: Vec<SubscriptionSink> = lock(&self.listeners).iter().filter(|l| key.is_none_or(|k| k == l.1)).map(|l| l.2.clone()).collect();
+        for sink in sinks {
+            let _ = sink.send(n.clone()).await;
+        }
+    }
+
+    /// The tools a run shows changed: its listen streams are told (its `initialize`d client is told by the run).
+    pub async fn tools_changed(&self, key: usize) {
+        self.to_listeners(Some(key), ServerNotification::ToolListChangedNotification(Default::default())).await;
     }
 
     pub fn subscribed(&self, uri: &str, client: Client) {
@@ -246,10 +325,8 @@ impl Clients {
             return Err(McpError::internal_error(format!("no client is connected to the proxy to answer {what}"), None));
         };
         if let Some(mb) = mailbox {
-            // A 2026-07-28 client: asked through its call's `input_required` answer, answered on its retry.
-            if !offers(&mb.capabilities, kind) {
-                return Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("the client behind the proxy does not offer {what}"), None));
-            }
+            // A 2026-07-28 client: asked through its call's `input_required` answer, answered on its retry
+            // (its call answers -32021 instead when the client did not declare the capability).
             let request = match request {
                 ServerRequest::CreateMessageRequest(r) => InputRequest::CreateMessage(r),
                 ServerRequest::ElicitRequest(r) => InputRequest::Elicitation(r),
@@ -258,7 +335,7 @@ impl Clients {
             };
             let (answer, answered) = oneshot::channel();
             mb.to
-                .send(Asked { request, answer })
+                .send(Asked { request, kind, answer })
                 .map_err(|_| McpError::internal_error(format!("the client's call ended before it could be asked {what}"), None))?;
             return match tokio::time::timeout(self.timeout, answered).await {
                 Ok(Ok(r)) => r,
@@ -312,7 +389,13 @@ impl Clients {
         if !self.passes(Kind::Logging) {
             return;
         }
-        if let Some((client, _, _)) = self.target(server) {
+        if let Some((client, _, mailbox)) = self.target(server) {
+            // A 2026-07-28 call hears log messages only at the level its `_meta` asked for, if any.
+            if let Some(mb) = mailbox {
+                if mb.log_level.is_none_or(|l| severity(params.level) < severity(l)) {
+                    return;
+                }
+            }
             let _ = client.peer.notify_logging_message(params).await;
         }
     }
@@ -325,6 +408,7 @@ impl Clients {
         for c in subs {
             let _ = c.peer.notify_resource_updated(params.clone()).await;
         }
+        self.to_listeners(None, ServerNotification::ResourceUpdatedNotification(ResourceUpdatedNotification::new(params))).await;
     }
 
     pub async fn resource_list_changed(&self) {
@@ -332,6 +416,7 @@ impl Clients {
             for c in self.every() {
                 let _ = c.peer.notify_resource_list_changed().await;
             }
+            self.to_listeners(None, ServerNotification::ResourceListChangedNotification(Default::default())).await;
         }
     }
 
@@ -340,6 +425,7 @@ impl Clients {
             for c in self.every() {
                 let _ = c.peer.notify_prompt_list_changed().await;
             }
+            self.to_listeners(None, ServerNotification::PromptListChangedNotification(Default::default())).await;
         }
     }
 }

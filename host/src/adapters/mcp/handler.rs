@@ -1,21 +1,28 @@
 //! The proxy's face to the client: an rmcp `ServerHandler`. Every `tools/call` becomes an `invoke` event;
 //! the module's decision says what happens to it.
 
+use super::passthrough::Kind;
 use super::{Dec, Failure, Shared};
 use crate::approvals;
 use crate::Profile;
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, ContentBlock, ErrorCode, GetPromptRequestParams,
     GetPromptResponse, Implementation, InitializeRequestParams, InitializeResult, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities, ServerConfig,
     SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceError};
 use serde_json::{json, Value};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use super::clients::{Caller, Outcome};
+
+/// A server's request held in rounds, as started for its client's first round.
+type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, McpError>> + Send>>;
 
 pub const STATUS_TOOL: &str = "runbook_status";
 pub const ADVANCE_TOOL: &str = "runbook_advance";
@@ -106,6 +113,14 @@ impl Proxy {
     /// This client, as the servers' requests and notifications find it (keyed by its run).
     fn client(&self, ctx: &RequestContext<RoleServer>) -> super::clients::Client {
         super::clients::Client { key: Arc::as_ptr(self.s()) as usize, peer: ctx.peer.clone(), run: Arc::downgrade(self.s()) }
+    }
+
+    /// The servers (without touching a run).
+    fn upstream(&self) -> &super::upstream::Upstream {
+        match &self.bind {
+            Bind::Fixed(s) => &s.upstream,
+            Bind::Http { hub, .. } => &hub.base.upstream,
+        }
     }
 
     fn s(&self) -> &Arc<Shared> {
@@ -376,8 +391,28 @@ impl Proxy {
         let on_2026 = ctx.meta.protocol_version().is_some_and(|v| !v.has_initialize());
         let ours = request.request_state.as_deref().and_then(|t| t.strip_prefix(super::clients::FLOW_STATE)).is_some();
         let forwarded = if on_2026 || ours {
-            match self.round(server, params, request.request_state.filter(|_| ours), request.input_responses, ctx).await {
-                Ok(Ok(r)) => Ok(r),
+            let (resume, responses) = if ours {
+                (request.request_state, request.input_responses)
+            } else {
+                // A server's own request state (a server on 2026-07-28) passes as it came.
+                params.input_responses = request.input_responses;
+                params.request_state = request.request_state;
+                (None, None)
+            };
+            let subject = format!("tools/call `{tool}`");
+            let base = Arc::clone(&self.s().base);
+            let progress = ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t));
+            let start = move |caller: Caller| -> Pending {
+                Box::pin(async move {
+                    base.upstream.call(server, params, progress, Some(caller)).await.map(Outcome::Call).map_err(|e| match e {
+                        ServiceError::McpError(e) => e,
+                        other => McpError::internal_error(format!("the server did not answer: {other}"), None),
+                    })
+                })
+            };
+            match self.round(subject, start, resume, responses, ctx).await {
+                Ok(Ok(Outcome::Call(r))) => Ok(r),
+                Ok(Ok(_)) => Err(ServiceError::UnexpectedResponse),
                 Ok(Err(input)) => return Ok(CallToolResponse::InputRequired(input)),
                 Err(e) => return Err(e),
             }
@@ -449,31 +484,33 @@ impl Proxy {
         }
     }
 
-    /// One round of a 2026-07-28 call whose server may ask the client (sampling, elicitation, roots): the
-    /// server speaks 2025-11-25 to the proxy and asks with requests of its own, which a 2026-07-28 client
-    /// may not be sent. So the server's call runs on, held by the proxy; each round answers the client
-    /// either the call's outcome or `input_required` with the server's requests and a `requestState` of
-    /// the proxy's own, and the client's retry (`resume`, with its `inputResponses`) answers the server's
-    /// requests and starts the next round. A request left unanswered is asked again; an unknown state is
-    /// refused (-32602). Each retry is a call the module decides again; the outcome is fed with the last.
+    /// One round of a 2026-07-28 request whose server may ask the client (sampling, elicitation, roots):
+    /// `tools/call`, `resources/read` or `prompts/get`. The server speaks 2025-11-25 to the proxy and asks
+    /// with requests of its own, which a 2026-07-28 client may not be sent. So the server's request runs
+    /// on, held by the proxy; each round answers the client either the outcome or `input_required` with
+    /// the server's requests and a `requestState` of the proxy's own, and the client's retry (`resume`,
+    /// with its `inputResponses`) answers the server's requests and starts the next round. A request left
+    /// unanswered is asked again; an unknown state, or one of another subject, is refused (-32602); a
+    /// request for what the client did not declare answers -32021 and cancels the server's request. Each
+    /// tool call retry is a call the module decides again; the outcome is fed with the last.
     async fn round(
         &self,
-        server: usize,
-        params: CallToolRequestParams,
+        subject: String,
+        start: impl FnOnce(Caller) -> Pending,
         resume: Option<String>,
         responses: Option<rmcp::model::InputResponses>,
         ctx: &RequestContext<RoleServer>,
-    ) -> Result<Result<CallToolResponse, rmcp::model::InputRequiredResult>, McpError> {
-        use super::clients::{client_result, Flow, Mailbox, FLOW_STATE};
+    ) -> Result<Result<Outcome, rmcp::model::InputRequiredResult>, McpError> {
+        use super::clients::{client_result, missing, Flow, Mailbox, FLOW_STATE};
         let clients = Arc::clone(&self.s().upstream.clients);
-        let tool = params.name.to_string();
+        let capabilities = ctx.meta.client_capabilities().unwrap_or_default();
         let mut flow = match resume {
             Some(token) => {
                 let Some(mut flow) = clients.take_flow(&token) else {
-                    return Err(McpError::invalid_params("requestState names no call held by this proxy (changed, or its call already ended)", None));
+                    return Err(McpError::invalid_params("requestState names no request held by this proxy (changed, or its request already ended)", None));
                 };
-                if flow.tool != tool {
-                    return Err(McpError::invalid_params(format!("requestState belongs to a call of `{}`, not of `{tool}`", flow.tool), None));
+                if flow.subject != subject {
+                    return Err(McpError::invalid_params(format!("requestState belongs to {}, not to {subject}", flow.subject), None));
                 }
                 let responses = responses.unwrap_or_default();
                 for key in flow.waiting.keys().cloned().collect::<Vec<_>>() {
@@ -487,23 +524,18 @@ impl Proxy {
             None => {
                 let (to, asked) = tokio::sync::mpsc::unbounded_channel();
                 let (done_tx, done) = tokio::sync::oneshot::channel();
-                let mailbox = Mailbox { to, capabilities: ctx.meta.client_capabilities().unwrap_or_default() };
-                let caller = (self.client(ctx), ctx.id.clone(), Some(mailbox));
-                let progress = ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t));
-                let base = Arc::clone(&self.s().base);
+                let mailbox = Mailbox { to, capabilities: capabilities.clone(), log_level: ctx.meta.log_level() };
+                let pending = start((self.client(ctx), ctx.id.clone(), Some(mailbox)));
                 let task = tokio::spawn(async move {
-                    let _ = done_tx.send(base.upstream.call(server, params, progress, Some(caller)).await);
+                    let _ = done_tx.send(pending.await);
                 })
                 .abort_handle();
-                Flow { done, asked, waiting: Default::default(), next_key: 0, tool, task }
+                Flow { done, asked, waiting: Default::default(), next_key: 0, subject, task }
             }
         };
         if flow.waiting.is_empty() {
             tokio::select! {
-                r = &mut flow.done => return Ok(Ok(r.unwrap_or(Err(ServiceError::TransportClosed)).map_err(|e| match e {
-                    ServiceError::McpError(e) => e,
-                    other => McpError::internal_error(format!("the server did not answer: {other}"), None),
-                })?)),
+                r = &mut flow.done => return r.unwrap_or_else(|_| Err(McpError::internal_error("the server's request ended without an answer", None))).map(Ok),
                 Some(first) = flow.asked.recv() => {
                     // A server may ask several things at once: what comes within a moment joins this round.
                     let mut batch = vec![first];
@@ -511,7 +543,21 @@ impl Proxy {
                     while let Ok(more) = flow.asked.try_recv() {
                         batch.push(more);
                     }
-                    for a in batch {
+                    // What the client did not declare it can answer is never asked of it (SEP-2575). The
+                    // server asks only because the proxy offers everything on its one session: asked nothing
+                    // the client can answer, the request answers -32021 naming what it lacks; asked some, the
+                    // rest is refused to the server as a client without the capability would refuse it.
+                    let (lacking, offered): (Vec<_>, Vec<_>) = batch.into_iter().partition(|a| missing(&capabilities, a.kind).is_some());
+                    if offered.is_empty() {
+                        let names: serde_json::Map<String, Value> =
+                            lacking.iter().filter_map(|a| missing(&capabilities, a.kind)).map(|c| (c.to_string(), json!({}))).collect();
+                        return Err(McpError::missing_required_client_capability(serde_json::from_value(Value::Object(names)).unwrap_or_default()));
+                    }
+                    for a in lacking {
+                        let what = missing(&capabilities, a.kind).unwrap_or("it");
+                        let _ = a.answer.send(Err(McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("the client behind the proxy does not offer {what}"), None)));
+                    }
+                    for a in offered {
                         flow.next_key += 1;
                         flow.waiting.insert(format!("r{}", flow.next_key), a);
                     }
@@ -525,6 +571,13 @@ impl Proxy {
         let token = format!("{FLOW_STATE}{}", hex::encode(token));
         clients.keep_flow(token.clone(), flow);
         Ok(Err(rmcp::model::InputRequiredResult::new(Some(requests), Some(token))))
+    }
+
+    /// How a `resources/read` or `prompts/get` of a 2026-07-28 client (or a retry carrying the proxy's
+    /// own state) is forwarded: in rounds, so its server may ask the client.
+    fn held_in_rounds(&self, request_state: Option<&str>, ctx: &RequestContext<RoleServer>) -> (bool, bool) {
+        let ours = request_state.is_some_and(|t| t.starts_with(super::clients::FLOW_STATE));
+        (ctx.meta.protocol_version().is_some_and(|v| !v.has_initialize()) || ours, ours)
     }
 
     /// A request besides tools as it was answered, recorded first in `traffic.ndjson` (its params and
@@ -578,6 +631,53 @@ fn lock_client_missing(s: &Shared) -> bool {
 impl ServerHandler for Proxy {
     fn get_info(&self) -> ServerConfig {
         server_config(self.instructions(), Some(&self.s().upstream))
+    }
+
+    /// What a 2026-07-28 client's `subscriptions/listen` may follow: the proxy's tool list (it changes with
+    /// the run), and the servers' resources and prompts unless `--block` withholds them (rmcp keeps only
+    /// what the proxy's capabilities offer).
+    fn accepted_subscription_filter(&self, requested: &SubscriptionFilter) -> Option<SubscriptionFilter> {
+        let up = self.upstream();
+        let mut f = SubscriptionFilter::default();
+        f.tools_list_changed = requested.tools_list_changed;
+        if up.clients.passes(Kind::Resources) {
+            f.resources_list_changed = requested.resources_list_changed;
+            f.resource_subscriptions = requested.resource_subscriptions.clone();
+        }
+        if up.clients.passes(Kind::Prompts) {
+            f.prompts_list_changed = requested.prompts_list_changed;
+        }
+        Some(f)
+    }
+
+    /// One listen stream, open until the client closes it: the resources it follows are subscribed at
+    /// their servers for as long as some client follows them.
+    async fn listen(&self, sub: SubscriptionContext) -> Result<(), McpError> {
+        let up = self.upstream();
+        let uris = sub.accepted().resource_subscriptions.clone().unwrap_or_default();
+        for uri in &uris {
+            let params = SubscribeRequestParams::new(uri.clone());
+            let answer = up.subscribe(params.clone()).await;
+            self.passed("resources/subscribe", &params, answer)?;
+        }
+        let ticket = up.clients.listening(Arc::as_ptr(self.s()) as usize, sub.sink().clone());
+        sub.cancelled().await;
+        up.clients.unlistened(ticket);
+        for uri in uris {
+            if !up.clients.watched(&uri) {
+                let params = UnsubscribeRequestParams::new(uri);
+                let answer = up.unsubscribe(params.clone()).await;
+                let _ = self.passed("resources/unsubscribe", &params, answer);
+            }
+        }
+        Ok(())
+    }
+
+    /// A tool as its server declares it (listed name): rmcp checks a 2026-07-28 call's `Mcp-Param-*`
+    /// headers against its arguments by the schema's `x-mcp-header` (SEP-2243). Read from the servers'
+    /// lists, never from a run: rmcp asks a handler it makes for the lookup alone.
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.upstream().tool(name)
     }
 
     async fn initialize(&self, request: InitializeRequestParams, context: RequestContext<RoleServer>) -> Result<InitializeResult, McpError> {
@@ -636,8 +736,23 @@ impl ServerHandler for Proxy {
 
     async fn read_resource(&self, request: ReadResourceRequestParams, context: RequestContext<RoleServer>) -> Result<ReadResourceResponse, McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        let answer = self.s().upstream.read_resource(request.clone()).await.map(Answer);
-        self.passed("resources/read", &request, answer).map(|a| a.0)
+        let (rounds, ours) = self.held_in_rounds(request.request_state.as_deref(), &context);
+        let answer = if rounds {
+            let mut params = request.clone();
+            let (resume, responses) = if ours { (params.request_state.take(), params.input_responses.take()) } else { (None, None) };
+            let base = Arc::clone(&self.s().base);
+            let start =
+                move |caller: Caller| -> Pending { Box::pin(async move { base.upstream.read_resource(params, Some(caller)).await.map(Outcome::Resource) }) };
+            match self.round(format!("resources/read `{}`", request.uri), start, resume, responses, &context).await {
+                Ok(Ok(Outcome::Resource(r))) => Ok(r),
+                Ok(Ok(_)) => Err(McpError::internal_error("the server answered with a result of another kind", None)),
+                Ok(Err(input)) => Ok(ReadResourceResponse::InputRequired(input)),
+                Err(e) => Err(e),
+            }
+        } else {
+            self.s().upstream.read_resource(request.clone(), Some((self.client(&context), context.id.clone(), None))).await
+        };
+        self.passed("resources/read", &request, answer.map(Answer)).map(|a| a.0)
     }
 
     async fn subscribe(&self, request: SubscribeRequestParams, context: RequestContext<RoleServer>) -> Result<(), McpError> {
@@ -673,8 +788,22 @@ impl ServerHandler for Proxy {
 
     async fn get_prompt(&self, request: GetPromptRequestParams, context: RequestContext<RoleServer>) -> Result<GetPromptResponse, McpError> {
         self.started(&context).map_err(|f| failure_error(&f))?;
-        let answer = self.s().upstream.get_prompt(request.clone()).await.map(Answer);
-        self.passed("prompts/get", &request, answer).map(|a| a.0)
+        let (rounds, ours) = self.held_in_rounds(request.request_state.as_deref(), &context);
+        let answer = if rounds {
+            let mut params = request.clone();
+            let (resume, responses) = if ours { (params.request_state.take(), params.input_responses.take()) } else { (None, None) };
+            let base = Arc::clone(&self.s().base);
+            let start = move |caller: Caller| -> Pending { Box::pin(async move { base.upstream.get_prompt(params, Some(caller)).await.map(Outcome::Prompt) }) };
+            match self.round(format!("prompts/get `{}`", request.name), start, resume, responses, &context).await {
+                Ok(Ok(Outcome::Prompt(r))) => Ok(r),
+                Ok(Ok(_)) => Err(McpError::internal_error("the server answered with a result of another kind", None)),
+                Ok(Err(input)) => Ok(GetPromptResponse::InputRequired(input)),
+                Err(e) => Err(e),
+            }
+        } else {
+            self.s().upstream.get_prompt(request.clone(), Some((self.client(&context), context.id.clone(), None))).await
+        };
+        self.passed("prompts/get", &request, answer.map(Answer)).map(|a| a.0)
     }
 
     async fn complete(&self, request: CompleteRequestParams, context: RequestContext<RoleServer>) -> Result<CompleteResult, McpError> {

@@ -516,6 +516,7 @@ impl Shared {
             if let Some(p) = peer {
                 let _ = p.notify_tool_list_changed().await;
             }
+            self.upstream.clients.tools_changed(self as *const Shared as usize).await;
         }
     }
 

@@ -14,6 +14,7 @@
 //! 2025-11-25 client sends: passed through as they come.
 #![allow(deprecated)]
 
+use super::clients::Caller;
 use super::upstream::Upstream;
 use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams, GetPromptResponse, ListPromptsRequest,
@@ -108,6 +109,13 @@ impl Upstream {
 
     /// One request to server `i`, bounded by the call timeout.
     async fn forward(&self, i: usize, request: ClientRequest) -> Result<ServerResult, McpError> {
+        self.forward_for(i, request, None).await
+    }
+
+    /// One request to server `i` for the client's request `caller`: what the server asks or logs meanwhile
+    /// goes to that client (see [`super::clients`]).
+    async fn forward_for(&self, i: usize, request: ClientRequest, caller: Option<Caller>) -> Result<ServerResult, McpError> {
+        let _in_flight = caller.map(|(client, request, mailbox)| self.clients.calling(i, client, request, mailbox));
         let handle = self.servers[i].peer.send_request_with_option(request, PeerRequestOptions::with_timeout(self.call_timeout)).await.map_err(mcp_error)?;
         handle.await_response().await.map_err(mcp_error)
     }
@@ -198,10 +206,10 @@ impl Upstream {
 
     /// A resource as its server gives it: its contents or, on 2026-07-28, the input it needs first (the
     /// client's retry carries it back, with the request state, in `params`).
-    pub async fn read_resource(&self, params: ReadResourceRequestParams) -> Result<ReadResourceResponse, McpError> {
+    pub async fn read_resource(&self, params: ReadResourceRequestParams, caller: Option<Caller>) -> Result<ReadResourceResponse, McpError> {
         let mut last = None;
         for i in self.for_uri(&params.uri)? {
-            match self.forward(i, ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params.clone()))).await {
+            match self.forward_for(i, ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params.clone())), caller.clone()).await {
                 Ok(ServerResult::ReadResourceResult(mut r)) => {
                     complete(&mut r.result_type);
                     return Ok(r.into());
@@ -278,10 +286,10 @@ impl Upstream {
     }
 
     /// A prompt as its server gives it, or the input it needs first (as [`Self::read_resource`]).
-    pub async fn get_prompt(&self, mut params: GetPromptRequestParams) -> Result<GetPromptResponse, McpError> {
+    pub async fn get_prompt(&self, mut params: GetPromptRequestParams, caller: Option<Caller>) -> Result<GetPromptResponse, McpError> {
         let (i, name) = self.prompt_route(&params.name, Kind::Prompts)?;
         params.name = name;
-        match self.forward(i, ClientRequest::GetPromptRequest(GetPromptRequest::new(params))).await? {
+        match self.forward_for(i, ClientRequest::GetPromptRequest(GetPromptRequest::new(params)), caller).await? {
             ServerResult::GetPromptResult(mut r) => {
                 complete(&mut r.result_type);
                 Ok(r.into())

@@ -12,11 +12,11 @@
 //! 2025-11-25 server sends: passed on as they come.
 #![allow(deprecated)]
 
-use super::clients::{Client, Clients, Mailbox};
+use super::clients::Clients;
 use super::passthrough::Kind;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ClientRequest, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequestParams, ElicitResult, Implementation, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
+    ElicitRequestParams, ElicitResult, Implementation, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
     ResourceUpdatedNotificationParam, ServerResult, Tool,
 };
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RoleServer, RunningService};
@@ -354,7 +354,7 @@ impl Upstream {
         server: usize,
         params: CallToolRequestParams,
         progress: Option<ProgressRoute>,
-        caller: Option<(Client, RequestId, Option<Mailbox>)>,
+        caller: Option<super::clients::Caller>,
     ) -> Result<CallToolResponse, ServiceError> {
         let _in_flight = caller.map(|(client, request, mailbox)| self.clients.calling(server, client, request, mailbox));
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));

@@ -576,14 +576,8 @@ async function runTarget(rev, id, target, scenarios, bin, work) {
 // problem (remove it here), so the list never outlives the gap.
 const KNOWN_GAPS = {
   "2026-07-28/fixture": {
-    "server-stateless":
-      "the proxy answers `initialize`, ping, logging/setLevel and resources/subscribe of a 2026-07-28 request itself instead of HTTP 404 with -32601, and does not check a tool's required client capability (-32021)",
     "input-required-result-basic-elicitation":
-      "the proxy speaks 2025-11-25 to the server, whose SDK turns its `input_required` into a request of its own; the proxy asks the 2026-07-28 client in rounds under keys of its own (`r1`), so the server's key (`user_name`) the scenario checks is lost",
-    "input-required-result-non-tool-request":
-      "only `tools/call` is held in rounds: a server that asks while answering `prompts/get` or `resources/read` of a 2026-07-28 client reaches no client",
-    "http-custom-header-server-validation":
-      "the proxy does not check the `Mcp-Param-*` headers against the call's arguments (SEP-2243, pending in the suite, not scored)",
+      "the proxy speaks 2025-11-25 to the server, whose SDK turns its `input_required` into a request of its own; the proxy asks the 2026-07-28 client in rounds under keys of its own (`r1`), so the server's key (`user_name`) the scenario checks is lost (kept only by speaking 2026-07-28 to the server, which the proxy does not yet)",
   },
 };
 
