@@ -332,6 +332,91 @@ fn an_agent_cannot_approve_itself() {
     w.verify_all();
 }
 
+/// The client in front of `runbook-host run everything-tour --approve-via elicitation ARGS`, answering an
+/// approval request as `approver` with `decision`.
+fn eliciting_client(w: &Work, name: &str, approver: &str, decision: &str, args: &[&str]) -> Client {
+    let mut cmd: Vec<String> = ["--name", name, "--approve-as", approver, "--decision", decision, "--", BIN, "run"].iter().map(|s| s.to_string()).collect();
+    cmd.push(runbook("everything-tour.yaml"));
+    cmd.extend(["--approve-via", "elicitation"].iter().chain(args).map(|s| s.to_string()));
+    cmd.push("--".into());
+    cmd.extend(everything());
+    Client::spawn(w, &cmd)
+}
+
+#[test]
+fn a_gated_call_approved_through_the_clients_elicitation() {
+    let w = work("approve-via-elicitation");
+    let args = json!({"a": 2, "b": 3});
+    // The client is asked for the exact call; its answer, under the approver it names, opens the gate.
+    let mut c = eliciting_client(&w, "test-agent", "alice", "approve", &["--approval-timeout", "60s"]);
+    c.init();
+    assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
+    let run = w.latest();
+    let r = c.call("get-sum", args.clone());
+    assert_eq!(text(&r), "The sum of 2 and 3 is 5.", "{r}");
+    let asked = c.ask(json!({"op": "asked"}));
+    let message = asked["asked"][0]["elicitation"].as_str().expect("the client was asked").to_string();
+    assert!(message.contains("get-sum") && message.contains(&call_sha256("get-sum", &args)) && message.contains("`add`"), "{message}");
+    c.close();
+    let rep = report(&run);
+    let a = &rep["approvals"][0];
+    assert_eq!((&a["approver"], &a["granted"], &a["accepted"]), (&json!("alice"), &json!(true), &json!(true)), "{rep}");
+    assert_eq!(a["call_sha256"], call_sha256("get-sum", &args));
+    let traffic = std::fs::read_to_string(run.join("traffic.ndjson")).unwrap();
+    assert!(traffic.lines().any(|l| l.contains("\"elicitation/create\"") && l.contains("\"to-client\"")), "{traffic}");
+
+    // A denial through the client refuses the call; it never reaches the server.
+    let mut c = eliciting_client(&w, "test-agent", "alice", "deny", &["--approval-timeout", "60s"]);
+    c.init();
+    c.call("runbook_advance", json!({"to": "add"}));
+    let run = w.latest();
+    let r = c.call("get-sum", args.clone());
+    assert_blocked(&r, "needs-approval");
+    c.close();
+    assert_eq!(report(&run)["approvals"][0]["granted"], false);
+    assert!(!events(&run).iter().any(|(e, _)| e["type"] == "result" && e["tool"] == "get-sum"), "a refused call ran");
+
+    // The agent answering as itself is the self-approval the module refuses, whatever the channel.
+    let mut c = eliciting_client(&w, "test-agent", "test-agent", "approve", &["--approval-timeout", "60s"]);
+    c.init();
+    c.call("runbook_advance", json!({"to": "add"}));
+    let run = w.latest();
+    let r = c.call("get-sum", args.clone());
+    assert_blocked(&r, "needs-approval");
+    assert!(text(&r).contains("self-approval"), "{r}");
+    c.close();
+    assert_eq!(report(&run)["approvals"][0]["accepted"], false);
+
+    // Declined at the client: nothing is written, the terminal still answers within the timeout.
+    let mut c = eliciting_client(&w, "test-agent", "alice", "decline", &["--approval-timeout", "60s"]);
+    c.init();
+    c.call("runbook_advance", json!({"to": "add"}));
+    let run = w.latest();
+    c.write(json!({"op": "call", "tool": "get-sum", "args": args}));
+    pending_request(&run);
+    let (code, said) = approve_on_a_terminal(&w, &run, "add", false, Duration::from_millis(1500));
+    assert_eq!(code, Some(0), "{said}");
+    assert_eq!(text(&c.read()), "The sum of 2 and 3 is 5.");
+    c.close();
+    assert_eq!(report(&run)["approvals"][0]["approver"], runbook_host::approvals::operator());
+    w.verify_all();
+
+    // Where approvals must be signed, or elicitation is withheld, the run is refused before anything starts.
+    let key = w.dir.join("approver_key");
+    let made = std::process::Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key).status().unwrap();
+    assert!(made.success());
+    let signers = w.dir.join("allowed_signers");
+    std::fs::write(&signers, format!("alice {}", std::fs::read_to_string(key.with_extension("pub")).unwrap())).unwrap();
+    for extra in [vec!["--allowed-signers", signers.to_str().unwrap(), "--allow-software-keys"], vec!["--block", "elicitation"]] {
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.args(["run", &runbook("everything-tour.yaml"), "--approve-via", "elicitation"]).args(&extra).arg("--").args(everything());
+        let out = cmd.current_dir(&w.dir).stdin(std::process::Stdio::null()).output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(said.contains("approval-channel-refused"), "{extra:?}: {said}");
+        assert!(!out.status.success(), "{extra:?}: {said}");
+    }
+}
+
 #[test]
 fn retry_budget_exhausted_at_r2() {
     let w = work("budget");

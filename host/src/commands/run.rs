@@ -44,6 +44,11 @@ pub struct Args {
     /// (keep it below the client's request timeout)
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub approval_timeout: Duration,
+    /// Where a gated call's approval may come from besides `runbook-host approve`: `terminal` (only
+    /// there, the default) or `elicitation` (the calling client is also asked, through
+    /// `elicitation/create`, and the approver it names is recorded; never where approvals must be signed)
+    #[arg(long, default_value = "terminal", value_parser = ["terminal", "elicitation"])]
+    pub approve_via: String,
     /// The profile the proxy claims: R1 (the client routes with `runbook_advance`) or R2 (the module
     /// judges each step's `assert` and routes itself); R0 records deviations without blocking
     #[arg(long, default_value = "R1", value_parser = parse_profile)]
@@ -209,6 +214,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         runs: args.runs,
         agent: args.agent,
         approval_timeout: args.approval_timeout,
+        approve_via_elicitation: args.approve_via == "elicitation",
         profile: args.profile,
         risk_ceiling: args.risk_ceiling,
         list_allowlist: args.list == "allowlist",

@@ -5,6 +5,9 @@ transport, unchanged).
     client.py [--name CLIENT_NAME] -- SERVER_CMD [ARGS...]
     client.py [--name CLIENT_NAME] --url http://127.0.0.1:PORT/mcp [--header NAME:VALUE]...
                                                    (the SDK's Streamable HTTP transport)
+    --approve-as NAME [--decision approve|deny|decline]
+                the client offers elicitation and answers an approval request (`run --approve-via
+                elicitation`) as NAME
     --answer    the client offers sampling, elicitation and roots, and answers each at once (sampled text
                 `sampled: <the prompt>`, elicitation accepted with {"answer": "yes"}, one root
                 file:///project); log messages the server sends are kept
@@ -80,6 +83,8 @@ async def main():
     ap.add_argument("--url", help="a Streamable HTTP endpoint instead of a server command")
     ap.add_argument("--header", action="append", default=[], help="NAME:VALUE sent with every HTTP request")
     ap.add_argument("--answer", action="store_true", help="offer sampling, elicitation and roots, and answer them")
+    ap.add_argument("--approve-as", metavar="NAME", help="offer elicitation, and answer an approval request (`run --approve-via elicitation`) as NAME")
+    ap.add_argument("--decision", default="approve", help="with --approve-as: approve, deny, or decline (the form is declined)")
     ap.add_argument("cmd", nargs=argparse.REMAINDER)
     a = ap.parse_args()
     cmd = a.cmd[1:] if a.cmd and a.cmd[0] == "--" else a.cmd
@@ -100,6 +105,10 @@ async def main():
 
     async def on_elicitation(context, params):
         asked.append({"elicitation": params.message})
+        if "decision" in (params.requested_schema or {}).get("properties", {}):
+            if a.decision == "decline":
+                return types.ElicitResult(action="decline")
+            return types.ElicitResult(action="accept", content={"decision": a.decision, "approver": a.approve_as or "someone"})
         return types.ElicitResult(action="accept", content={"answer": "yes"})
 
     async def on_roots(context):
@@ -110,6 +119,8 @@ async def main():
         logs.append({"level": params.level, "data": params.data})
 
     answering = {"sampling_callback": on_sampling, "elicitation_callback": on_elicitation, "list_roots_callback": on_roots} if a.answer else {}
+    if a.approve_as and not a.answer:
+        answering = {"elicitation_callback": on_elicitation}
     stdin = anyio.wrap_file(sys.stdin)
     if a.url:
         headers = dict(h.split(":", 1) for h in a.header)

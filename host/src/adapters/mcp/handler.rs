@@ -80,6 +80,15 @@ impl Drop for Answered<'_> {
     }
 }
 
+/// Stops a task when its owner is done with it.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// What became of a call held for approval.
 enum Held {
     /// A human approved and the module accepted it: decide the call again.
@@ -261,6 +270,9 @@ impl Proxy {
             step.as_deref().unwrap_or("-"),
             timeout.as_secs()
         );
+        // `--approve-via elicitation`: the client is asked too; its answer is written where the terminal's
+        // goes, so whichever comes first is the one fed (the other finds the request answered).
+        let _asking = s.approve_via_elicitation.then(|| self.ask_approval(ctx, &run_dir, &id, tool, arguments_json, step.as_deref(), &sha)).flatten();
         let deadline = Instant::now() + timeout;
         loop {
             match approvals::poll(&run_dir, &id) {
@@ -282,6 +294,94 @@ impl Proxy {
             step.as_deref().unwrap_or("-"),
             timeout.as_secs()
         ))
+    }
+
+    /// Asks the calling client for the approval of request `id` through `elicitation/create` (on the call's
+    /// own stream over HTTP): the exact call, its step and hash, approve or deny, and who answers. An
+    /// accepted answer is written as the terminal's would be, under the approver the client names; a
+    /// declined or cancelled one, or none, leaves the request to the terminal. Recorded in
+    /// `traffic.ndjson`. Only a client that offers elicitation on the `initialize` handshake is asked (a
+    /// 2026-07-28 client, asked only in rounds, is not). The task ends with the returned guard.
+    #[allow(clippy::too_many_arguments)]
+    fn ask_approval(
+        &self,
+        ctx: &RequestContext<RoleServer>,
+        run_dir: &std::path::Path,
+        id: &str,
+        tool: &str,
+        arguments_json: &str,
+        step: Option<&str>,
+        sha: &str,
+    ) -> Option<AbortOnDrop> {
+        use rmcp::model::{ElicitRequest, ElicitRequestParams, ElicitationAction, ServerRequest};
+        let offers = ctx.peer.peer_info().is_some_and(|i| i.capabilities.elicitation.is_some());
+        if !offers {
+            eprintln!("runbook-host run: the client does not offer elicitation: approve request {id} from a terminal");
+            return None;
+        }
+        let step = step.unwrap_or("-").to_string();
+        let message = format!(
+            "runbook-host: step `{step}` is gated. Approve this exact call?\n  tool: {tool}\n  arguments: {arguments_json}\n  call sha256: {sha}\nAnswer only if you are the human responsible for this run, not the agent."
+        );
+        let params: ElicitRequestParams = match serde_json::from_value(json!({
+            "mode": "form",
+            "message": message,
+            "requestedSchema": {
+                "type": "object",
+                "properties": {
+                    "decision": {"type": "string", "title": "Decision", "enum": ["approve", "deny"], "description": "approve runs this one call; deny refuses it"},
+                    "approver": {"type": "string", "title": "Your name", "description": "recorded in the run's evidence as the approver", "minLength": 1}
+                },
+                "required": ["decision", "approver"]
+            }
+        })) {
+            Ok(p) => p,
+            Err(_) => return None,
+        };
+        let mut request = ServerRequest::ElicitRequest(ElicitRequest::new(params.clone()));
+        use rmcp::model::GetExtensions;
+        request.extensions_mut().insert(rmcp::service::OriginatingRequestId(ctx.id.clone()));
+        let (peer, run_dir, id, sha, timeout) = (ctx.peer.clone(), run_dir.to_path_buf(), id.to_string(), sha.to_string(), self.s().approval_timeout);
+        let shared = Arc::clone(self.s());
+        let task = tokio::spawn(async move {
+            let sent = peer.send_request_with_option(request, rmcp::service::PeerRequestOptions::with_timeout(timeout)).await;
+            let answer = match sent {
+                Ok(h) => h.await_response().await.map_err(|e| match e {
+                    ServiceError::McpError(e) => e,
+                    other => McpError::internal_error(other.to_string(), None),
+                }),
+                Err(e) => Err(McpError::internal_error(e.to_string(), None)),
+            };
+            let answered = answer.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default()).map_err(|e| i64::from(e.code.0));
+            let params = serde_json::to_value(&params).unwrap_or_default();
+            let t = crate::run::Traffic {
+                direction: "to-client",
+                server: None,
+                method: "elicitation/create",
+                params: &params,
+                answer: answered.as_ref().map_err(|c| *c),
+            };
+            if shared.record_traffic(&t).is_err() {
+                return;
+            }
+            let Ok(rmcp::model::ClientResult::ElicitResult(r)) = answer else {
+                eprintln!("runbook-host run: the client did not answer approval request {id}: approve it from a terminal");
+                return;
+            };
+            let content = r.content.unwrap_or_default();
+            let decision = content.get("decision").and_then(|v| v.as_str());
+            let approver = content.get("approver").and_then(|v| v.as_str()).map(str::trim).unwrap_or("");
+            match (r.action, decision) {
+                (ElicitationAction::Accept, Some(d @ ("approve" | "deny"))) if !approver.is_empty() => {
+                    eprintln!("runbook-host run: approval request {id} answered `{d}` through the client by `{approver}` (elicitation)");
+                    if let Err(e) = approvals::answer(&run_dir, &id, approver, d == "approve", &sha) {
+                        eprintln!("runbook-host run: the client's answer to request {id} was not written: {e}");
+                    }
+                }
+                _ => eprintln!("runbook-host run: the client left approval request {id} unanswered: approve it from a terminal"),
+            }
+        });
+        Some(AbortOnDrop(task.abort_handle()))
     }
 
     async fn apply(&self, run_dir: &std::path::Path, id: &str, grant: approvals::Grant, current: Option<String>) -> Held {

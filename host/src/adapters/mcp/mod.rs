@@ -46,6 +46,8 @@ pub struct Config {
     pub runs: PathBuf,
     pub agent: Option<String>,
     pub approval_timeout: Duration,
+    /// `--approve-via elicitation`: a gated call's client is asked for the approval too.
+    pub approve_via_elicitation: bool,
     pub profile: Profile,
     pub risk_ceiling: Risk,
     pub list_allowlist: bool,
@@ -175,6 +177,8 @@ pub struct Base {
     pub list_allowlist: bool,
     pub agent_override: Option<String>,
     pub approval_timeout: Duration,
+    /// `--approve-via elicitation` (see `handler::Proxy::ask_approval`).
+    pub approve_via_elicitation: bool,
     pub signers: Option<Signers>,
     pub runs: PathBuf,
     pub registry: String,
@@ -661,6 +665,21 @@ pub async fn main(config: Config) -> u8 {
         let message = format!("the registry requires signed approvals for {}: pass --allowed-signers FILE", doc.reference);
         return refuse(listen, Failure { code: "signed-approvals-required".into(), message }).await;
     }
+    // An answer through the client is not a signature, and a withheld elicitation cannot carry it: a run
+    // that could not honour `--approve-via elicitation` is refused before anything starts.
+    if config.approve_via_elicitation {
+        let why = if doc.signed_approvals || config.signers.is_some() {
+            Some("this run's approvals must be signed, and an answer through the client is not a signature (approve with `runbook-host approve --sign KEY`)")
+        } else if !config.pass_through.contains(&passthrough::Kind::Elicitation) {
+            Some("`--block` withholds elicitation, the channel it needs")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let message = format!("--approve-via elicitation cannot be used for {}: {why}", doc.reference);
+            return refuse(listen, Failure { code: "approval-channel-refused".into(), message }).await;
+        }
+    }
     let policy = match tokio::task::spawn_blocking(|| crate::bundle::shared_policy().map(Arc::clone)).await {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
@@ -706,6 +725,7 @@ pub async fn main(config: Config) -> u8 {
         list_allowlist: config.list_allowlist,
         agent_override: config.agent.clone(),
         approval_timeout: config.approval_timeout,
+        approve_via_elicitation: config.approve_via_elicitation,
         signers: config.signers.clone(),
         runs: config.runs.clone(),
         registry: config.registry.registry.clone(),
