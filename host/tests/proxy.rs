@@ -332,6 +332,55 @@ fn an_agent_cannot_approve_itself() {
     w.verify_all();
 }
 
+#[test]
+fn the_typescript_and_python_sdk_clients_use_the_fixture_through_the_proxy_as_they_would_alone() {
+    let w = work("sdk-clients-fixture");
+    // The TypeScript SDK's client: a resource (text, binary, templated), two prompts (arguments, an image),
+    // a completion and a tool whose server samples through the client, the same through the proxy as alone.
+    let ts = |server: Vec<String>| -> Value {
+        let out = Command::new("node").arg(mcp_dir().join("ts_client.mjs")).arg("--").args(server).current_dir(&w.dir).stderr(Stdio::null()).output().unwrap();
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    };
+    let alone = ts(fixture());
+    assert!(alone.get("error").is_none(), "{alone}");
+    assert_eq!(alone["completion"], json!(["paris", "park", "party"]));
+    assert_eq!(alone["sampling"][0]["text"], "LLM response: sampled: capital of France?");
+    assert_eq!(alone["binary"][0]["mimeType"], "image/png");
+    let through = ts(fixture_proxy(&w));
+    assert_eq!(through, alone, "the TypeScript client saw something else through the proxy");
+    let run = w.latest();
+    let methods: Vec<String> = std::fs::read_to_string(run.join("traffic.ndjson"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["method"].as_str().unwrap().to_string())
+        .collect();
+    for m in ["resources/list", "resources/templates/list", "resources/read", "prompts/get", "completion/complete", "sampling/createMessage"] {
+        assert!(methods.iter().any(|x| x == m), "{m} not in traffic.ndjson: {methods:?}");
+    }
+    assert_eq!(methods.iter().filter(|m| *m == "resources/read").count(), 3, "{methods:?}");
+
+    // The Python SDK's client, the same uses and the sampling tool.
+    let py = |server: Vec<String>| -> (Value, Value) {
+        let mut args = vec!["--answer".to_string(), "--".into()];
+        args.extend(server);
+        let mut c = Client::spawn(&w, &args);
+        c.init();
+        let used = c.ask(json!({"op": "use"}));
+        let sampled = c.call("test_sampling", json!({"prompt": "capital?"}));
+        c.close();
+        (used, sampled)
+    };
+    let (used, sampled) = py(fixture());
+    assert_eq!(used["ok"], true, "{used}");
+    assert_eq!(text(&sampled), "LLM response: sampled: capital?");
+    // The same resources, prompts and completion as the TypeScript client got.
+    for k in ["resources", "templates", "text", "binary", "template", "prompt", "image_prompt", "completion"] {
+        assert_eq!(used[k], alone[k], "{k}");
+    }
+    assert_eq!(py(fixture_proxy(&w)), (used, sampled), "the Python client saw something else through the proxy");
+    w.verify_all();
+}
+
 /// The client in front of `runbook-host run everything-tour --approve-via elicitation ARGS`, answering an
 /// approval request as `approver` with `decision`.
 fn eliciting_client(w: &Work, name: &str, approver: &str, decision: &str, args: &[&str]) -> Client {

@@ -343,6 +343,26 @@ pub fn approve_on_a_terminal(w: &Work, run_dir: &Path, step: &str, deny: bool, d
     (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
 }
 
+/// The MCP conformance fixture (host/tests/mcp/conformance/fixture/server.mjs, on the TypeScript SDK) over
+/// stdio: resources, a template, prompts, completions and tools that ask the client.
+pub fn fixture() -> Vec<String> {
+    let f = mcp_dir().join("conformance/fixture/server.mjs");
+    assert!(
+        mcp_dir().join("conformance/node_modules/@modelcontextprotocol/server").exists(),
+        "the conformance fixture's SDK is not installed: run `bash host/tests/mcp/conformance/setup`"
+    );
+    vec!["node".into(), f.to_string_lossy().into_owned()]
+}
+
+/// `runbook-host run fixture-all@1.0.0` (every tool the fixture lists) from the conformance registry.
+pub fn fixture_proxy(w: &Work) -> Vec<String> {
+    let mut v: Vec<String> = [BIN, "run", "fixture-all@1.0.0", "--registry"].iter().map(|s| s.to_string()).collect();
+    v.push(mcp_dir().join("conformance/registry").to_string_lossy().into_owned());
+    v.extend(["--runs".to_string(), w.runs().to_string_lossy().into_owned(), "--".into()]);
+    v.extend(fixture());
+    v
+}
+
 /// host/tests/mcp/asking_server.py over stdio: its tool `ask` samples, elicits and lists roots through the
 /// client, and logs.
 pub fn asking_server() -> Vec<String> {

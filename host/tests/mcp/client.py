@@ -18,6 +18,8 @@ Reads one JSON command a line on standard input and writes one JSON answer a lin
     {"op": "discover"}                              the handshake-less lifecycle (server/discover, then per-request metadata)
     {"op": "list"}                                  tools/list; {"ok", "tools": [names]}
     {"op": "call", "tool": T, "args": {...}}        tools/call; {"ok", "is_error", "text", "structured"} or {"ok": false, "error"}
+    {"op": "use"}                                   the conformance fixture's resources, template, prompts and a completion
+                                                    (as ts_client.mjs); {"ok", "resources", "text", "prompt", "completion", ...}
     {"op": "cancel", "tool": T, "after": S}         start a tools/call and cancel it after S seconds; {"ok", "cancelled"}
     {"op": "send", "tool": T, "args": {...}}        start a tools/call and answer at once (the call's result is not reported)
     {"op": "notifications"}                         the server notifications received so far (methods), then forgets them
@@ -178,6 +180,20 @@ async def main():
                         out({"ok": True, "advertised": {"resources": caps.resources is not None, "prompts": caps.prompts is not None},
                              "resources": [str(x.uri) for x in r.resources], "read": read.model_dump(mode="json", by_alias=True, exclude_none=True) if read else None,
                              "prompts": [x.name for x in p.prompts]})
+                    elif op == "use":
+                        # The conformance fixture's resources, a template, prompts and a completion, as
+                        # host/tests/mcp/ts_client.mjs uses them (so a test compares the proxy with the server alone).
+                        dump = lambda m: m.model_dump(mode="json", by_alias=True, exclude_none=True)
+                        got = {}
+                        got["resources"] = sorted(str(x.uri) for x in (await session.list_resources()).resources)
+                        got["templates"] = [x.uri_template for x in (await session.list_resource_templates()).resource_templates]
+                        for key, uri in [("text", "test://static-text"), ("binary", "test://static-binary"), ("template", "test://template/123/data")]:
+                            got[key] = [dump(c) for c in (await session.read_resource(uri)).contents]
+                        got["prompt"] = [dump(m) for m in (await session.get_prompt("test_prompt_with_arguments", {"arg1": "a", "arg2": "b"})).messages]
+                        got["image_prompt"] = [dump(m) for m in (await session.get_prompt("test_prompt_with_image")).messages]
+                        ref = types.PromptReference(type="ref/prompt", name="test_prompt_with_arguments")
+                        got["completion"] = (await session.complete(ref, {"name": "arg1", "value": "pa"})).completion.values
+                        out({"ok": True, **got})
                     elif op == "cancel":
                         # The call, cancelled by the client after `after` seconds (the SDK sends notifications/cancelled).
                         with anyio.move_on_after(float(c.get("after", 1))) as scope:
