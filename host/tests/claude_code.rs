@@ -3,7 +3,8 @@
 //! SessionStart a command that starts the server). A scripted Messages API plays the model
 //! (host/tests/claude/messages_api.py) and asks for shell commands; the CLI runs its hooks from the
 //! project's `.claude/settings.json` exactly as `runbook-host hook install` wrote it, and the runbook is
-//! host/tests/claude/say-hello.yaml (Bash `echo hello` only).
+//! host/tests/claude/say-hello.yaml (Bash `echo hello` only). And the MCP proxy in front of the conformance
+//! fixture as one of the CLI's MCP servers: the CLI lists and reads the fixture's resources through it.
 
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -301,4 +302,44 @@ fn install_chooses_the_server_mode_only_for_a_claude_that_has_http_hooks() {
         assert_eq!(settings["hooks"].get("PermissionRequest").is_some(), kind == "http", "{settings}");
         assert_eq!(p.join(".claude/settings.local.json").exists(), kind == "http", "the token only where http hooks send it");
     }
+}
+
+#[test]
+fn claude_code_lists_and_reads_the_fixtures_resources_through_the_proxy() {
+    let t = Tmp::new("claude-mcp-resources");
+    let (p, s) = project(&t);
+    let runs = t.0.join("runs");
+    let mcp = repo().join("host/tests/mcp");
+    let config = json!({"mcpServers": {"fixture": {"command": BIN, "args": [
+        "run", "fixture-all@1.0.0", "--registry", mcp.join("conformance/registry"), "--runs", &runs, "--", "node", mcp.join("conformance/fixture/server.mjs")]}}});
+    let config_file = s.join("mcp.json");
+    std::fs::write(&config_file, config.to_string()).unwrap();
+    let turns = json!([
+        {"tool_use": [{"name": "ListMcpResourcesTool", "input": {}}]},
+        {"tool_use": [{"name": "ReadMcpResourceTool", "input": {"server": "fixture", "uri": "test://static-text"}}]},
+        {"text": "Read it."}
+    ]);
+    let tools = "ListMcpResourcesTool,ReadMcpResourceTool";
+    let r = claude_cli::run_tools(None, tools, &p, &s, &turns, "Read the fixture's static text resource.", &["--mcp-config", config_file.to_str().unwrap()]);
+    assert_eq!(r.code, Some(0), "{}", r.show());
+    let results = r.tool_results();
+    assert_eq!(results.len(), 2, "{}", r.show());
+    let listed: Value = serde_json::from_str(results[0]["content"].as_str().unwrap()).unwrap_or_else(|e| panic!("{e}: {}", r.show()));
+    let mut uris: Vec<&str> = listed.as_array().unwrap().iter().map(|x| x["uri"].as_str().unwrap()).collect();
+    uris.sort();
+    assert_eq!(uris, ["test://static-binary", "test://static-text", "test://watched-resource"], "{}", r.show());
+    assert!(listed.as_array().unwrap().iter().all(|x| x["server"] == "fixture"));
+    let read: Value = serde_json::from_str(results[1]["content"].as_str().unwrap()).unwrap();
+    assert_eq!(read["contents"][0]["text"], "This is the content of the static text resource.", "{}", r.show());
+    assert_eq!(results[1]["is_error"], false);
+    // The proxy's run recorded both requests, and its bundle verifies.
+    let run = std::fs::read_dir(&runs).unwrap().filter_map(|e| e.ok()).map(|e| e.path()).find(|d| d.join("run.json").exists()).expect("a run bundle");
+    let methods: Vec<String> = std::fs::read_to_string(run.join("traffic.ndjson"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["method"].as_str().unwrap().to_string())
+        .collect();
+    assert!(methods.contains(&"resources/list".to_string()) && methods.contains(&"resources/read".to_string()), "{methods:?}");
+    let v = Command::new(BIN).arg("verify").arg(&run).output().unwrap();
+    assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stdout));
 }

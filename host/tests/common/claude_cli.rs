@@ -132,6 +132,11 @@ pub fn run_with(project: &Path, scratch: &Path, turns: &Value, prompt: &str, ext
 /// [`run_with`] as another user (`setpriv`; the test runs as root), who must be able to write the
 /// project and `scratch/home`.
 pub fn run_as(user: Option<&str>, project: &Path, scratch: &Path, turns: &Value, prompt: &str, extra: &[&str]) -> CliRun {
+    run_tools(user, "Bash", project, scratch, turns, prompt, extra)
+}
+
+/// [`run_as`] with other built-in tools than Bash (comma-separated), each allowed without a prompt.
+pub fn run_tools(user: Option<&str>, tools: &str, project: &Path, scratch: &Path, turns: &Value, prompt: &str, extra: &[&str]) -> CliRun {
     let home = scratch.join("home");
     std::fs::create_dir_all(&home).unwrap();
     let api = ScriptedApi::start(scratch, turns);
@@ -147,7 +152,7 @@ pub fn run_as(user: Option<&str>, project: &Path, scratch: &Path, turns: &Value,
     };
     let mut child = cmd
         .args(["-p", prompt, "--output-format", "json", "--max-turns", &MAX_TURNS.to_string()])
-        .args(["--tools", "Bash", "--allowedTools", "Bash", "--permission-prompts", "none", "--strict-mcp-config"])
+        .args(["--tools", tools, "--allowedTools", tools, "--permission-prompts", "none", "--strict-mcp-config"])
         .args(extra)
         .current_dir(project)
         .env_clear()
