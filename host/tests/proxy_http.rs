@@ -529,4 +529,8 @@ fn a_2026_client_is_asked_in_rounds_and_never_asked_what_it_did_not_declare() {
         .map(|t| t["method"].as_str().unwrap().to_string())
         .collect();
     assert_eq!(to_client, ["sampling/createMessage", "sampling/createMessage", "elicitation/create", "roots/list"], "{traffic}");
+    // The refused call and the refused state are recorded as failed results; the outcome as the last.
+    let results: Vec<bool> =
+        events(&run).iter().filter(|(e, _)| e["type"] == "result" && e["tool"] == "ask").map(|(e, _)| e["is_error"].as_bool().unwrap()).collect();
+    assert_eq!(results, [true, true, false]);
 }

@@ -514,7 +514,9 @@ impl Proxy {
                 Ok(Ok(Outcome::Call(r))) => Ok(r),
                 Ok(Ok(_)) => Err(ServiceError::UnexpectedResponse),
                 Ok(Err(input)) => return Ok(CallToolResponse::InputRequired(input)),
-                Err(e) => return Err(e),
+                // Refused (-32021, a state the proxy did not give) or failed at the server: fed as the
+                // call's failed result below, as any forwarded call's error is.
+                Err(e) => Err(ServiceError::McpError(e)),
             }
         } else {
             params.input_responses = request.input_responses;
