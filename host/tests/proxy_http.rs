@@ -468,20 +468,38 @@ fn post_2026(url: &str, id: u64, method: &str, mut params: Value, capabilities: 
 #[test]
 fn a_2026_client_is_asked_in_rounds_and_never_asked_what_it_did_not_declare() {
     let w = work("http-rounds-2026");
-    let mut l = listen(&w, &runbook("asking.yaml"), &[], &[asking_server()]);
-    let call = |id, extra: Value, caps: Value, level| {
+    let call_at = |url: &str, id, extra: Value, caps: Value, level| {
         let mut params = json!({"name": "ask", "arguments": {"question": "deploy?"}});
         for (k, v) in extra.as_object().unwrap() {
             params[k] = v.clone();
         }
-        post_2026(&l.url, id, "tools/call", params, caps, level)
+        post_2026(url, id, "tools/call", params, caps, level)
+    };
+    let ask_results = |run: &Path| -> Vec<bool> {
+        events(run).iter().filter(|(e, _)| e["type"] == "result" && e["tool"] == "ask").map(|(e, _)| e["is_error"].as_bool().unwrap()).collect()
     };
     // A client that declared nothing: the server's first request (sampling) is refused with -32021 and
-    // HTTP 400, naming the capability as an object; nothing was asked of it.
-    let (status, answer, _) = call(1, json!({}), json!({}), None);
+    // HTTP 400, naming the capability as an object; nothing was asked of it, and the call is recorded as
+    // failed. (A proxy of its own: over stdio the server's later requests of that cancelled call cannot be
+    // told from another call's, see the README.)
+    let mut l0 = listen(&w, &runbook("asking.yaml"), &[], &[asking_server()]);
+    let (status, answer, _) = call_at(&l0.url, 1, json!({}), json!({}), None);
     assert_eq!(status, 400, "{answer}");
     assert_eq!(answer["error"]["code"], -32021, "{answer}");
     assert_eq!(answer["error"]["data"]["requiredCapabilities"], json!({"sampling": {}}), "{answer}");
+    let run0 = w.latest();
+    // (the refusal is recorded as the server's request ends, beside the client's answer: waited for, at most 10 s)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(run0.join("traffic.ndjson")).unwrap_or_default().contains("sampling/createMessage") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    l0.stop();
+    assert_eq!(ask_results(&run0), [true]);
+    // The server's request the client was never asked is recorded as refused (an error code, no answer).
+    let refused: Vec<Value> = std::fs::read_to_string(run0.join("traffic.ndjson")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(refused.iter().any(|t| t["method"] == "sampling/createMessage" && t["direction"] == "to-client" && t["error_code"].is_i64()), "{refused:?}");
+    let mut l = listen(&w, &runbook("asking.yaml"), &[], &[asking_server()]);
+    let call = |id, extra: Value, caps: Value, level| call_at(&l.url, id, extra, caps, level);
     // A client that declared all three is asked in three rounds, one request each, under the proxy's state.
     let caps = json!({"sampling": {}, "elicitation": {"form": {}}, "roots": {}});
     let answers = [
@@ -528,9 +546,7 @@ fn a_2026_client_is_asked_in_rounds_and_never_asked_what_it_did_not_declare() {
         .filter(|t| t["direction"] == "to-client")
         .map(|t| t["method"].as_str().unwrap().to_string())
         .collect();
-    assert_eq!(to_client, ["sampling/createMessage", "sampling/createMessage", "elicitation/create", "roots/list"], "{traffic}");
-    // The refused call and the refused state are recorded as failed results; the outcome as the last.
-    let results: Vec<bool> =
-        events(&run).iter().filter(|(e, _)| e["type"] == "result" && e["tool"] == "ask").map(|(e, _)| e["is_error"].as_bool().unwrap()).collect();
-    assert_eq!(results, [true, true, false]);
+    assert_eq!(to_client, ["sampling/createMessage", "elicitation/create", "roots/list"], "{traffic}");
+    // The refused state is recorded as a failed result; the outcome as the last.
+    assert_eq!(ask_results(&run), [true, false]);
 }
