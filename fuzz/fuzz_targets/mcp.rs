@@ -72,6 +72,7 @@ fn world() -> &'static World {
             list_allowlist: false,
             agent_override: None,
             approval_timeout: Duration::from_millis(10),
+            approve_via_elicitation: false,
             signers: None,
             runs: runs.clone(),
             registry: dir.join("registry").display().to_string(),
