@@ -228,6 +228,10 @@ pub fn adapter_sees(adapter: &str) -> &'static str {
         "library" => "what the embedding client feeds",
         "claude-agent-sdk" => "every tool call the Claude Agent SDK's agent loop sends through its hooks",
         "pydantic-ai" => "tool calls through the wrapped toolsets of a Pydantic AI agent",
+        "openai-agents" => "tool calls through the wrapped function tools of an OpenAI Agents SDK agent",
+        "langgraph" => "tool calls through the wrapped tools of a LangGraph graph",
+        "google-adk" => "tool calls of a Google ADK agent through its tool callbacks",
+        "ai-sdk" => "tool calls through the wrapped tools of a Vercel AI SDK call",
         "replay" => "a recorded event stream",
         _ => "unknown",
     }

@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = '25411bc2120e2d829267fe00cac90a960617e2ff77c781ada24dc9bb5eede84f';
+export const COMPONENT_SHA256 = 'f096f33c58f2bf105db0721b5bb0562d7d67c0948e7e612c044450f6c93e639b';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';

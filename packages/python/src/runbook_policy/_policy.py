@@ -57,7 +57,7 @@ from ._types import (
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "25411bc2120e2d829267fe00cac90a960617e2ff77c781ada24dc9bb5eede84f"
+COMPONENT_SHA256 = "f096f33c58f2bf105db0721b5bb0562d7d67c0948e7e612c044450f6c93e639b"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
