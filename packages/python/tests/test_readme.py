@@ -40,3 +40,17 @@ def test_the_repository_readme_shows_this_very_example() -> None:
     section = root.read_text(encoding="utf-8").split("## Use from Python", 1)[1].split("\n## ", 1)[0]
     shown = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert shown and shown[0] == python_blocks()[0]
+
+
+def test_each_frameworks_example_is_shown_as_its_test_runs_it() -> None:
+    """Every file of examples/ (each run by its adapter's test) appears verbatim in the package README and in
+    the root README's "Use from Python" section: what a user copies is what the tests run."""
+    examples = sorted((README.parent / "examples").glob("*.py"))
+    assert [p.name for p in examples] == ["google_adk.py", "langgraph_agent.py", "openai_agents.py"]
+    root = (README.parent.parent.parent / "README.md").read_text(encoding="utf-8")
+    section = root.split("## Use from Python", 1)[1].split("\n## ", 1)[0]
+    ours = python_blocks()
+    for p in examples:
+        text = p.read_text(encoding="utf-8")
+        assert text in ours, f"packages/python/README.md does not show {p.name} as it is"
+        assert f"```python\n{text}```" in section, f"the root README does not show {p.name} as it is"

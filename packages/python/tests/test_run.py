@@ -98,7 +98,7 @@ def test_a_bundle_has_the_rust_hosts_layout_and_a_tampered_byte_fails_verify(pol
     assert (d / "envelope.json").read_text() == policy.envelope(ROTATE.read_bytes())
     m = json.loads((d / "run.json").read_text())
     assert (d / "run.json").read_text() == json.dumps(m, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    assert m["host"] == {"name": "runbook-policy-python", "version": "0.1.0"}
+    assert m["host"] == {"name": "runbook-policy-python", "version": rp.__version__}
     assert m["adapter"] == {"name": "library", "sees": "what the embedding client feeds", "coverage": "complete"}
     assert m["document"] == {
         "reference": "runbook.yaml", "trust": "T1", "sha256": policy.lint(ROTATE.read_bytes()).sha256, "pinned_sha256": None,

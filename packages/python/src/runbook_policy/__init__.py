@@ -17,8 +17,9 @@ with, so every host decides the same way, byte for byte.
 
 ``Run`` writes a run bundle under ``.runbook/runs/`` that ``runbook-host verify`` checks (and
 :func:`verify`, with the same module, but for signed approvals). The adapters for
-agent frameworks are modules of their own: :mod:`runbook_policy.pydantic_ai` (install the ``pydantic-ai``
-extra) and :mod:`runbook_policy.claude_agent_sdk`.
+agent frameworks are modules of their own, each needing its framework (an optional extra of the same
+name): :mod:`runbook_policy.pydantic_ai`, :mod:`runbook_policy.claude_agent_sdk`,
+:mod:`runbook_policy.openai_agents`, :mod:`runbook_policy.langgraph` and :mod:`runbook_policy.google_adk`.
 """
 
 from ._policy import COMPONENT_SHA256, FUEL_PER_CALL, MEMORY_CAP, Policy, Session, load
@@ -68,7 +69,7 @@ from ._types import (
 )
 from ._verify import verify
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "COMPLETE",
