@@ -3,7 +3,7 @@
 // structural: they fit the `hooks` option of @anthropic-ai/claude-agent-sdk's `query()` without this
 // package depending on the SDK.
 import type { EndReason, Json, Outcome, Policy } from './types.js';
-import type { Run, RunOptions } from './run.js';
+import type { Run, RunOptions, ApprovalRequest as RunApprovalRequest, Approver as RunApprover } from './run.js';
 
 export const ADAPTER: 'claude-agent-sdk';
 /** The claim's coverage: the hooks see every tool call of the loop. */
@@ -13,33 +13,11 @@ export const DEFAULT_APPROVAL_TIMEOUT: number;
 /** The matchers' timeout, in seconds, for hooks that do not wait for a person (30). */
 export const DEFAULT_HOOK_TIMEOUT: number;
 
-/** A tool call the module holds until a person approves it: what the approval callback is shown. */
-export interface ApprovalRequest {
-  readonly runId: string;
-  /** The gated step (null in a runbook without steps). */
-  readonly step: string | null;
-  readonly tool: string;
-  readonly arguments: Json;
-  /** The hex sha256 the approval is bound to: `callSha256(tool, arguments)`. */
-  readonly callSha256: string;
-  /** The SDK's tool-use id of the call. */
-  readonly toolUseId: string | null;
-  /** The module's explanation of why the call waits. */
-  readonly explanation: string;
-}
-
-/** A person's answer; the module refuses an approval whose approver is the run's agent. */
-export interface ApprovalAnswer {
-  approver: string;
-  granted: boolean;
-}
-
-/**
- * The embedding program's approval channel (never the agent's). `signal` aborts when the wait is over
- * (the approval timeout, or the CLI stopped waiting). Throwing, or answering anything but an
- * ApprovalAnswer, blocks the call.
- */
-export type Approver = (request: ApprovalRequest, options: { signal: AbortSignal }) => ApprovalAnswer | Promise<ApprovalAnswer>;
+/** What the approval callback is shown (`Run.invokeWithApproval`'s request), with the tool_use id of the call. */
+export type ApprovalRequest = RunApprovalRequest<{ toolUseId: string | null }>;
+export type { ApprovalAnswer } from './run.js';
+/** The embedding program's approval channel (never the agent's): see `Approver` in `runbook-policy/run`. */
+export type Approver = RunApprover<{ toolUseId: string | null }>;
 
 export interface RunbookHooksOptions {
   approve?: Approver | null;

@@ -63,6 +63,7 @@
 // hooks); and a session started without these hooks.
 
 import { inspect } from 'node:util';
+import { RunOver } from './core.js';
 import { Run } from './run.js';
 
 export const ADAPTER = 'claude-agent-sdk';
@@ -137,9 +138,6 @@ function toolFields(input, toolUseID) {
   return { tool: input.tool_name, args: input.tool_input, callId };
 }
 
-const TIMED_OUT = Symbol('timed out');
-const ABORTED = Symbol('aborted');
-
 function positive(v, name) {
   if (typeof v !== 'number' || !(v > 0) || !Number.isFinite(v)) throw new TypeError(`\`${name}\` must be a positive number of seconds`);
   return v;
@@ -190,57 +188,27 @@ export class RunbookHooks {
       const a = this.#malformed('PreToolUse', input, f);
       return deny(`runbook: ${a.explanation} (the hook input was malformed: ${f}); this call is blocked.`);
     }
-    const first = run.invoke(f.tool, f.args, { callId: f.callId });
-    if (first.allowed) return {};
-    if (first.kind !== 'needs-approval') return deny(`runbook: ${first.explanation}`);
-    return this.#held(first, f, options?.signal);
-  };
-
-  async #held(first, { tool, args, callId }, signal) {
-    const run = this.run;
-    const sha = first.callSha256;
-    const step = first.decision.step;
-    const blocked = (why) =>
-      deny(
-        `runbook: ${first.explanation.replace(/\.$/, '')}; ${why}, so the call stays blocked. \`${tool}\` with these exact arguments (call sha256 ${sha}) needs the approval of a person through the program that runs this agent; retry the same call once it is approved, and do not try another way around the gate.`,
-      );
-    if (!this.approve) return blocked('no approval callback was given');
-    const request = Object.freeze({ runId: run.runId, step, tool, arguments: args, callSha256: sha, toolUseId: callId, explanation: first.explanation });
-    const ctrl = new AbortController();
-    const onAbort = () => ctrl.abort(signal.reason);
-    signal?.addEventListener('abort', onAbort, { once: true });
-    let timer;
-    let answer;
+    let gated;
     try {
-      answer = await Promise.race([
-        (async () => this.approve(request, { signal: ctrl.signal }))(),
-        new Promise((resolve) => {
-          timer = setTimeout(() => resolve(TIMED_OUT), this.approvalTimeout * 1000);
-        }),
-        new Promise((resolve) => (signal?.aborted ? resolve(ABORTED) : ctrl.signal.addEventListener('abort', () => resolve(ABORTED), { once: true }))),
-      ]);
+      gated = await run.invokeWithApproval(f.tool, f.args, {
+        callId: f.callId,
+        approve: this.approve,
+        approvalTimeout: this.approvalTimeout,
+        signal: options?.signal,
+        request: { toolUseId: f.callId },
+      });
     } catch (e) {
-      // The embedding program's callback failed: block, never allow.
-      process.emitWarning(`runbook: the approval callback threw (${e?.name ?? typeof e}); the call ${sha} is blocked`);
-      return blocked(`the approval callback failed (${e?.name ?? typeof e})`);
-    } finally {
-      clearTimeout(timer);
-      signal?.removeEventListener('abort', onAbort);
-      ctrl.abort();
+      // The run ended while the call waited for approval: nothing more was fed.
+      if (e instanceof RunOver) return deny(this.#finished());
+      throw e;
     }
-    // The CLI gave up on this callback (its timeout): it blocked the call already; feed nothing more.
-    if (answer === ABORTED || signal?.aborted) return blocked('the client stopped waiting');
-    if (answer === TIMED_OUT) return blocked(`no approval came within ${this.approvalTimeout} s`);
-    if (!isObject(answer) || typeof answer.approver !== 'string' || answer.approver === '' || typeof answer.granted !== 'boolean') {
-      return blocked('the approval callback answered no {approver, granted}');
-    }
-    if (run.finished) return deny(this.#finished());
-    const fed = run.approval(answer.approver, answer.granted, { step, callSha256: sha });
-    if (!answer.granted) return blocked(`${answer.approver} refused to approve it`);
-    if (!fed.allowed) return blocked(`the approval by ${answer.approver} was not accepted (${fed.explanation.replace(/\.$/, '')})`);
-    const again = run.invoke(tool, args, { callId });
-    return again.allowed ? {} : deny(`runbook: ${again.explanation}`);
-  }
+    if (gated.allowed) return {};
+    if (gated.problem === null) return deny(`runbook: ${gated.message}`);
+    // Held, and still held: say what would let it through.
+    return deny(
+      `runbook: ${gated.message} \`${f.tool}\` with these exact arguments (call sha256 ${gated.answer.callSha256}) needs the approval of a person through the program that runs this agent; retry the same call once it is approved, and do not try another way around the gate.`,
+    );
+  };
 
   /** PostToolUse: the call's result. */
   postToolUse = async (input, toolUseID) => this.#result('PostToolUse', input, toolUseID);

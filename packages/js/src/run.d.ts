@@ -70,6 +70,70 @@ export interface ResumeOptions {
   guardPaths?: string[];
 }
 
+/**
+ * What an approval callback is shown (`Run.invokeWithApproval`): the call the module holds, named by its
+ * hash, with the adapter's own fields (`Extra`, such as the framework's call id).
+ */
+export type ApprovalRequest<Extra extends object = {}> = {
+  readonly runId: string;
+  /** The gated step (null in a runbook without steps). */
+  readonly step: string | null;
+  readonly tool: string;
+  readonly arguments: Json;
+  /** The hex sha256 the approval is bound to: `run.callSha256(tool, arguments)`. */
+  readonly callSha256: string;
+  /** The module's explanation of why the call waits. */
+  readonly explanation: string;
+} & Readonly<Extra>;
+
+/** A person's answer; the module refuses an approval whose approver is the run's agent. */
+export interface ApprovalAnswer {
+  /** Who answers (a non-empty string). */
+  approver: string;
+  granted: boolean;
+}
+
+/**
+ * The embedding program's approval channel (never the agent's), sync or async. `signal` aborts once the
+ * wait is over (the timeout, the framework's signal, or the answer came). Throwing, rejecting, or
+ * answering anything but an ApprovalAnswer blocks the call.
+ */
+export type Approver<Extra extends object = {}> = (request: ApprovalRequest<Extra>, options: { signal: AbortSignal }) => ApprovalAnswer | Promise<ApprovalAnswer>;
+
+export interface InvokeWithApprovalOptions<Extra extends object = {}> {
+  callId?: string | null;
+  step?: string | null;
+  /** Asked when the module answers `needs-approval`; without it a gated call stays blocked. */
+  approve?: Approver<Extra> | null;
+  /** Seconds to wait for `approve` (a positive number; at most about 24.8 days); null or absent: no limit. */
+  approvalTimeout?: number | null;
+  /** The framework's signal: when it aborts, the wait ends, the callback's signal aborts, nothing more is fed. */
+  signal?: AbortSignal | null;
+  /** The adapter's own fields for the request (not `runId`, `step`, `tool`, `arguments`, `callSha256` or `explanation`). */
+  request?: Extra;
+}
+
+/** How a call that may need approval was decided (`Run.invokeWithApproval`). */
+export interface Gated {
+  /** The decision the call is run or blocked on: the last `invoke` fed for it. */
+  readonly answer: Answer;
+  /** The module's answer to the approval fed for the call; null when none was fed. */
+  readonly approval: Answer | null;
+  /**
+   * Why the call stays blocked though the module held it for approval: no callback, it threw, timed out,
+   * was aborted or answered no `{approver, granted}` (nothing fed), or the approval fed was not accepted
+   * or was a refusal. Null when the call is allowed, or when `answer` alone blocks it.
+   */
+  readonly problem: string | null;
+  /** Run the tool only when this is true: `answer.allowed`. */
+  readonly allowed: boolean;
+  /**
+   * Why the call is blocked, one sentence for the agent: the module's explanation and `problem`, joined
+   * by a semicolon, one full stop at the end. Empty when the call is allowed.
+   */
+  readonly message: string;
+}
+
 /** What names the run's evidence or the supervisor (DESIGN 9.20): the needles the module matches calls against. */
 export class Guard {
   addPath(path: string): this;
@@ -119,6 +183,16 @@ export class Run {
   state(): RunState;
   report(): string;
   callSha256(tool: string, args: Json): string;
+  /**
+   * A tool call that may be held for a person, the one implementation the adapters share: `invoke`; on
+   * `needs-approval`, `approve` is asked, its answer fed as an approval bound to the call's hash, and a
+   * granted, accepted approval is followed by the same `invoke` again. Fail closed: no callback, a
+   * callback that throws, rejects, times out, is aborted by `signal` or answers no `{approver, granted}`
+   * leaves the call blocked with nothing fed; a refused or not accepted approval is fed and blocks it too.
+   * Rejects with what `invoke` and `approval` throw (RunBroken, InvalidInput, ...), and with RunOver when
+   * the run was finished while the call waited.
+   */
+  invokeWithApproval<Extra extends object = {}>(tool: string, args: Json, options?: InvokeWithApprovalOptions<Extra>): Promise<Gated>;
   /**
    * An adapter's: records its framework's input that is not of the shape the framework promised (the raw
    * input, JSON-encoded or inspected when it is not text, best preceded by why). Fed as an event line that

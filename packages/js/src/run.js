@@ -472,6 +472,46 @@ function common(o, what) {
   return { now: () => unixMs(clock()), runsRoot, guardFor };
 }
 
+// ---- a gated call ---------------------------------------------------------------------------------------
+
+const TIMED_OUT = Symbol('timed out');
+const ABORTED = Symbol('aborted');
+/** The longest wait setTimeout takes (about 24.8 days); a longer `approvalTimeout` waits that long. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+/** What an approval request always holds: `request` (the adapter's own fields) may not set these. */
+const REQUEST_FIELDS = ['runId', 'step', 'tool', 'arguments', 'callSha256', 'explanation'];
+
+/** `parts` as one sentence: the module's explanation (with its full stop) and what followed, joined by semicolons, one full stop at the end. */
+const sentence = (parts) => (parts.length === 1 ? parts[0] : `${parts.map((p) => p.trimEnd().replace(/\.$/, '')).join('; ')}.`);
+
+/** A Gated: how a call that may need approval was decided (see `Run.invokeWithApproval`). */
+function gated(answer, approval = null, problem = null) {
+  const message = answer.allowed ? '' : sentence(problem === null ? [answer.explanation] : [answer.explanation, problem]);
+  return Object.freeze({ answer, approval, problem, allowed: answer.allowed, message });
+}
+
+/** The name of what an approval callback threw (its `name`, else its type), never throwing itself. */
+function thrownName(e) {
+  try {
+    return e?.name ?? typeof e;
+  } catch {
+    return typeof e;
+  }
+}
+
+/** `{approver, granted}` of an approval callback's answer, each read once; null when it is no such answer. */
+function approvalAnswer(got) {
+  if (!isObject(got)) return null;
+  try {
+    const { approver, granted } = got;
+    // An approver the module could not take (a lone surrogate) is no answer either: nothing is fed.
+    if (typeof approver !== 'string' || approver === '' || !approver.isWellFormed() || typeof granted !== 'boolean') return null;
+    return { approver, granted };
+  } catch {
+    return null; // a getter that throws
+  }
+}
+
 /** One supervised run with its bundle. Made by `await Run.create(policy, options)` or `Run.resume(policy, runId, options)`. */
 export class Run {
   #policy;
@@ -967,5 +1007,94 @@ export class Run {
   /** The hash an approval bound to this call names (DESIGN 9.19). */
   callSha256(tool, args) {
     return this.#policy.callSha256(tool, args);
+  }
+
+  // ---- a gated call, for adapters ----
+
+  /**
+   * A tool call that may be held for a person (the one implementation every adapter uses): `invoke`; on
+   * `needs-approval` the embedding program's `approve(request, {signal})` is asked (sync or async), its
+   * `{approver, granted}` is fed as an approval bound to this call's hash (and to the module's request,
+   * its `seq`), and a granted, accepted approval is followed by the same `invoke` again, which the module
+   * now decides. Resolves to a frozen Gated `{answer, approval, problem, allowed, message}`.
+   *
+   * Fail closed: no callback, a callback that throws or rejects, no answer within `approvalTimeout`
+   * seconds, `signal` aborting while it waits, or an answer that is not `{approver, granted}` (an approver
+   * a non-empty string, `granted` a boolean): nothing is fed, the call stays blocked. A refusal, or an
+   * approval the module does not accept, is fed and the call stays blocked. The callback's `signal` aborts
+   * once the wait is over, whatever ended it; an answer after that is never fed. Throws what `invoke` and
+   * `approval` throw (RunBroken, InvalidInput, ...), and RunOver when the run was finished while the call
+   * waited (nothing more is fed then).
+   *
+   * options: `callId`, `step` (as for `invoke`); `approve` (null: no callback); `approvalTimeout` (seconds;
+   * null or absent: no limit); `signal` (the framework's AbortSignal, when it may give up on the call);
+   * `request` (the adapter's own fields for the request, such as the framework's call id, beside
+   * `runId`, `step`, `tool`, `arguments`, `callSha256` and `explanation`, which it may not set).
+   */
+  async invokeWithApproval(tool, args, opts) {
+    const what = 'invokeWithApproval';
+    const o = options(opts, ['callId', 'step', 'approve', 'approvalTimeout', 'signal', 'request'], what);
+    const approve = o.approve ?? null;
+    const timeout = o.approvalTimeout ?? null;
+    const signal = o.signal ?? null;
+    const extra = o.request ?? {};
+    if (approve !== null && typeof approve !== 'function') throw new InvalidInput(`${what}: \`approve\` must be a function`);
+    if (timeout !== null && !(typeof timeout === 'number' && timeout > 0 && Number.isFinite(timeout))) {
+      throw new InvalidInput(`${what}: \`approvalTimeout\` must be a positive number of seconds`);
+    }
+    if (signal !== null && !(typeof signal === 'object' && typeof signal.aborted === 'boolean' && typeof signal.addEventListener === 'function')) {
+      throw new InvalidInput(`${what}: \`signal\` must be an AbortSignal`);
+    }
+    if (!isObject(extra)) throw new InvalidInput(`${what}: \`request\` must be an object`);
+    for (const k of REQUEST_FIELDS) if (Object.hasOwn(extra, k)) throw new InvalidInput(`${what}: \`request\` may not set \`${k}\` (the request's own)`);
+
+    const first = this.invoke(tool, args, { callId: o.callId, step: o.step });
+    if (first.kind !== 'needs-approval') return gated(first);
+    const blocked = (problem) => gated(first, null, `${problem}, so the call stays blocked`);
+    if (approve === null) return blocked('no approval callback was given');
+    // The framework gave up on the call before anyone was asked.
+    if (signal?.aborted) return blocked('the wait for approval was aborted');
+    const step = first.decision.step;
+    const sha = first.callSha256;
+    const request = Object.freeze({ runId: this.runId, step, tool, arguments: args, callSha256: sha, explanation: first.explanation, ...extra });
+    const ctrl = new AbortController();
+    const onAbort = () => ctrl.abort(signal.reason);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    let timer;
+    let got;
+    try {
+      const waits = [
+        (async () => approve(request, { signal: ctrl.signal }))(),
+        // Registered after the callback ran: it may have aborted the framework's signal already.
+        new Promise((resolve) => (ctrl.signal.aborted ? resolve(ABORTED) : ctrl.signal.addEventListener('abort', () => resolve(ABORTED), { once: true }))),
+      ];
+      if (timeout !== null) {
+        waits.push(
+          new Promise((resolve) => {
+            timer = setTimeout(() => resolve(TIMED_OUT), Math.min(timeout * 1000, MAX_TIMER_MS));
+          }),
+        );
+      }
+      got = await Promise.race(waits);
+    } catch (e) {
+      // The embedding program's callback failed: block, never allow.
+      const name = thrownName(e);
+      process.emitWarning(`runbook: the approval callback threw (${name}); the call ${sha} is blocked`);
+      return blocked(`the approval callback failed (${name})`);
+    } finally {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      ctrl.abort();
+    }
+    // The framework stopped waiting (it blocked the call on its side): nothing more is fed.
+    if (got === ABORTED || signal?.aborted) return blocked('the wait for approval was aborted');
+    if (got === TIMED_OUT) return blocked(`no approval came within ${timeout} s`);
+    const answer = approvalAnswer(got);
+    if (answer === null) return blocked('the approval callback answered no {approver, granted}');
+    if (this.finished) throw new RunOver(`run ${this.runId} is over and its evidence is sealed; start a new run`);
+    const approval = this.approval(answer.approver, answer.granted, { step, callSha256: sha, request: first.decision.seq ?? null });
+    if (!approval.allowed) return gated(first, approval, `the approval was not accepted: ${approval.explanation}`);
+    if (!answer.granted) return gated(first, approval, `${answer.approver} refused to approve this call`);
+    return gated(this.invoke(tool, args, { callId: o.callId, step: o.step }), approval);
   }
 }

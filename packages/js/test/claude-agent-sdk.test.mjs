@@ -399,7 +399,7 @@ test('an approval is bound to the call: the callback sees its hash, the call is 
 
 for (const [name, approve, says] of [
   ['no callback', null, /no approval callback/],
-  ['declined', () => ({ approver: 'bob', granted: false }), /bob refused to approve it/],
+  ['declined', () => ({ approver: 'bob', granted: false }), /bob refused to approve this call/],
   ['self-approval', () => ({ approver: 'claude-agent-sdk', granted: true }), /was not accepted/],
   ['no answer', () => undefined, /answered no \{approver, granted\}/],
   ['a boolean', () => true, /answered no \{approver, granted\}/],

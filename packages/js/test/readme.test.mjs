@@ -3,7 +3,7 @@
 // writes verifies.
 
 import assert from 'node:assert/strict';
-import { cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { PACKAGE, ROOT, node, tempDir, verify } from './helpers.mjs';
@@ -11,8 +11,7 @@ import { PACKAGE, ROOT, node, tempDir, verify } from './helpers.mjs';
 test('the README\'s example runs and its bundle verifies', (t) => {
   const readme = readFileSync(join(PACKAGE, 'README.md'), 'utf8');
   const blocks = [...readme.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
-  assert.equal(blocks.length, 1, 'one JavaScript example in the README');
-  const code = blocks[0];
+  const code = blocks[0]; // the ten-line example; the adapters' examples follow (tested below)
   const loc = code.split('\n').filter((l) => l.trim() !== '').length;
   assert.ok(loc <= 10, `a ten-line example (${loc} lines)`);
   // <tmp>/examples/rotate-credentials and <tmp>/project/app: `../../examples/...` from the app resolves.
@@ -36,4 +35,17 @@ test('the repository README shows this very example', () => {
   const section = readFileSync(join(ROOT, 'README.md'), 'utf8').split('## Use from JavaScript')[1].split('\n## ')[0];
   const shown = [...section.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
   assert.equal(shown[0], ours[0]);
+});
+
+test('each adapter\'s example is shown in both READMEs as its test runs it', () => {
+  // Every file of examples/ is run by its adapter's test; what a user copies must be that very file.
+  const files = readdirSync(join(PACKAGE, 'examples')).filter((f) => f.endsWith('.mjs')).sort();
+  assert.deepEqual(files, ['ai-sdk.mjs', 'langgraph.mjs', 'openai-agents.mjs']);
+  const ours = [...readFileSync(join(PACKAGE, 'README.md'), 'utf8').matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+  const section = readFileSync(join(ROOT, 'README.md'), 'utf8').split('## Use from JavaScript')[1].split('\n## ')[0];
+  for (const f of files) {
+    const text = readFileSync(join(PACKAGE, 'examples', f), 'utf8');
+    assert.ok(ours.includes(text), `packages/js/README.md does not show examples/${f} as it is`);
+    assert.ok(section.includes('```js\n' + text + '```'), `the root README does not show examples/${f} as it is`);
+  }
 });

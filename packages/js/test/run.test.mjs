@@ -207,6 +207,231 @@ test('a gated call: needs-approval with the call\'s hash, a human\'s approval bo
   verified(run.dir);
 });
 
+// -- invokeWithApproval: the gated call every adapter shares -----------------------------------------------
+
+/**
+ * A rotate-credentials run fed the example's first `upTo` events (the start included; by default up to its
+ * gated call, `vault write`): `{run, tool, args, n}`, the gated call's tool and arguments, `n` the records so far.
+ */
+async function atTheGate(t, upTo = 5) {
+  const run = await Run.create(policy, { document: read('examples/rotate-credentials/runbook.yaml'), runsRoot: tempDir(t), agent: 'claude-code', profile: 'R2', riskCeiling: 'destructive', coverage: 'complete' });
+  const stream = lines(read('examples/rotate-credentials/events.ndjson').toString('utf8'));
+  for (const line of stream.slice(1, upTo)) drive(run, line);
+  const rotate = JSON.parse(stream[5]);
+  return { run, tool: rotate.tool, args: rotate.arguments, n: records(run.dir).length };
+}
+
+/** What was recorded after the first `n` records: `[event type, decision]` each. */
+const since = (run, n) => records(run.dir).slice(n).map((r) => [JSON.parse(r.event).type, JSON.parse(r.decision).decision]);
+
+/** A blocked call's message is one sentence: the module's explanation, a semicolon, the problem, one full stop. */
+function oneSentence(g) {
+  assert.equal(g.message, `${g.answer.explanation.replace(/\.$/, '')}; ${g.problem.replace(/\.$/, '')}.`);
+  assert.ok(!g.message.includes('.;') && !g.message.endsWith('..'), g.message);
+}
+
+const never = () => new Promise(() => {});
+for (const [name, approve, problem, more = {}] of [
+  ['no callback', undefined, 'no approval callback was given, so the call stays blocked'],
+  ['a callback that throws', () => {
+    throw new Error('the pager is down');
+  }, 'the approval callback failed (Error), so the call stays blocked'],
+  ['a rejected promise', () => Promise.reject(new TypeError('nope')), 'the approval callback failed (TypeError), so the call stays blocked'],
+  ['no answer in time', never, 'no approval came within 0.05 s, so the call stays blocked', { approvalTimeout: 0.05 }],
+  ['no answer at all', () => undefined, 'the approval callback answered no {approver, granted}, so the call stays blocked'],
+  ['a boolean', () => true, 'the approval callback answered no {approver, granted}, so the call stays blocked'],
+  ['an empty approver', async () => ({ approver: '', granted: true }), 'the approval callback answered no {approver, granted}, so the call stays blocked'],
+  ['granted not a boolean', () => ({ approver: 'alice', granted: 'yes' }), 'the approval callback answered no {approver, granted}, so the call stays blocked'],
+  ['an approver the module cannot take', () => ({ approver: 'al\ud800ice', granted: true }), 'the approval callback answered no {approver, granted}, so the call stays blocked'],
+  ['a getter that throws', () => ({ approver: 'alice', get granted() {
+    throw new Error('no');
+  } }), 'the approval callback answered no {approver, granted}, so the call stays blocked'],
+]) {
+  test(`invokeWithApproval: nothing is fed and the call stays blocked (${name})`, async (t) => {
+    const warnings = t.mock.method(process, 'emitWarning', () => {});
+    const { run, tool, args, n } = await atTheGate(t);
+    const g = await run.invokeWithApproval(tool, args, { callId: 'toolu_03', approve, ...more });
+    assert.ok(Object.isFrozen(g));
+    assert.deepEqual([g.allowed, g.answer.kind, g.answer.allowed, g.approval, g.problem], [false, 'needs-approval', false, null, problem]);
+    assert.equal(g.answer.callSha256, run.callSha256(tool, args));
+    oneSentence(g);
+    // Recorded: the held invoke only; never an approval, never a second invoke.
+    assert.deepEqual(since(run, n), [['invoke', 'needs-approval']]);
+    // A callback that failed is a warning naming the call; nothing else warns.
+    const warned = warnings.mock.calls.map((c) => String(c.arguments[0]));
+    if (/failed/.test(problem)) assert.deepEqual(warned, [`runbook: the approval callback threw (${problem.match(/\((\w+)\)/)[1]}); the call ${g.answer.callSha256} is blocked`]);
+    else assert.deepEqual(warned, []);
+    run.end('interrupted');
+    verified(run.dir);
+  });
+}
+
+test('invokeWithApproval: a call that needs no approval is decided once, the callback never asked', async (t) => {
+  const { run } = await atTheGate(t, 1); // at the first step, where reading the secret is in scope
+  const asked = [];
+  const approve = (r) => asked.push(r);
+  const n = records(run.dir).length;
+  const allowed = await run.invokeWithApproval('Bash', { command: 'kubectl -n payments get secret payments-db-credentials' }, { approve });
+  assert.deepEqual([allowed.allowed, allowed.answer.kind, allowed.approval, allowed.problem, allowed.message], [true, 'allow', null, null, '']);
+  const denied = await run.invokeWithApproval('Bash', { command: 'rm -rf /' }, { approve });
+  assert.deepEqual([denied.allowed, denied.answer.kind, denied.approval, denied.problem], [false, 'deny', null, null]);
+  assert.equal(denied.message, denied.answer.explanation);
+  assert.deepEqual(asked, []);
+  assert.deepEqual(since(run, n), [
+    ['invoke', 'allow'],
+    ['invoke', 'deny'],
+  ]);
+  run.end();
+  verified(run.dir);
+});
+
+test('invokeWithApproval: a refusal is fed, bound to the call, and the call stays blocked', async (t) => {
+  const { run, tool, args, n } = await atTheGate(t);
+  const g = await run.invokeWithApproval(tool, args, { callId: 'toolu_03', approve: () => ({ approver: 'bob', granted: false }) });
+  assert.deepEqual([g.allowed, g.answer.kind, g.approval.kind, g.problem], [false, 'needs-approval', 'allow', 'bob refused to approve this call']);
+  oneSentence(g);
+  assert.deepEqual(since(run, n), [
+    ['invoke', 'needs-approval'],
+    ['approval', 'allow'],
+  ]);
+  const fed = JSON.parse(records(run.dir).at(-1).event);
+  assert.deepEqual([fed.approver, fed.granted, fed.step, fed.call_sha256, fed.request], ['bob', false, 'rotate', g.answer.callSha256, g.answer.decision.seq]);
+  run.end('interrupted');
+  verified(run.dir);
+});
+
+test('invokeWithApproval: an approval the module does not accept (the agent itself) is fed, and the call stays blocked', async (t) => {
+  const { run, tool, args, n } = await atTheGate(t);
+  const g = await run.invokeWithApproval(tool, args, { approve: () => ({ approver: 'claude-code', granted: true }) });
+  assert.deepEqual([g.allowed, g.answer.kind, g.approval.kind], [false, 'needs-approval', 'deny']);
+  assert.equal(g.problem, `the approval was not accepted: ${g.approval.explanation}`);
+  oneSentence(g);
+  assert.deepEqual(since(run, n), [
+    ['invoke', 'needs-approval'],
+    ['approval', 'deny'],
+  ]);
+  run.end('interrupted');
+  verified(run.dir);
+});
+
+test('invokeWithApproval: a grant is fed bound to the call, which is decided again and allowed', async (t) => {
+  for (const sync of [true, false]) {
+    const { run, tool, args, n } = await atTheGate(t);
+    const asked = [];
+    let during;
+    const approve = (request, { signal }) => {
+      asked.push([request, signal]);
+      during = signal.aborted;
+      const answer = { approver: 'alice', granted: true };
+      return sync ? answer : new Promise((r) => setTimeout(() => r(answer), 20));
+    };
+    const g = await run.invokeWithApproval(tool, args, { callId: 'toolu_03', approve, approvalTimeout: 5, request: { toolUseId: 'toolu_03' } });
+    assert.deepEqual([g.allowed, g.answer.kind, g.approval.kind, g.problem, g.message], [true, 'allow', 'allow', null, '']);
+    // The request: the call, its hash and the module's sentence, with the adapter's own field; frozen.
+    assert.equal(asked.length, 1);
+    const [request, signal] = asked[0];
+    const sha = run.callSha256(tool, args);
+    assert.deepEqual(request, { runId: run.runId, step: 'rotate', tool, arguments: args, callSha256: sha, explanation: request.explanation, toolUseId: 'toolu_03' });
+    assert.match(request.explanation, /needs-approval/);
+    assert.ok(Object.isFrozen(request));
+    // The callback's signal is live while it decides, aborted once the wait is over.
+    assert.deepEqual([during, signal.aborted], [false, true]);
+    assert.deepEqual(since(run, n), [
+      ['invoke', 'needs-approval'],
+      ['approval', 'allow'],
+      ['invoke', 'allow'],
+    ]);
+    const recs = records(run.dir).slice(n).map((r) => JSON.parse(r.event));
+    assert.deepEqual([recs[1].approver, recs[1].granted, recs[1].call_sha256, recs[1].request], ['alice', true, sha, JSON.parse(records(run.dir)[n].decision).seq]);
+    assert.deepEqual([recs[0].call_id, recs[2].call_id], ['toolu_03', 'toolu_03']);
+    run.end();
+    verified(run.dir);
+  }
+});
+
+test('invokeWithApproval: the timeout aborts the callback\'s signal, and a late answer is never fed', async (t) => {
+  const { run, tool, args, n } = await atTheGate(t);
+  let late = null;
+  const approve = (request, { signal }) =>
+    new Promise((resolve) => {
+      signal.addEventListener('abort', () => {
+        late = signal.aborted;
+        resolve({ approver: 'alice', granted: true });
+      });
+    });
+  const t0 = Date.now();
+  const g = await run.invokeWithApproval(tool, args, { approve, approvalTimeout: 0.05 });
+  assert.ok(Date.now() - t0 < 5000);
+  assert.equal(g.problem, 'no approval came within 0.05 s, so the call stays blocked');
+  await new Promise((r) => setImmediate(r));
+  assert.equal(late, true);
+  assert.deepEqual(since(run, n), [['invoke', 'needs-approval']]);
+  run.end('interrupted');
+  verified(run.dir);
+});
+
+test('invokeWithApproval: the framework\'s signal aborting ends the wait; nothing more is fed', async (t) => {
+  const { run, tool, args, n } = await atTheGate(t);
+  // Aborted while a person decides (their answer comes, too late).
+  const client = new AbortController();
+  let seen;
+  const approve = async (request, { signal }) => {
+    client.abort(new Error('the client left'));
+    seen = [signal.aborted, signal.reason?.message];
+    return { approver: 'alice', granted: true };
+  };
+  const g = await run.invokeWithApproval(tool, args, { approve, signal: client.signal });
+  assert.equal(g.problem, 'the wait for approval was aborted, so the call stays blocked');
+  assert.deepEqual(seen, [true, 'the client left']);
+  // Aborted already: no one is asked.
+  let asked = 0;
+  const again = await run.invokeWithApproval(tool, args, { approve: () => ++asked, signal: client.signal });
+  assert.deepEqual([again.allowed, again.problem, asked], [false, 'the wait for approval was aborted, so the call stays blocked', 0]);
+  // A wait the signal ends before any answer.
+  const late = new AbortController();
+  setTimeout(() => late.abort(), 20);
+  const third = await run.invokeWithApproval(tool, args, { approve: never, signal: late.signal });
+  assert.equal(third.problem, 'the wait for approval was aborted, so the call stays blocked');
+  assert.deepEqual(since(run, n), [
+    ['invoke', 'needs-approval'],
+    ['invoke', 'needs-approval'],
+    ['invoke', 'needs-approval'],
+  ]);
+  run.end('interrupted');
+  verified(run.dir);
+});
+
+test('invokeWithApproval: a run finished while the call waited rejects with RunOver, and nothing more is fed', async (t) => {
+  const { run, tool, args } = await atTheGate(t);
+  const approve = () => {
+    run.end('interrupted'); // the program ended the run meanwhile
+    return { approver: 'alice', granted: true };
+  };
+  await assert.rejects(run.invokeWithApproval(tool, args, { approve }), (e) => e instanceof RunOver && e.message.includes(run.runId));
+  assert.deepEqual(records(run.dir).slice(-2).map((r) => JSON.parse(r.event).type), ['invoke', 'end']);
+  verified(run.dir);
+});
+
+test('invokeWithApproval checks its options before feeding anything', async (t) => {
+  const { run, tool, args, n } = await atTheGate(t);
+  for (const [opts, says] of [
+    [{ approve: 'alice' }, /`approve` must be a function/],
+    [{ approvalTimeout: 0 }, /`approvalTimeout` must be a positive number/],
+    [{ approvalTimeout: Infinity }, /`approvalTimeout` must be a positive number/],
+    [{ approvalTimeout: '5' }, /`approvalTimeout` must be a positive number/],
+    [{ signal: {} }, /`signal` must be an AbortSignal/],
+    [{ request: 'x' }, /`request` must be an object/],
+    [{ request: { runId: 'other' } }, /`request` may not set `runId`/],
+    [{ request: { callSha256: '0'.repeat(64) } }, /`request` may not set `callSha256`/],
+    [{ timeout: 5 }, /unknown option `timeout`/],
+  ]) {
+    await assert.rejects(run.invokeWithApproval(tool, args, opts), (e) => e instanceof InvalidInput && says.test(e.message), JSON.stringify(opts));
+  }
+  assert.equal(records(run.dir).length, n);
+  run.end('interrupted');
+  verified(run.dir);
+});
+
 test('a tampered byte fails verify: in the events, the report, the receipt, the document', async (t) => {
   const runs = tempDir(t);
   const run = await Run.create(policy, { document: join(ROOT, 'examples/rotate-credentials/runbook.yaml'), runsRoot: runs, agent: 'a', profile: 'R2', riskCeiling: 'destructive', coverage: 'complete' });

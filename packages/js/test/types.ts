@@ -1,7 +1,7 @@
 // Type tests (`tsc -p test/tsconfig.json`, part of `npm test`): the public API as a TypeScript user sees it.
 // Each `@ts-expect-error` must be an error, so a type that became too loose fails the build.
 
-import { load, verify, Run, Session, PolicyError, ComponentMismatch, RunTampered, type Pin, type Replayed, type Verification, type Decision, type Effect, type Event, type Leaving, type RunState, type Wit, type Answer } from 'runbook-policy';
+import { load, verify, Run, Session, PolicyError, ComponentMismatch, RunTampered, type Pin, type Replayed, type Verification, type Decision, type Effect, type Event, type Leaving, type RunState, type Wit, type Answer, type Gated, type ApprovalRequest } from 'runbook-policy';
 import * as browser from 'runbook-policy/browser';
 import { Run as RunOnly, HOST_NAME } from 'runbook-policy/run';
 
@@ -30,6 +30,22 @@ export async function example(): Promise<string | null> {
   const run = await Run.create(policy, { document: 'runbook.yaml', agent: 'a', profile: 'R1', riskCeiling: 'read-only', coverage: 'complete' });
   const a: Answer = run.invoke('Bash', { command: 'ls' }, { callId: 'x' });
   if (a.kind === 'needs-approval' && a.callSha256 !== null) run.approval('alice', true, { callSha256: a.callSha256 });
+  // The gated call the adapters share: the request carries the adapter's own fields.
+  const gated: Gated = await run.invokeWithApproval('Bash', { command: 'ls' }, {
+    callId: 'x',
+    approve: async (r: ApprovalRequest<{ toolUseId: string | null }>, { signal }) => ({ approver: r.toolUseId ?? r.runId, granted: !signal.aborted }),
+    approvalTimeout: 300,
+    signal: new AbortController().signal,
+    request: { toolUseId: 'x' },
+  });
+  const held: Answer | null = gated.allowed ? null : gated.approval;
+  void [held, gated.answer.callSha256, gated.problem?.length, gated.message];
+  // @ts-expect-error: an approval callback answers {approver, granted}
+  await run.invokeWithApproval('Bash', {}, { approve: () => true });
+  // @ts-expect-error: the request has only the fields the adapter gave
+  await run.invokeWithApproval('Bash', {}, { approve: (r) => ({ approver: r.toolCallId, granted: true }), request: { toolUseId: 'x' } });
+  // @ts-expect-error: the timeout is in seconds, a number
+  await run.invokeWithApproval('Bash', {}, { approvalTimeout: '5' });
   const malformed: Answer = run.feedMalformed('malformed hook input (no `tool_name` string): {"tool_input":{}}');
   void malformed;
   const raw: Answer = run.feedLine('{"type":"tick","at":5}');
