@@ -550,3 +550,56 @@ fn a_2026_client_is_asked_in_rounds_and_never_asked_what_it_did_not_declare() {
     // The refused state is recorded as a failed result; the outcome as the last.
     assert_eq!(ask_results(&run), [true, false]);
 }
+
+/// A server that speaks 2026-07-28 (the conformance fixture, which the proxy reaches with
+/// `server/discover`) asks through its answer: its own request, under its own key (`user_name`), reaches a
+/// 2026-07-28 client under a `requestState` of the proxy's, and the client's answer under that key reaches
+/// the server. The retry continues the call the module decided: one `invoke`, one `result`. A client that
+/// did not declare elicitation is never asked it (-32021), and that call is recorded as failed.
+#[test]
+fn a_2026_server_s_own_input_requests_reach_a_2026_client_and_its_answers_the_server() {
+    let w = work("http-relay-2026");
+    let registry = mcp_dir().join("conformance/registry");
+    let mut l = listen(&w, "fixture-all@1.0.0", &["--registry", registry.to_str().unwrap()], &[fixture()]);
+    let tool = "test_input_required_result_elicitation";
+    let call = |id, extra: Value, caps: Value| {
+        let mut params = json!({"name": tool, "arguments": {}});
+        for (k, v) in extra.as_object().unwrap() {
+            params[k] = v.clone();
+        }
+        post_2026(&l.url, id, "tools/call", params, caps, None)
+    };
+    let caps = json!({"elicitation": {"form": {}}});
+    let (status, answer, _) = call(1, json!({}), caps.clone());
+    assert_eq!(status, 200, "{answer}");
+    let r = &answer["result"];
+    assert_eq!(r["resultType"], "input_required", "{answer}");
+    let requests = r["inputRequests"].as_object().expect("inputRequests");
+    assert_eq!(requests.keys().collect::<Vec<_>>(), ["user_name"], "the server's own key: {answer}");
+    assert_eq!(requests["user_name"]["method"], "elicitation/create", "{answer}");
+    assert_eq!(requests["user_name"]["params"]["message"], "What is your name?", "{answer}");
+    let state = r["requestState"].as_str().expect("requestState").to_string();
+    assert!(state.starts_with("runbook-proxy-round:"), "the proxy's own state, the server's held inside: {state}");
+    let reply = json!({"action": "accept", "content": {"name": "Ada"}});
+    let (_, done, _) = call(2, json!({"requestState": state, "inputResponses": {"user_name": reply}}), caps);
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert_eq!(done["result"]["content"][0]["text"], "Hello, Ada!", "the answer reached the server under its key: {done}");
+    // A client that did not declare elicitation: -32021 naming it, nothing asked, the call recorded failed.
+    let (status, refused, _) = call(3, json!({}), json!({}));
+    assert_eq!((status, &refused["error"]["code"]), (400, &json!(-32021)), "{refused}");
+    // (the server refuses it itself, told what the client declared; the proxy would otherwise)
+    assert!(refused["error"]["data"]["requiredCapabilities"].get("elicitation").is_some(), "{refused}");
+    l.stop();
+    let run = w.latest();
+    let of_tool = |kind: &str| -> Vec<Value> { events(&run).into_iter().filter(|(e, _)| e["type"] == kind && e["tool"] == tool).map(|(e, _)| e).collect() };
+    let (invokes, results) = (of_tool("invoke"), of_tool("result"));
+    // The retry is the call already decided: one invoke and one result for the answered call, under its id.
+    assert_eq!((invokes.len(), results.len()), (2, 2), "{invokes:?} {results:?}");
+    assert_eq!(results.iter().map(|e| e["is_error"].as_bool().unwrap()).collect::<Vec<_>>(), [false, true], "{results:?}");
+    assert_eq!((&results[0]["call_id"], &results[1]["call_id"]), (&invokes[0]["call_id"], &invokes[1]["call_id"]), "{invokes:?} {results:?}");
+    // The server's request and the client's answer are in the run's traffic (the refused call asked nothing).
+    let traffic = std::fs::read_to_string(run.join("traffic.ndjson")).expect("traffic.ndjson");
+    let to_client: Vec<Value> = traffic.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|t| t["direction"] == "to-client").collect();
+    assert_eq!(to_client.iter().map(|t| t["method"].as_str().unwrap()).collect::<Vec<_>>(), ["elicitation/create"], "{traffic}");
+    w.verify_all();
+}

@@ -7,9 +7,15 @@ elicit (`elicitation/create`) and for its roots (`roots/list`), and answers with
 error the client (or the proxy in between) answered instead:
 
     {"sampled": TEXT | "error: ...", "elicited": {...} | "error: ...", "roots": [URI...] | "error: ..."}
+
+It serves 2025-11-25 only (the `initialize` handshake; `server/discover` is refused): requests of a server's
+own are what that revision has, and a 2026-07-28 connection forbids them. The proxy falls back to
+`initialize` for it, so the tests that use it cover the proxy's path for a legacy server.
 """
 
 import json
+
+import anyio
 
 from pydantic import BaseModel
 from mcp import types
@@ -54,4 +60,13 @@ async def ask(question: str, ctx: Context) -> str:
     return json.dumps(out, sort_keys=True)
 
 
-server.run("stdio")
+async def main():
+    from mcp.server.runner import serve_loop
+    from mcp.server.stdio import stdio_server
+
+    low = server._lowlevel_server
+    async with stdio_server() as (read, write), low.lifespan(low) as state:
+        await serve_loop(low, read, write, lifespan_state=state, init_options=low.create_initialization_options())
+
+
+anyio.run(main)

@@ -91,6 +91,26 @@ impl Drop for Flow {
     }
 }
 
+/// A 2026-07-28 server's `tools/call` that answered `input_required`, passed to its 2026-07-28 client with
+/// the server's own requests (their keys kept) and a `requestState` of the proxy's own wrapping the
+/// server's: the client's retry is this call, already decided, continued.
+pub struct Relay {
+    /// The tool as the client named it, and its arguments as decided: a retry must repeat both.
+    pub tool: String,
+    pub arguments: Option<rmcp::model::JsonObject>,
+    /// The server, and the tool as it knows it.
+    pub server: usize,
+    pub name: String,
+    /// The client's request id of the decided call (its `invoke`), which its result is fed under.
+    pub call_id: String,
+    /// Whether the call's result is fed (not in a shadow run's forward of a call the module refused).
+    pub feed: bool,
+    /// The server's own `requestState`, sent back with the client's answers.
+    pub state: Option<String>,
+    /// What the server asked, by its keys (each answer is recorded beside its request).
+    pub asked: rmcp::model::InputRequests,
+}
+
 /// The prefix of the proxy's own `requestState` (a server's own passes through untouched).
 pub const FLOW_STATE: &str = "runbook-proxy-round:";
 
@@ -154,6 +174,8 @@ pub struct Clients {
     pub names: Mutex<Vec<String>>,
     /// 2026-07-28 calls between their client's rounds, by the proxy's `requestState`.
     flows: Mutex<HashMap<String, Flow>>,
+    /// 2026-07-28 servers' calls between their 2026-07-28 client's rounds, by the proxy's `requestState`.
+    relays: Mutex<HashMap<String, Relay>>,
     /// 2026-07-28 clients' open `subscriptions/listen` streams: ticket, the run's key, the stream.
     listeners: Mutex<Vec<(u64, usize, SubscriptionSink)>>,
 }
@@ -191,6 +213,7 @@ impl Clients {
             subscribed: Mutex::default(),
             names: Mutex::default(),
             flows: Mutex::default(),
+            relays: Mutex::default(),
             listeners: Mutex::default(),
         }
     }
@@ -284,6 +307,46 @@ impl Clients {
         });
     }
 
+    /// Keeps a 2026-07-28 server's call between its client's rounds under `token`, for at most the call
+    /// timeout (a retry after that is refused as a state the proxy does not know).
+    pub fn keep_relay(self: &std::sync::Arc<Self>, token: String, relay: Relay) {
+        lock(&self.relays).insert(token.clone(), relay);
+        let me = std::sync::Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(me.timeout).await;
+            lock(&me.relays).remove(&token);
+        });
+    }
+
+    pub fn take_relay(&self, token: &str) -> Option<Relay> {
+        lock(&self.relays).remove(token)
+    }
+
+    /// Asks `client` (on 2025-11-25, during its request `call`) what a 2026-07-28 server asked in an
+    /// `input_required` answer, with a request of the proxy's own, and records the exchange in its run.
+    pub async fn ask_for(&self, server: Option<usize>, client: Client, call: RequestId, request: &InputRequest) -> Result<serde_json::Value, McpError> {
+        let (kind, what, request) = match request.clone() {
+            InputRequest::CreateMessage(r) => (Kind::Sampling, "sampling", ServerRequest::CreateMessageRequest(r)),
+            InputRequest::Elicitation(r) => (Kind::Elicitation, "elicitation", ServerRequest::ElicitRequest(r)),
+            InputRequest::ListRoots(r) => (Kind::Roots, "roots", ServerRequest::ListRootsRequest(r)),
+            _ => return Err(McpError::invalid_params("an input request of a kind the proxy does not know", None)),
+        };
+        let answer = self.ask_to(server, Some((client, Some(call), None)), kind, what, request).await?;
+        serde_json::to_value(&answer).map_err(|e| McpError::internal_error(format!("the client's answer cannot be passed on: {e}"), None))
+    }
+
+    /// Records in `client`'s run a request a 2026-07-28 server asked of it in an `input_required` answer,
+    /// with the answer its retry carried.
+    pub fn record_answer(&self, server: usize, client: &Client, request: &InputRequest, answer: &serde_json::Value) -> Result<(), McpError> {
+        let wire = serde_json::to_value(request).unwrap_or_default();
+        let method = wire["method"].as_str().unwrap_or("").to_string();
+        let params = wire.get("params").cloned().unwrap_or_default();
+        let name = lock(&self.names).get(server).cloned();
+        let Some(run) = client.run.upgrade() else { return Ok(()) };
+        let t = crate::run::Traffic { direction: "to-client", server: name.as_deref(), method: &method, params: &params, answer: Ok(answer) };
+        run.record_traffic(&t).map_err(|f| McpError::internal_error(f.text(), None))
+    }
+
     pub fn take_flow(&self, token: &str) -> Option<Flow> {
         lock(&self.flows).remove(token)
     }
@@ -296,10 +359,14 @@ impl Clients {
     /// exchange (or its refusal) in that client's run.
     async fn ask(&self, server: usize, kind: Kind, what: &str, request: ServerRequest) -> Result<ClientResult, McpError> {
         let target = self.target(server);
+        self.ask_to(Some(server), target, kind, what, request).await
+    }
+
+    async fn ask_to(&self, server: Option<usize>, target: Option<Target>, kind: Kind, what: &str, request: ServerRequest) -> Result<ClientResult, McpError> {
         let wire = serde_json::to_value(&request).unwrap_or_default();
         let method = wire["method"].as_str().unwrap_or(what).to_string();
         let params = wire.get("params").cloned().unwrap_or_default();
-        let name = lock(&self.names).get(server).cloned();
+        let name = server.and_then(|server| lock(&self.names).get(server).cloned());
         let answer = self.ask_unrecorded(target.clone(), kind, what, request).await;
         let run = target.and_then(|(c, _, _)| c.run.upgrade());
         let answered = answer.as_ref().map(|r| serde_json::to_value(r).unwrap_or_default()).map_err(|e| i64::from(e.code.0));

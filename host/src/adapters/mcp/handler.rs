@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::clients::{Caller, Outcome};
+use super::clients::{Caller, Outcome, Relay};
 
 /// A server's request held in rounds, as started for its client's first round.
 type Pending = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, McpError>> + Send>>;
@@ -421,6 +421,12 @@ impl Proxy {
             rmcp::model::NumberOrString::String(t) => t.to_string(),
         };
         s.last_call_timed_out.store(false, Ordering::SeqCst);
+        // The retry of a call a 2026-07-28 server answered `input_required`: the call decided before, continued.
+        if let Some(token) = request.request_state.as_deref().filter(|t| t.starts_with(super::clients::FLOW_STATE)) {
+            if let Some(relay) = s.upstream.clients.take_relay(token) {
+                return self.relay_retry(relay, request, ctx).await;
+            }
+        }
         // A shadow run (`--mode shadow`) forwards what the module did not allow, after recording it in
         // shadow.ndjson; such a call's result is not fed (the module never let it run).
         let mut feed = true;
@@ -485,8 +491,21 @@ impl Proxy {
         };
         // The call as the server knows it; the client's own `_meta` stays here (the proxy sets its own
         // progress token), a 2026-07-28 retry's input responses and request state pass as they came.
-        let mut params = CallToolRequestParams::new(name);
-        params.arguments = request.arguments;
+        let mut params = CallToolRequestParams::new(name.clone());
+        params.arguments = request.arguments.clone();
+        let ours = request.request_state.as_deref().is_some_and(|t| t.starts_with(super::clients::FLOW_STATE));
+        if s.upstream.servers[server].modern {
+            // A 2026-07-28 server asks through its answer (`relayed`). A state of the proxy's that names no
+            // call it holds (changed, or its call already ended) is refused, and the call recorded as failed.
+            if ours {
+                let e = McpError::invalid_params("requestState names no request held by this proxy (changed, or its request already ended)", None);
+                return self.finish_call(&tool, &call_id, feed, Err(ServiceError::McpError(e))).await;
+            }
+            params.input_responses = request.input_responses;
+            params.request_state = request.request_state;
+            let relay = Relay { tool, arguments: request.arguments, server, name, call_id, feed, state: None, asked: Default::default() };
+            return self.relayed(relay, params, ctx).await;
+        }
         // A 2026-07-28 client cannot be sent a server's request: its call is held in rounds (`round`).
         let on_2026 = ctx.meta.protocol_version().is_some_and(|v| !v.has_initialize());
         let ours = request.request_state.as_deref().and_then(|t| t.strip_prefix(super::clients::FLOW_STATE)).is_some();
@@ -504,7 +523,7 @@ impl Proxy {
             let progress = ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t));
             let start = move |caller: Caller| -> Pending {
                 Box::pin(async move {
-                    base.upstream.call(server, params, progress, Some(caller)).await.map(Outcome::Call).map_err(|e| match e {
+                    base.upstream.call(server, params, progress, Some(caller), None).await.map(Outcome::Call).map_err(|e| match e {
                         ServiceError::McpError(e) => e,
                         other => McpError::internal_error(format!("the server did not answer: {other}"), None),
                     })
@@ -527,10 +546,24 @@ impl Proxy {
                     params,
                     ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t)),
                     Some((self.client(ctx), ctx.id.clone(), None)),
+                    None,
                 ) => r,
                 _ = ctx.ct.cancelled() => Err(ServiceError::Cancelled { reason: Some("cancelled by the client".into()) }),
             }
         };
+        self.finish_call(&tool, &call_id, feed, forwarded).await
+    }
+
+    /// A forwarded call's answer: its result (or error) fed to the module, unless `feed` is off, and the
+    /// answer the client hears.
+    async fn finish_call(
+        &self,
+        tool: &str,
+        call_id: &str,
+        feed: bool,
+        forwarded: Result<CallToolResponse, ServiceError>,
+    ) -> Result<CallToolResponse, McpError> {
+        let s = &self.s();
         match forwarded {
             // The server needs the client's input before it can answer (2026-07-28): not the call's result,
             // so nothing is fed; the client's retry is a call of its own, decided again.
@@ -548,7 +581,7 @@ impl Proxy {
                     Some(v) => v.clone(),
                     None => serde_json::to_value(&result.content).unwrap_or(Value::Null),
                 };
-                let d = self.feed_result(&tool, observed, result.is_error.unwrap_or(false), &call_id);
+                let d = self.feed_result(tool, observed, result.is_error.unwrap_or(false), call_id);
                 s.after_event().await;
                 match d {
                     Err(f) => Ok(tool_error(f.text())),
@@ -567,7 +600,7 @@ impl Proxy {
             Ok(_) => {
                 let msg = "the server answered with a task, which the proxy does not pass through".to_string();
                 if feed {
-                    let _ = self.feed_result(&tool, json!({"error": msg}), true, &call_id);
+                    let _ = self.feed_result(tool, json!({"error": msg}), true, call_id);
                     s.after_event().await;
                 }
                 Ok(tool_error(msg))
@@ -575,7 +608,7 @@ impl Proxy {
             Err(e) => {
                 let msg = e.to_string();
                 if feed {
-                    let _ = self.feed_result(&tool, json!({"error": msg}), true, &call_id);
+                    let _ = self.feed_result(tool, json!({"error": msg}), true, call_id);
                     s.after_event().await;
                 }
                 match e {
@@ -584,6 +617,158 @@ impl Proxy {
                 }
             }
         }
+    }
+
+    /// A call to a 2026-07-28 server, decided (`relay` names it). The server asks the client through its
+    /// answer (`input_required`, with requests under keys of its own and a `requestState`):
+    /// - a 2026-07-28 client is answered the server's requests as they are (their keys kept) under a
+    ///   `requestState` of the proxy's own, which holds the server's; its retry ([`Self::relay_retry`])
+    ///   continues this call without deciding it again, its answers and the server's state sent back. A
+    ///   request for what it did not declare is never passed: the call answers -32021 and is recorded failed.
+    /// - a 2025-11-25 client is asked with requests of the proxy's own (on its call's stream), and the
+    ///   server is sent the answers; one the client cannot answer fails the call, recorded.
+    ///
+    /// The result is fed once, at the end, under the decided call's id.
+    async fn relayed(&self, mut relay: Relay, mut params: CallToolRequestParams, ctx: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+        let s = &self.s();
+        let on_2026 = ctx.meta.protocol_version().is_some_and(|v| !v.has_initialize());
+        let mut rounds = 0;
+        loop {
+            let forwarded = tokio::select! {
+                r = s.upstream.call(
+                    relay.server,
+                    params.clone(),
+                    ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t)),
+                    Some((self.client(ctx), ctx.id.clone(), None)),
+                    Some(self.told(ctx, on_2026)),
+                ) => r,
+                _ = ctx.ct.cancelled() => Err(ServiceError::Cancelled { reason: Some("cancelled by the client".into()) }),
+            };
+            let input = match forwarded {
+                Ok(CallToolResponse::InputRequired(input)) => input,
+                other => return self.finish_call(&relay.tool, &relay.call_id, relay.feed, other).await,
+            };
+            let asked = input.input_requests.clone().unwrap_or_default();
+            if on_2026 {
+                let caps = ctx.meta.client_capabilities().unwrap_or_default();
+                let mut lacking = serde_json::Map::new();
+                for r in asked.values() {
+                    let Some(kind) = input_kind(r) else {
+                        let e = McpError::invalid_params("the server asked the client for something of a kind the proxy does not know", None);
+                        return self.finish_call(&relay.tool, &relay.call_id, relay.feed, Err(ServiceError::McpError(e))).await;
+                    };
+                    // Withheld (`--block`) or not declared by the client: never asked of it.
+                    if let Some(c) = super::clients::missing(&caps, kind) {
+                        lacking.insert(c.to_string(), json!({}));
+                    } else if !s.upstream.clients.passes(kind) {
+                        let e = McpError::new(ErrorCode::METHOD_NOT_FOUND, format!("the proxy withholds {kind:?} from its client (`run --block`)"), None);
+                        return self.finish_call(&relay.tool, &relay.call_id, relay.feed, Err(ServiceError::McpError(e))).await;
+                    }
+                }
+                if !lacking.is_empty() {
+                    let e = McpError::missing_required_client_capability(serde_json::from_value(Value::Object(lacking)).unwrap_or_default());
+                    return self.finish_call(&relay.tool, &relay.call_id, relay.feed, Err(ServiceError::McpError(e))).await;
+                }
+                let token = match new_state() {
+                    Ok(t) => t,
+                    Err(e) => return self.finish_call(&relay.tool, &relay.call_id, relay.feed, Err(ServiceError::McpError(e))).await,
+                };
+                relay.state = input.request_state;
+                relay.asked = asked;
+                s.upstream.clients.keep_relay(token.clone(), relay);
+                let mut out = rmcp::model::InputRequiredResult::new(input.input_requests, Some(token));
+                out.meta = input.meta;
+                return Ok(CallToolResponse::InputRequired(out));
+            }
+            rounds += 1;
+            if rounds > MAX_ROUNDS {
+                let e = McpError::internal_error(format!("the server asked for the client's input more than {MAX_ROUNDS} times"), None);
+                return self.finish_call(&relay.tool, &relay.call_id, relay.feed, Err(ServiceError::McpError(e))).await;
+            }
+            match self.answered_here(Some(relay.server), &asked, ctx).await {
+                Ok(responses) => params.input_responses = Some(responses),
+                Err(e) => return self.finish_call(&relay.tool, &relay.call_id, relay.feed, Err(ServiceError::McpError(e))).await,
+            }
+            params.request_state = input.request_state;
+        }
+    }
+
+    /// A 2026-07-28 client's retry of a call relayed to its server ([`Self::relayed`]): the same tool with
+    /// the same arguments (else refused, -32602, and the call recorded failed), not decided again; its
+    /// answers are recorded beside the server's requests and sent to the server with the server's state.
+    async fn relay_retry(&self, mut relay: Relay, request: CallToolRequestParams, ctx: &RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
+        let s = &self.s();
+        let same = request.name == relay.tool && request.arguments.clone().unwrap_or_default() == relay.arguments.clone().unwrap_or_default();
+        if !same {
+            let e = McpError::invalid_params(format!("requestState belongs to tools/call `{}` with the arguments it was decided on", relay.tool), None);
+            return self.finish_call(&relay.tool, &relay.call_id, relay.feed, Err(ServiceError::McpError(e))).await;
+        }
+        {
+            let mut run = s.lock_run();
+            if let Some(t) = s.failed_text(&mut run, None) {
+                return Ok(tool_error(t));
+            }
+        }
+        let responses = request.input_responses.clone().unwrap_or_default();
+        for (key, asked) in &relay.asked {
+            if let Some(answer) = responses.get(key) {
+                if let Err(e) = s.upstream.clients.record_answer(relay.server, &self.client(ctx), asked, answer) {
+                    return self.finish_call(&relay.tool, &relay.call_id, relay.feed, Err(ServiceError::McpError(e))).await;
+                }
+            }
+        }
+        let mut params = CallToolRequestParams::new(relay.name.clone());
+        params.arguments = relay.arguments.clone();
+        params.input_responses = request.input_responses;
+        params.request_state = relay.state.take();
+        self.relayed(relay, params, ctx).await
+    }
+
+    /// What a 2026-07-28 server asked, asked of this 2025-11-25 client with requests of the proxy's own
+    /// (each recorded): the answers under the server's keys.
+    async fn answered_here(
+        &self,
+        server: Option<usize>,
+        asked: &rmcp::model::InputRequests,
+        ctx: &RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::InputResponses, McpError> {
+        let mut responses = rmcp::model::InputResponses::new();
+        for (key, r) in asked {
+            let answer = self.s().upstream.clients.ask_for(server, self.client(ctx), ctx.id.clone(), r).await?;
+            responses.insert(key.clone(), answer);
+        }
+        Ok(responses)
+    }
+
+    /// What a 2026-07-28 server is told of the client with each of its requests, in place of the proxy's
+    /// own: the capabilities it declared (those passed through), and the log level it asked for (a
+    /// 2026-07-28 client in its `_meta`; a 2025-11-25 one by `logging/setLevel`, else every message, as a
+    /// 2025-11-25 server sends them).
+    #[allow(deprecated)]
+    fn told(&self, ctx: &RequestContext<RoleServer>, on_2026: bool) -> rmcp::model::RequestMetaObject {
+        let up = &self.s().upstream;
+        let (caps, level) = if on_2026 {
+            (ctx.meta.client_capabilities().unwrap_or_default(), ctx.meta.log_level())
+        } else {
+            let caps = ctx.peer.peer_info().map(|i| i.capabilities.clone()).unwrap_or_default();
+            (caps, Some(super::lock(&up.log_level).unwrap_or(rmcp::model::LoggingLevel::Debug)))
+        };
+        let mut told = rmcp::model::ClientCapabilities::default();
+        if up.clients.passes(Kind::Sampling) {
+            told.sampling = caps.sampling;
+        }
+        if up.clients.passes(Kind::Elicitation) {
+            told.elicitation = caps.elicitation;
+        }
+        if up.clients.passes(Kind::Roots) {
+            told.roots = caps.roots;
+        }
+        let mut meta = rmcp::model::RequestMetaObject::default();
+        meta.set_client_capabilities(told);
+        if let Some(l) = level.filter(|_| up.clients.passes(Kind::Logging)) {
+            meta.set_log_level(l);
+        }
+        meta
     }
 
     /// One round of a 2026-07-28 request whose server may ask the client (sampling, elicitation, roots):
@@ -603,7 +788,7 @@ impl Proxy {
         responses: Option<rmcp::model::InputResponses>,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<Result<Outcome, rmcp::model::InputRequiredResult>, McpError> {
-        use super::clients::{client_result, missing, Flow, Mailbox, FLOW_STATE};
+        use super::clients::{client_result, missing, Flow, Mailbox};
         let clients = Arc::clone(&self.s().upstream.clients);
         let capabilities = ctx.meta.client_capabilities().unwrap_or_default();
         let mut flow = match resume {
@@ -668,9 +853,7 @@ impl Proxy {
             }
         }
         let requests = flow.waiting.iter().map(|(k, a)| (k.clone(), a.request.clone())).collect();
-        let mut token = [0u8; 16];
-        getrandom::fill(&mut token).map_err(|e| McpError::internal_error(format!("the operating system's random source failed: {e}"), None))?;
-        let token = format!("{FLOW_STATE}{}", hex::encode(token));
+        let token = new_state()?;
         clients.keep_flow(token.clone(), flow);
         Ok(Err(rmcp::model::InputRequiredResult::new(Some(requests), Some(token))))
     }
@@ -699,6 +882,27 @@ impl Proxy {
         let s = &self.s();
         let mut run = s.lock_run();
         s.drive(&mut run, |r| r.result(tool, &result, is_error, Some(call_id)))
+    }
+}
+
+/// How many times a 2025-11-25 client's request is sent again with its answers before the server's
+/// asking is taken for a loop (rmcp's own client stops at the same number).
+const MAX_ROUNDS: usize = rmcp::model::DEFAULT_MRTR_MAX_ROUNDS;
+
+/// A fresh `requestState` of the proxy's own.
+fn new_state() -> Result<String, McpError> {
+    let mut token = [0u8; 16];
+    getrandom::fill(&mut token).map_err(|e| McpError::internal_error(format!("the operating system's random source failed: {e}"), None))?;
+    Ok(format!("{}{}", super::clients::FLOW_STATE, hex::encode(token)))
+}
+
+/// What a client must offer to be asked `request`.
+fn input_kind(request: &rmcp::model::InputRequest) -> Option<Kind> {
+    match request {
+        rmcp::model::InputRequest::CreateMessage(_) => Some(Kind::Sampling),
+        rmcp::model::InputRequest::Elicitation(_) => Some(Kind::Elicitation),
+        rmcp::model::InputRequest::ListRoots(_) => Some(Kind::Roots),
+        _ => None,
     }
 }
 
@@ -852,7 +1056,23 @@ impl ServerHandler for Proxy {
                 Err(e) => Err(e),
             }
         } else {
-            self.s().upstream.read_resource(request.clone(), Some((self.client(&context), context.id.clone(), None))).await
+            // A 2026-07-28 server's `input_required` is asked of this 2025-11-25 client and answered back.
+            let mut params = request.clone();
+            let mut rounds = 0;
+            loop {
+                match self.s().upstream.read_resource(params.clone(), Some((self.client(&context), context.id.clone(), None))).await {
+                    Ok(ReadResourceResponse::InputRequired(input)) if rounds < MAX_ROUNDS => {
+                        rounds += 1;
+                        match self.answered_here(None, &input.input_requests.clone().unwrap_or_default(), &context).await {
+                            Ok(r) => params.input_responses = Some(r),
+                            Err(e) => break Err(e),
+                        }
+                        params.request_state = input.request_state;
+                    }
+                    Ok(ReadResourceResponse::InputRequired(_)) => break Err(McpError::internal_error("the server kept asking for the client's input", None)),
+                    other => break other,
+                }
+            }
         };
         self.passed("resources/read", &request, answer.map(Answer)).map(|a| a.0)
     }
@@ -903,7 +1123,23 @@ impl ServerHandler for Proxy {
                 Err(e) => Err(e),
             }
         } else {
-            self.s().upstream.get_prompt(request.clone(), Some((self.client(&context), context.id.clone(), None))).await
+            // A 2026-07-28 server's `input_required` is asked of this 2025-11-25 client and answered back.
+            let mut params = request.clone();
+            let mut rounds = 0;
+            loop {
+                match self.s().upstream.get_prompt(params.clone(), Some((self.client(&context), context.id.clone(), None))).await {
+                    Ok(GetPromptResponse::InputRequired(input)) if rounds < MAX_ROUNDS => {
+                        rounds += 1;
+                        match self.answered_here(None, &input.input_requests.clone().unwrap_or_default(), &context).await {
+                            Ok(r) => params.input_responses = Some(r),
+                            Err(e) => break Err(e),
+                        }
+                        params.request_state = input.request_state;
+                    }
+                    Ok(GetPromptResponse::InputRequired(_)) => break Err(McpError::internal_error("the server kept asking for the client's input", None)),
+                    other => break other,
+                }
+            }
         };
         self.passed("prompts/get", &request, answer.map(Answer)).map(|a| a.0)
     }

@@ -225,7 +225,13 @@ impl Upstream {
     pub async fn subscribe(&self, params: SubscribeRequestParams) -> Result<(), McpError> {
         let mut last = None;
         for i in self.for_uri(&params.uri)? {
-            match self.forward(i, ClientRequest::SubscribeRequest(SubscribeRequest::new(params.clone()))).await {
+            // A 2026-07-28 server takes no `resources/subscribe`: the proxy listens for the URI's updates.
+            let answer = if self.servers[i].modern {
+                self.watch(i, &params.uri).await
+            } else {
+                self.forward(i, ClientRequest::SubscribeRequest(SubscribeRequest::new(params.clone()))).await.map(|_| ())
+            };
+            match answer {
                 Ok(_) => return Ok(()),
                 Err(e) => last = Some(e),
             }
@@ -236,6 +242,10 @@ impl Upstream {
     pub async fn unsubscribe(&self, params: UnsubscribeRequestParams) -> Result<(), McpError> {
         let mut last = None;
         for i in self.for_uri(&params.uri)? {
+            if self.servers[i].modern {
+                self.unwatch(i, &params.uri);
+                return Ok(());
+            }
             match self.forward(i, ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(params.clone()))).await {
                 Ok(_) => return Ok(()),
                 Err(e) => last = Some(e),
@@ -323,7 +333,10 @@ impl Upstream {
 
     /// The client's logging level, for every server that logs.
     pub async fn set_level(&self, params: SetLevelRequestParams) -> Result<(), McpError> {
-        for i in self.only(Kind::Logging, "logging")? {
+        let servers = self.only(Kind::Logging, "logging")?;
+        // A 2026-07-28 server takes no `logging/setLevel`: it is told with each of the client's requests.
+        *self.log_level.lock().unwrap_or_else(|e| e.into_inner()) = Some(params.level);
+        for i in servers.into_iter().filter(|&i| !self.servers[i].modern) {
             self.forward(i, ClientRequest::SetLevelRequest(SetLevelRequest::new(params.clone()))).await?;
         }
         Ok(())

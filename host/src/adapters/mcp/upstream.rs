@@ -8,6 +8,12 @@
 //! reaches the client that made it, under the client's own progress token. A client's cancellation
 //! reaches the server (`notifications/cancelled`: rmcp cancels a request whose answer is no longer awaited).
 //!
+//! Each server is spoken to in the newest revision it speaks: `server/discover` proposes 2026-07-28, and a
+//! server that refuses it (a 2025-11-25 one) is initialized with `initialize` instead ([`Server::modern`]).
+//! A 2026-07-28 server asks the client through `input_required` answers (see `handler`), never with
+//! requests of its own; its log messages come only for a request that asked for them (`_meta` `logLevel`),
+//! and its list changes and resource updates only on a subscription (`subscriptions/listen`).
+//!
 //! Sampling, roots and logging are deprecated in rmcp (2026-07-28 replaces them) and still what a
 //! 2025-11-25 server sends: passed on as they come.
 #![allow(deprecated)]
@@ -16,14 +22,15 @@ use super::clients::Clients;
 use super::passthrough::Kind;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResponse, ClientCapabilities, ClientConfig, ClientRequest, CreateMessageRequestParams, CreateMessageResult,
-    ElicitRequestParams, ElicitResult, Implementation, ListRootsResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
-    ResourceUpdatedNotificationParam, ServerResult, Tool,
+    ElicitRequestParams, ElicitResult, Implementation, ListRootsResult, LoggingLevel, LoggingMessageNotificationParam, ProgressNotificationParam,
+    ProgressToken, ProtocolVersion, RequestMetaObject, ResourceUpdatedNotificationParam, ServerNotification, ServerResult, Tool,
 };
+use rmcp::service::{ClientLifecycleMode, ClientServiceExt};
 use rmcp::service::{NotificationContext, PeerRequestOptions, RequestContext, RoleClient, RoleServer, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::ErrorData as McpError;
-use rmcp::{ClientHandler, Peer, ServiceError, ServiceExt};
+use rmcp::{ClientHandler, Peer, ServiceError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -128,20 +135,41 @@ async fn relist(peer: &Peer<RoleClient>, index: usize, tools: &RwLock<Vec<Vec<To
 }
 
 /// On 2026-07-28 a server's list changes come only on a subscription (`subscriptions/listen`); earlier
-/// revisions send them unasked (`on_tool_list_changed`).
-fn listen_for_changes(peer: Peer<RoleClient>, index: usize, tools: Arc<RwLock<Vec<Vec<Tool>>>>, said: mpsc::UnboundedSender<Said>) {
+/// revisions send them unasked (`on_tool_list_changed`, `on_prompt_list_changed`, ...).
+fn listen_for_changes(peer: Peer<RoleClient>, index: usize, tools: Arc<RwLock<Vec<Vec<Tool>>>>, said: mpsc::UnboundedSender<Said>, clients: Arc<Clients>) {
     let Some(info) = peer.peer_info() else { return };
-    // Asked of every server with tools (some announce changes without declaring `listChanged`); a server
-    // that does not take subscriptions answers an error, and nothing more is asked.
-    if info.capabilities.tools.is_none() || info.protocol_version.has_initialize() {
+    if info.protocol_version.has_initialize() {
         return;
     }
+    // Asked of every server with tools (some announce changes without declaring `listChanged`), and of its
+    // prompt and resource lists when it has them and they pass through; a server that does not take
+    // subscriptions answers an error, and nothing more is asked.
+    let mut filter = rmcp::model::SubscriptionFilter::builder();
+    let mut any = false;
+    if info.capabilities.tools.is_some() {
+        filter = filter.tools_list_changed();
+        any = true;
+    }
+    if info.capabilities.prompts.is_some() && clients.passes(Kind::Prompts) {
+        filter = filter.prompts_list_changed();
+        any = true;
+    }
+    if info.capabilities.resources.is_some() && clients.passes(Kind::Resources) {
+        filter = filter.resources_list_changed();
+        any = true;
+    }
+    if !any {
+        return;
+    }
+    let filter = filter.build();
     tokio::spawn(async move {
-        let filter = rmcp::model::SubscriptionFilter::builder().tools_list_changed().build();
         let Ok(mut sub) = peer.listen(filter).await else { return };
         while let Ok(Some(n)) = sub.next().await {
-            if matches!(n, rmcp::model::ServerNotification::ToolListChangedNotification(_)) {
-                relist(&peer, index, &tools, &said).await;
+            match n {
+                ServerNotification::ToolListChangedNotification(_) => relist(&peer, index, &tools, &said).await,
+                ServerNotification::PromptListChangedNotification(_) => clients.prompt_list_changed().await,
+                ServerNotification::ResourceListChangedNotification(_) => clients.resource_list_changed().await,
+                _ => {}
             }
         }
     });
@@ -158,6 +186,8 @@ fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 pub struct Server {
     pub name: String,
     pub peer: Peer<RoleClient>,
+    /// The server speaks 2026-07-28 to the proxy (else it was initialized on 2025-11-25).
+    pub modern: bool,
     stop: Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
     done: tokio::sync::watch::Receiver<bool>,
 }
@@ -176,6 +206,12 @@ pub struct Upstream {
     pub pass_through: Vec<Kind>,
     /// The proxy's clients, for what the servers ask of them and tell them.
     pub clients: Arc<Clients>,
+    /// The level a 2025-11-25 client set (`logging/setLevel`): a 2026-07-28 server is told it with each of
+    /// that client's requests (`_meta` `logLevel`), as it takes no `logging/setLevel`.
+    pub log_level: Mutex<Option<LoggingLevel>>,
+    /// Resources followed at 2026-07-28 servers on a client's behalf (`resources/subscribe`): by server
+    /// and URI, the task holding the server's `subscriptions/listen` stream.
+    watches: Mutex<HashMap<(usize, String), tokio::task::AbortHandle>>,
 }
 
 use crate::fetch::chain;
@@ -208,6 +244,11 @@ pub fn http_client(extra_roots: &[Vec<u8>]) -> Result<reqwest::Client, String> {
         .map_err(|e| format!("cannot set up the HTTP client: {e}"))
 }
 
+/// 2026-07-28 when the server speaks it (`server/discover`), else the `initialize` handshake on 2025-11-25.
+fn lifecycle() -> ClientLifecycleMode {
+    ClientLifecycleMode::Auto { preferred_versions: vec![ProtocolVersion::V_2026_07_28], legacy_version: Some(ProtocolVersion::V_2025_11_25) }
+}
+
 /// Starts one server and initializes it, within `bound` (a server that never answers `initialize` is
 /// dropped: its process killed, its HTTP request abandoned).
 async fn start_one(
@@ -227,7 +268,7 @@ async fn start_one(
         config.custom_headers = headers;
         let client = http.clone().ok_or("no HTTP client")?;
         let transport = StreamableHttpClientTransport::with_client(client, config);
-        return tokio::time::timeout(bound, listener.serve(transport))
+        return tokio::time::timeout(bound, listener.serve_with_lifecycle(transport, lifecycle()))
             .await
             .map_err(|_| format!("`{url}` did not answer `initialize` within {:?} (--start-timeout)", bound))?
             .map_err(|e| {
@@ -246,7 +287,7 @@ async fn start_one(
     let mut cmd = tokio::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).envs(spec.env.iter().map(|(k, v)| (k, v)));
     let transport = TokioChildProcess::new(cmd).map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
-    tokio::time::timeout(bound, listener.serve(transport))
+    tokio::time::timeout(bound, listener.serve_with_lifecycle(transport, lifecycle()))
         .await
         .map_err(|_| format!("`{}` did not answer `initialize` within {:?} (--start-timeout)", argv[0], bound))?
         .map_err(|e| format!("`{}` failed to initialize: {e}", argv[0]))
@@ -281,7 +322,8 @@ impl Upstream {
                 Vec::new()
             };
             write(&tools)[i] = listed;
-            listen_for_changes(service.peer().clone(), i, Arc::clone(&tools), said.clone());
+            listen_for_changes(service.peer().clone(), i, Arc::clone(&tools), said.clone(), Arc::clone(&clients));
+            let modern = service.peer().peer_info().is_some_and(|p| !p.protocol_version.has_initialize());
             let name = match &spec.name {
                 Some(n) => n.clone(),
                 None => {
@@ -297,7 +339,7 @@ impl Upstream {
                 let _ = done_tx.send(true);
                 let _ = tx.send(Said::Exited(i));
             });
-            servers.push(Server { name, peer, stop, done });
+            servers.push(Server { name, peer, modern, stop, done });
         }
         // Distinct names: a repeated default name gets a numeric suffix.
         let mut seen = std::collections::BTreeSet::new();
@@ -310,7 +352,17 @@ impl Upstream {
             }
         }
         *clients.names.lock().unwrap_or_else(|e| e.into_inner()) = servers.iter().map(|s| s.name.clone()).collect();
-        Ok(Upstream { servers, tools, progress, call_timeout, passthrough_routes: RwLock::new(HashMap::new()), pass_through, clients })
+        Ok(Upstream {
+            servers,
+            tools,
+            progress,
+            call_timeout,
+            passthrough_routes: RwLock::new(HashMap::new()),
+            pass_through,
+            clients,
+            log_level: Mutex::new(None),
+            watches: Mutex::new(HashMap::new()),
+        })
     }
 
     /// (listed name, server index, the server's own tool name), in listing order.
@@ -347,21 +399,27 @@ impl Upstream {
     /// Forwards one call (`params` named as the server knows the tool; on 2026-07-28 a retry's input
     /// responses and request state pass as they came). `progress`: the client to tell of the server's
     /// progress, under its own token; `caller`: the client and its request, for what the server asks or
-    /// logs while the call runs. Dropping the returned future (the client cancelled) cancels the request
-    /// at the server.
+    /// logs while the call runs; `meta`: what a 2026-07-28 server is told of the client (its capabilities,
+    /// the log level it asked for) in place of the proxy's own. Dropping the returned future (the client
+    /// cancelled) cancels the request at the server.
     pub async fn call(
         &self,
         server: usize,
         params: CallToolRequestParams,
         progress: Option<ProgressRoute>,
         caller: Option<super::clients::Caller>,
+        meta: Option<RequestMetaObject>,
     ) -> Result<CallToolResponse, ServiceError> {
         let _in_flight = caller.map(|(client, request, mailbox)| self.clients.calling(server, client, request, mailbox));
         let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let peer = &self.servers[server].peer;
         // The route is in place before the request leaves, so no early progress is lost.
         let mut routes = self.progress.lock().await;
-        let handle = peer.send_request_with_option(request, PeerRequestOptions::with_timeout(self.call_timeout)).await?;
+        let mut options = PeerRequestOptions::with_timeout(self.call_timeout);
+        if let Some(m) = meta {
+            options = options.with_meta(m);
+        }
+        let handle = peer.send_request_with_option(request, options).await?;
         let token = handle.progress_token.clone();
         let routed = progress.is_some();
         if let Some(route) = progress {
@@ -399,6 +457,58 @@ impl Upstream {
             // 2026-07-28: the server needs the client's input first (the client retries the call with it).
             ServerResult::InputRequiredResult(r) => Ok(CallToolResponse::InputRequired(r)),
             _ => Err(ServiceError::UnexpectedResponse),
+        }
+    }
+
+    /// Follows `uri` at 2026-07-28 server `i` (which takes no `resources/subscribe`): a `subscriptions/listen`
+    /// stream of its own, whose updates reach the clients that follow the URI, until [`Self::unwatch`].
+    pub async fn watch(&self, i: usize, uri: &str) -> Result<(), rmcp::ErrorData> {
+        if self.watches.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&(i, uri.to_string())) {
+            return Ok(());
+        }
+        let peer = self.servers[i].peer.clone();
+        let clients = Arc::clone(&self.clients);
+        let filter = rmcp::model::SubscriptionFilter::builder().resource_subscriptions([uri.to_string()]).build();
+        let (opened, answer) = tokio::sync::oneshot::channel();
+        let task = tokio::spawn(async move {
+            let mut sub = match peer.listen(filter).await {
+                Ok(s) => {
+                    let _ = opened.send(Ok(()));
+                    s
+                }
+                Err(e) => {
+                    let _ = opened.send(Err(e));
+                    return;
+                }
+            };
+            while let Ok(Some(n)) = sub.next().await {
+                if let ServerNotification::ResourceUpdatedNotification(n) = n {
+                    clients.resource_updated(n.params).await;
+                }
+            }
+        });
+        let abort = task.abort_handle();
+        match tokio::time::timeout(self.call_timeout, answer).await {
+            Ok(Ok(Ok(()))) => {
+                self.watches.lock().unwrap_or_else(|e| e.into_inner()).insert((i, uri.to_string()), abort);
+                Ok(())
+            }
+            Ok(Ok(Err(ServiceError::McpError(e)))) => Err(e),
+            other => {
+                abort.abort();
+                let why = match other {
+                    Ok(Ok(Err(e))) => e.to_string(),
+                    _ => "no answer".to_string(),
+                };
+                Err(rmcp::ErrorData::internal_error(format!("the server did not take the subscription: {why}"), None))
+            }
+        }
+    }
+
+    /// Stops following `uri` at server `i` (its listen stream is cancelled).
+    pub fn unwatch(&self, i: usize, uri: &str) {
+        if let Some(t) = self.watches.lock().unwrap_or_else(|e| e.into_inner()).remove(&(i, uri.to_string())) {
+            t.abort();
         }
     }
 

@@ -574,12 +574,7 @@ async function runTarget(rev, id, target, scenarios, bin, work) {
 // Scenarios a server passes alone that the proxy is known to fail, each with why (issue 31). A listed
 // scenario that fails through the proxy is reported, not counted as a regression; one that passes is a
 // problem (remove it here), so the list never outlives the gap.
-const KNOWN_GAPS = {
-  "2026-07-28/fixture": {
-    "input-required-result-basic-elicitation":
-      "the proxy speaks 2025-11-25 to the server, whose SDK turns its `input_required` into a request of its own; the proxy asks the 2026-07-28 client in rounds under keys of its own (`r1`), so the server's key (`user_name`) the scenario checks is lost (kept only by speaking 2026-07-28 to the server, which the proxy does not yet)",
-  },
-};
+const KNOWN_GAPS = {};
 
 function judge(rev, id, scenarios, runs, declaredSome, serverTools) {
   const { title, runbooks, probe: spec, capabilityListed } = SERVERS[id];
