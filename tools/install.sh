@@ -27,7 +27,7 @@ apt_install() {
 }
 
 # The Rust toolchain of rust-toolchain.toml and its wasm target (the toolchain file names the target, but
-# rustup does not install it by itself on these machines: DESIGN 8).
+# rustup does not install it by itself on these machines).
 need_rust() {
   if ! command -v cargo >/dev/null || ! command -v rustup >/dev/null; then
     echo "tools: the Rust toolchain is missing: install rustup (the Rust project's installer), then run this again" >&2

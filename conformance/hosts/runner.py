@@ -10,7 +10,7 @@ empty runs directory in a temporary directory, starts the host from its command 
 server (fixture_server.py) behind it, plays the case's client script with the Python MCP SDK's stdio client
 (or, for a host's `http_command`, its Streamable HTTP client in one MCP session),
 shuts the client down cleanly, then checks what the client saw, what reached the server (the fixture's log),
-the host's exit code and the run bundle (its files, the receipt's pins, the report masked as DESIGN 9.27 says,
+the host's exit code and the run bundle (its files, the receipt's pins, the report masked as docs/spec/conformance.md#how-expectations-are-written says,
 and `runbook-host verify`). Prints a table (case, area, one column per host) and `N passed, M failed` per
 host; every failed check names the case's clause and what differed. Exit 1 when any host does not meet its
 expectation (all cases pass, or, for a host with `expect_fail`, exactly those cases fail).
@@ -58,7 +58,7 @@ INITIALIZE_TIMEOUT_S = 60
 REQUEST_TIMEOUT_S = 30
 CASE_TIMEOUT_S = 120
 HEX64 = re.compile(r"^[0-9a-f]{64}$")
-CLAUSE_CITES = re.compile(r"(DESIGN \d|seed 00\d)")
+CLAUSE_CITES = re.compile(r"(docs/spec/[a-z-]+\.md|seed 00\d)")
 
 CASE_KEYS = {"id", "area", "description", "clause", "profile", "registry", "reference", "server", "client", "refused", "expect", "lint"}
 # Every key a case may use, so that a misspelled expectation is an error rather than a check left out.
@@ -119,7 +119,7 @@ def check_case(c, area):
     if c["area"] != area:
         raise CaseError(f"{where}: area `{c['area']}` differs from its file's `{area}`")
     if not CLAUSE_CITES.search(c["clause"]):
-        raise CaseError(f"{where}: the clause cites no DESIGN section or seed")
+        raise CaseError(f"{where}: the clause cites no section of docs/spec/ or seed")
     if c.get("profile", "R1") not in ("R0", "R1", "R2"):
         raise CaseError(f"{where}: profile must be R0, R1 or R2")
     if set(c["expect"]) - EXPECT_KEYS:
@@ -644,25 +644,25 @@ def check_after(case, res, d, reg, runs, log_file, pinned, profile, exit_code):
     report = None
     if bexp is None:
         if bundles or receipts:
-            fail(f"a run bundle or receipt was written ({', '.join(str(p.relative_to(runs)) for p in bundles + receipts)}); expected none: no run took place (DESIGN 5: no receipt pins a document the host refused to resolve)")
+            fail(f"a run bundle or receipt was written ({', '.join(str(p.relative_to(runs)) for p in bundles + receipts)}); expected none: no run took place (docs/spec/bundle.md#the-receipt: no receipt pins a document the host refused to resolve)")
     elif not bundles and bexp.get("optional"):
         pass
     elif len(bundles) != 1:
         fail(f"expected one run bundle under the runs directory, found {len(bundles)}")
     else:
         report = check_bundle(case, res, d, runs, bundles[0], pinned, profile, bexp)
-    # The exit code: 0 only for a completed run (DESIGN 9.24).
+    # The exit code: 0 only for a completed run (docs/spec/adapters.md#adapter-duties).
     want_code = exp.get("exit_code")
     if want_code is None:
         outcome = (bexp or {}).get("report", {}).get("outcome")
         want_code = 0 if outcome == "completed" else 1
     if exit_code not in (want_code if isinstance(want_code, list) else [want_code]):
-        why = "DESIGN 6: exit codes ... 1 the document/run was refused" if case.get("refused") is not None else "DESIGN 9.24: exits 1 when the run did not complete (0 only for completed)"
+        why = "docs/spec/cli.md#exit-codes: exit codes ... 1 the document/run was refused" if case.get("refused") is not None else "docs/spec/adapters.md#adapter-duties: exits 1 when the run did not complete (0 only for completed)"
         fail(f"the host exited with {exit_code}, expected {want_code} ({why})")
 
 
 def mask_report(rep):
-    """DESIGN 9.27: host-specific fields masked: the run id, event counts and sequence numbers (a host may
+    """docs/spec/conformance.md#how-expectations-are-written: host-specific fields masked: the run id, event counts and sequence numbers (a host may
     feed `tick` events of its own clock), and the adapter's coverage (what it cannot see is its own)."""
     r = json.loads(json.dumps(rep))
     if isinstance(r.get("run_id"), str):
@@ -745,12 +745,12 @@ def check_bundle(case, res, d, runs, bdir, pinned, profile, bexp):
     doc = pinned.get(case["reference"])
     for f in ("run.json", "events.ndjson", "report.json", "receipt.json"):
         if f not in files:
-            fail(f"bundle: `{f}` is missing (DESIGN 5: run.json, the document, envelope.json, events.ndjson, report.json, receipt.json)")
+            fail(f"bundle: `{f}` is missing (docs/spec/bundle.md#layout: run.json, the document, envelope.json, events.ndjson, report.json, receipt.json)")
     doc_files = [f for f in ("runbook.json", "runbook.yaml") if f in files]
     if len(doc_files) != 1:
         fail(f"bundle: expected the document as runbook.json or runbook.yaml, found {doc_files}")
     elif doc is not None and (bdir / doc_files[0]).read_bytes() != doc:
-        fail(f"bundle: `{doc_files[0]}` is not the pinned document's exact bytes (DESIGN 5: the exact document bytes)")
+        fail(f"bundle: `{doc_files[0]}` is not the pinned document's exact bytes (docs/spec/bundle.md#layout: the exact document bytes)")
 
     def load(name):
         try:
@@ -789,11 +789,11 @@ def check_bundle(case, res, d, runs, bdir, pinned, profile, bexp):
         if "invokes" in bexp:
             got = [[e["event"].get("tool"), e["decision"].get("decision"), e["decision"].get("deviation")] for e in lines if isinstance(e["event"], dict) and e["event"].get("type") == "invoke"]
             if got != bexp["invokes"]:
-                fail(f"events.ndjson: the invoke events and their decisions are {got}, expected {bexp['invokes']} (DESIGN 4: a blocked invocation is recorded, never dropped)")
+                fail(f"events.ndjson: the invoke events and their decisions are {got}, expected {bexp['invokes']} (docs/spec/run.md#deviations: a blocked invocation is recorded, never dropped)")
     # report.json
     if isinstance(report, dict):
         if set(report) != REPORT_KEYS:
-            fail(f"report.json: keys {sorted(report)} are not those of {REPORT_SCHEMA} (DESIGN 4: every key always present)")
+            fail(f"report.json: keys {sorted(report)} are not those of {REPORT_SCHEMA} (docs/spec/run.md: every key always present)")
         if report.get("run_id") != run_id:
             fail(f"report.json: run_id {report.get('run_id')!r} is not the bundle's `{run_id}`")
         masked = mask_report(report)
@@ -803,14 +803,14 @@ def check_bundle(case, res, d, runs, bdir, pinned, profile, bexp):
                 continue
             if masked.get(k, KeyError) != want[k]:
                 got = masked.get(k, KeyError)
-                fail(f"report.json: `{k}` is {short(got) if got is not KeyError else 'absent'}, expected {short(want[k])} (masked as DESIGN 9.27 says)")
+                fail(f"report.json: `{k}` is {short(got) if got is not KeyError else 'absent'}, expected {short(want[k])} (masked as docs/spec/conformance.md#how-expectations-are-written says)")
     # receipt.json
     if isinstance(receipt, dict):
         check_receipt(receipt, bdir, files, lines, runj, fail)
     # latest.json and no absolute path in the bundle's metadata.
     latest = runs / "latest.json"
     if not latest.exists():
-        fail("latest.json is missing from the runs directory (DESIGN 5: latest.json points at the newest run)")
+        fail("latest.json is missing from the runs directory (docs/spec/bundle.md#latest-pointer-and-history: latest.json points at the newest run)")
     else:
         try:
             lv = json.loads(latest.read_text())
@@ -823,7 +823,7 @@ def check_bundle(case, res, d, runs, bdir, pinned, profile, bexp):
         if p.exists():
             text = p.read_text(encoding="utf-8", errors="replace")
             if any(n in text for n in needles):
-                fail(f"`{p.relative_to(runs)}` holds an absolute path of this machine (DESIGN 5: no absolute path is ever written into a bundle's own metadata)")
+                fail(f"`{p.relative_to(runs)}` holds an absolute path of this machine (docs/spec/bundle.md#relative-paths-only: no absolute path is ever written into a bundle's own metadata)")
     # runbook-host verify
     want_verify = bexp.get("verify", 0)
     v = subprocess.run([runbook_host(), "verify", "--format", "json", str(bdir)], capture_output=True, text=True)
@@ -840,7 +840,7 @@ def check_bundle(case, res, d, runs, bdir, pinned, profile, bexp):
 
 def check_receipt(receipt, bdir, files, lines, runj, fail):
     def bad(m):
-        fail(f"receipt.json: {m} (DESIGN 4: the receipt holds the report, its sha256, the head of the hash chain, the module's sha256, the host's name and version)")
+        fail(f"receipt.json: {m} (docs/spec/bundle.md#the-receipt: the receipt holds the report, its sha256, the head of the hash chain, the module's sha256, the host's name and version)")
 
     if receipt.get("schema") != "runbook-receipt/v1":
         bad(f"schema is {receipt.get('schema')!r}")

@@ -40,7 +40,7 @@ fn lines_eq(what: &str, got: &Value, want: &Value) -> Vec<String> {
     out
 }
 
-/// The hash-chain links of a replay with `chain_h0` (DESIGN 9.22), one per event, byte for byte: the
+/// The hash-chain links of a replay with `chain_h0` (docs/spec/bundle.md#the-hash-chain), one per event, byte for byte: the
 /// first differing event is named with both links.
 fn links_eq(what: &str, got: &Value, want: &Value) -> Vec<String> {
     let (Some(g), Some(w)) = (got.as_array(), want.as_array()) else {

@@ -6,14 +6,14 @@ use std::path::Path;
 use std::process::Command;
 
 const CASE: &str = r#"{"area": "self-test", "description": "runner self-test", "cases": [
-  {"id": "one-run", "description": "a short run", "clause": "DESIGN 9.16",
+  {"id": "one-run", "description": "a short run", "clause": "docs/spec/run.md#decision-lines",
    "input": {"op": "replay",
      "document": {"text": "runbook_id: t\nversion: 1.0.0\ncapabilities: [q]\nsteps:\n  - {id: a, tool: q, next: done}\nterminals: [done]\n"},
      "events": ["{\"type\":\"start\",\"at\":0,\"run_id\":\"r\",\"profile\":\"R1\",\"allowlist\":[\"*\"],\"risk_ceiling\":\"irreversible\",\"coverage\":\"complete\",\"agent\":\"agent\"}",
                 "{\"type\":\"invoke\",\"at\":1,\"tool\":\"x\",\"arguments\":{}}",
                 "{\"type\":\"end\",\"at\":2}"]},
    "expected": {"summary": [["allow", null, null], ["deny", "undeclared-tool", null], ["halt", null, "run-ended"]], "outcome": "incomplete"}},
-  {"id": "split-run", "description": "the same run split by a snapshot after the undeclared call", "clause": "DESIGN 9.16; wit/policy.wit snapshot",
+  {"id": "split-run", "description": "the same run split by a snapshot after the undeclared call", "clause": "docs/spec/run.md#decision-lines; wit/policy.wit snapshot",
    "input": {"op": "replay",
      "document": {"text": "runbook_id: t\nversion: 1.0.0\ncapabilities: [q]\nsteps:\n  - {id: a, tool: q, next: done}\nterminals: [done]\n"},
      "events": ["{\"type\":\"start\",\"at\":0,\"run_id\":\"r\",\"profile\":\"R1\",\"allowlist\":[\"*\"],\"risk_ceiling\":\"irreversible\",\"coverage\":\"complete\",\"agent\":\"agent\"}",
@@ -22,7 +22,7 @@ const CASE: &str = r#"{"area": "self-test", "description": "runner self-test", "
      "snapshot_after": 2},
    "expected": {"summary": [["allow", null, null], ["deny", "undeclared-tool", null], ["halt", null, "run-ended"]], "outcome": "incomplete",
                 "snapshot_fields": {"/phase": "running", "/deviations/0/tool": "x"}}},
-  {"id": "an-envelope", "description": "an envelope", "clause": "DESIGN 3",
+  {"id": "an-envelope", "description": "an envelope", "clause": "docs/spec/envelope.md",
    "input": {"op": "envelope", "document": {"text": "runbook_id: t\nversion: 1.0.0\ncapabilities: [q]\n"}},
    "expected": {"has_envelope": true, "fields": {"/allowlist": ["q"]}}}
 ]}"#;

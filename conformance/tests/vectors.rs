@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 const DECISIONS: &[&str] = &["allow", "deny", "needs-approval", "needs-verdict", "halt"];
-/// DESIGN 9.16's reason codes. `host-trap` is a host's backstop, which no vector can provoke.
+/// The reason codes of docs/spec/run.md#decision-lines. `host-trap` is a host's backstop, which no vector can provoke.
 const REASONS: &[&str] = &[
     "refused",
     "awaiting-approval",
@@ -36,7 +36,7 @@ const DEVIATIONS: &[&str] = &["undeclared-tool", "out-of-scope-tool", "out-of-or
 const OUTCOMES: &[&str] = &["completed", "incomplete", "refused", "failed", "aborted"];
 const REFUSALS: &[&str] =
     &["invalid-document", "capability-not-allowed", "profile-too-low", "autonomous-at-r0", "coverage-incomplete", "risk-above-ceiling", "prerequisite-unmet"];
-/// Refusals that cannot be provoked alone: agent-autonomous implies R1 (DESIGN 4), so a claim of R0 is
+/// Refusals that cannot be provoked alone: agent-autonomous implies R1 (docs/spec/run.md#the-start-claim), so a claim of R0 is
 /// always also `profile-too-low`.
 const NEVER_ALONE: &[&str] = &["autonomous-at-r0"];
 const LINT_CODES: &[&str] = &[
@@ -70,7 +70,7 @@ const LINT_CODES: &[&str] = &[
     "flag-argument",
 ];
 const OPS: &[&str] = &["exists", "absent", "equals", "not_equals", "in", "contains", "matches", "lt", "lte", "gt", "gte", "len_eq", "len_lte", "len_gte"];
-/// A missing path is the answer of `exists` and `absent`, never a reason they cannot be evaluated (DESIGN 2).
+/// A missing path is the answer of `exists` and `absent`, never a reason they cannot be evaluated (docs/spec/runbook.md#assert-predicates).
 const NEVER_UNEVALUABLE: &[&str] = &["exists", "absent"];
 const COMBINATORS: &[&str] = &["all", "any", "not"];
 const AREAS: &[&str] = &[

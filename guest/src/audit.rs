@@ -1,5 +1,5 @@
 //! `verify`'s consistency checks of a recorded run, in the module, so that the CLI, the packages and a
-//! browser verify a bundle with the same code (DESIGN 11).
+//! browser verify a bundle with the same code (docs/spec/README.md#architecture).
 //!
 //! A bundle with its raw events is verified by replay: the module decides every recorded event again and
 //! its report must be the recorded one, byte for byte. A redacted derivative cannot be replayed (its

@@ -1,4 +1,4 @@
-//! The bytes of a run bundle (DESIGN 5, 11): every file of a bundle but the document's own bytes is
+//! The bytes of a run bundle (docs/spec/bundle.md and docs/spec/README.md#architecture): every file of a bundle but the document's own bytes is
 //! composed here, from facts the host passes in (the run id, times, the working directory's git state, the
 //! host's name and version, the hashes of files it wrote). A host carries out the returned [`Effect`]s in
 //! order (create the directory, write a file atomically, append a whole record, sign) and composes
@@ -201,7 +201,7 @@ pub fn document_file(document: &[u8]) -> &'static str {
     }
 }
 
-/// The chain's `h0` (DESIGN 9.22): the sha256 of the document's envelope, or of the document when it has
+/// The chain's `h0` (docs/spec/bundle.md#the-hash-chain): the sha256 of the document's envelope, or of the document when it has
 /// none.
 pub fn chain_h0(document: &[u8]) -> String {
     match crate::envelope(document) {
@@ -243,7 +243,7 @@ pub fn is_safe_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 128 && !name.starts_with('.') && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-/// The guard's matching rule (DESIGN 9.20): whether the tool name, or any string of the arguments (an
+/// The guard's matching rule (docs/spec/run.md#guarded-calls): whether the tool name, or any string of the arguments (an
 /// object's keys included), contains one of `needles`. Arguments that are not JSON are matched as text.
 pub fn guard_names(tool: &str, arguments: &str, needles: &[String]) -> bool {
     match json::parse(arguments).node {
@@ -675,7 +675,7 @@ fn receipt_of(manifest: &Node, run_json: &str, report: &str, report_node: &Node,
     Ok(jcs::to_string_record(&receipt))
 }
 
-/// `verify`'s check of a receipt (DESIGN 5): whether `receipt` is, byte for byte, the receipt the module
+/// `verify`'s check of a receipt (docs/spec/bundle.md#what-verify-checks): whether `receipt` is, byte for byte, the receipt the module
 /// writes for this `run.json` (its final text), `report`, chain head and the hashes of the other files as
 /// found (`{<file>: sha256}`). The error says what differs.
 pub fn check_receipt(run_json: &str, report: &str, chain_head: &str, hashes: &str, receipt: &str) -> Result<(), String> {
@@ -697,7 +697,7 @@ pub fn check_receipt(run_json: &str, report: &str, chain_head: &str, hashes: &st
     Err("receipt.json is not in its one canonical form (RFC 8785) or holds other members".into())
 }
 
-/// One line of `signatures.ndjson`: a signed answer to one approval request (DESIGN 9.19).
+/// One line of `signatures.ndjson`: a signed answer to one approval request (docs/spec/run.md#approvals-bound-to-a-call).
 pub fn signature_line(seq: u64, request: u64, channel_id: &str, message: &str, signature: &str, principal: &str, fingerprint: &str) -> String {
     line(&obj(vec![
         ("seq", jcs::n(seq)),
@@ -718,7 +718,7 @@ pub fn shadow_line(seq: u64, tool: &str, call_sha256: &str, decision: &str) -> S
 /// The members of a `traffic.ndjson` line, in byte order.
 pub const TRAFFIC_KEYS: [&str; 9] = ["answer_sha256", "at", "direction", "error_code", "link", "method", "n", "params_sha256", "server"];
 
-/// The link of a `traffic.ndjson` line (DESIGN 9.29): `sha256(prev || JCS(the line without its link))`,
+/// The link of a `traffic.ndjson` line (docs/spec/adapters.md#mcp-beyond-tools): `sha256(prev || JCS(the line without its link))`,
 /// `prev` the previous line's link, or run.json's `chain_h0` for the first line.
 pub fn traffic_link(prev: &str, unlinked: &Node) -> String {
     let mut text = String::from(prev);

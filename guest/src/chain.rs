@@ -1,4 +1,4 @@
-//! The hash chain of a run's recorded events (DESIGN 9.22), computed in the module so that every host
+//! The hash chain of a run's recorded events (docs/spec/bundle.md#the-hash-chain), computed in the module so that every host
 //! and `verify` compute it alike.
 //!
 //! `hN = sha256(hN-1 || E || D)`: `hN-1` as its 64 lowercase hex characters; `E` the JCS of the event with
@@ -77,7 +77,7 @@ pub fn event_form(event_line: &str, digested: bool) -> String {
     }
 }
 
-/// The line a redacted derivative records for `event_line` (DESIGN 9.22): a JSON event in its chain form
+/// The line a redacted derivative records for `event_line` (docs/spec/bundle.md#the-hash-chain): a JSON event in its chain form
 /// `E` (arguments and result replaced by their digests), whose link the `digested` path computes alike; a
 /// line that is not a JSON event as it is (it enters the chain as `{"malformed": line}` either way).
 pub fn redacted_line(event_line: &str) -> String {

@@ -65,7 +65,7 @@ pub const CODES: &[(&str, &str, &str)] = &[
 /// Declares the lint codes: the enum, its string forms, its parser and its sentences in one list.
 macro_rules! lint_codes {
     ($($v:ident => $code:literal, $sentence:literal;)*) => {
-        /// Every code a lint finding can carry (DESIGN 9.26). `doc` emits findings only through this enum,
+        /// Every code a lint finding can carry (docs/spec/runbook.md#lint-findings). `doc` emits findings only through this enum,
         /// so a misspelled code cannot be written.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
         pub enum LintCode { $($v),* }

@@ -1,5 +1,5 @@
 //! The runbook document: parsing either dialect (seed 001 checkpoint manifests and step/capability
-//! procedures) into a typed model, and every lint finding with its place in the source (DESIGN 2, 7, 9).
+//! procedures) into a typed model, and every lint finding with its place in the source (docs/spec/runbook.md).
 
 use crate::codes::LintCode;
 use crate::json::{self, ParseIssue};
@@ -9,7 +9,7 @@ use crate::yaml;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// The module's own limits (DESIGN 9.25).
+/// The module's own limits (docs/spec/runbook.md#limits).
 pub const MAX_DOCUMENT_BYTES: usize = 1 << 20;
 pub const MAX_STEPS: usize = 10_000;
 pub const MAX_CAPABILITIES: usize = 1_000;
@@ -1195,7 +1195,7 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
     };
 }
 
-/// `unconstrained-shell` (DESIGN 9.20): a shell capability ([`crate::when::is_shell_tool`]) whose `when`
+/// `unconstrained-shell` (docs/spec/runbook.md#tight-conditions): a shell capability ([`crate::when::is_shell_tool`]) whose `when`
 /// does not pin the command line ([`crate::when::loose`]) can run anything. That is an error, which also
 /// withholds the envelope (`envelope::BLOCKING`), in a runbook with a gated step or a destructive or
 /// irreversible capability, and a warning elsewhere. A `when` that did not parse has its own error

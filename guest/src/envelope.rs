@@ -1,4 +1,4 @@
-//! The policy envelope `runbook-policy-envelope/v1`, derived from the document alone (DESIGN 3).
+//! The policy envelope `runbook-policy-envelope/v1`, derived from the document alone (docs/spec/envelope.md#derivation).
 
 use crate::codes::LintCode;
 use crate::doc::Analysis;
@@ -13,7 +13,7 @@ fn derivable(a: &Analysis) -> bool {
 
 /// Errors that leave the document without an envelope: those that leave it without a complete model, and
 /// `unconstrained-shell` as an error (a shell capability that can run anything in a runbook with a gated
-/// step or a destructive capability, DESIGN 9.20): an envelope is what hosts enforce, and one that grants a
+/// step or a destructive capability, docs/spec/runbook.md#tight-conditions): an envelope is what hosts enforce, and one that grants a
 /// whole shell beside a gate would look enforced and not be. Only findings of error severity block, so the
 /// warning form of the same code does not. The others (an undeclared tool, a bad route, a profile too
 /// low, ...) still give an envelope that shows them.

@@ -1,11 +1,11 @@
-//! Events and decisions: the typed forms and their wire format, one JSON object a line (DESIGN 4, 9.16).
+//! Events and decisions: the typed forms and their wire format, one JSON object a line (docs/spec/run.md#decision-lines).
 
 use crate::doc::{Profile, Risk};
 use crate::jcs::{self, b, n, null, obj, opt_s, s, strs};
 use crate::json;
 use crate::value::{Node, Value};
 
-/// The largest event line the module reads (DESIGN 9.25).
+/// The largest event line the module reads (docs/spec/runbook.md#limits).
 pub const MAX_EVENT_BYTES: usize = 1 << 20;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,7 +141,7 @@ impl Deviation {
     }
 }
 
-/// Reason codes (DESIGN 9.16). The WIT enum `reason` mirrors this list, in this order.
+/// Reason codes (docs/spec/run.md#decision-lines). The WIT enum `reason` mirrors this list, in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reason {
     Refused,

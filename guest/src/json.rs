@@ -3,7 +3,7 @@
 
 use crate::value::{escape_token, Member, Node, Num, Pos, Value};
 
-/// Nesting depth past which a document or event is refused (DESIGN 9.25).
+/// Nesting depth past which a document or event is refused (docs/spec/runbook.md#limits).
 pub const MAX_DEPTH: usize = 64;
 
 /// A problem found while parsing. `fatal` problems leave no value.

@@ -87,7 +87,7 @@ pub fn prose(document: &[u8]) -> Option<String> {
     Some(jcs::to_string(&obj_owned(vec![("runbook".to_string(), runbook), ("steps".to_string(), steps)])))
 }
 
-/// The hash an approval bound to one call names (DESIGN 9.19).
+/// The hash an approval bound to one call names (docs/spec/run.md#approvals-bound-to-a-call).
 pub fn call_sha256(tool: &str, arguments_json: &str) -> Result<String, String> {
     let p = json::parse(arguments_json);
     match (p.node, p.issues.first()) {
@@ -101,7 +101,7 @@ pub fn call_sha256(tool: &str, arguments_json: &str) -> Result<String, String> {
     }
 }
 
-/// The exact text a human signs to answer one approval request (DESIGN 9.19): the run, the request (the
+/// The exact text a human signs to answer one approval request (docs/spec/run.md#approvals-bound-to-a-call): the run, the request (the
 /// `seq` of the module's `needs-approval` decision), the step, the call's hash and the answer, one a line,
 /// so that a signature answers that one request of that one run and nothing else.
 pub fn approval_payload(run_id: &str, request: u64, step: Option<&str>, call_sha256: &str, granted: bool) -> String {

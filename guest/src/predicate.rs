@@ -1,5 +1,5 @@
 //! Assert and `when` predicates: a closed set of operators over a JSON observation, with three-valued
-//! results (DESIGN 2, 9.10). There is deliberately no model-based evaluator.
+//! results (docs/spec/runbook.md#three-valued-logic). There is deliberately no model-based evaluator.
 
 use crate::jcs;
 use crate::value::{json_eq, Node, Value};
@@ -71,7 +71,7 @@ pub enum Pred {
 }
 
 impl Pred {
-    /// Three-valued evaluation against an observation (DESIGN 9.10).
+    /// Three-valued evaluation against an observation (docs/spec/runbook.md#three-valued-logic).
     pub fn eval(&self, obs: &Node) -> Truth {
         match self {
             Pred::All(parts) => {

@@ -1,4 +1,4 @@
-//! The run supervisor: a pure state machine, one event in, one decision out (DESIGN 4, 7, 9).
+//! The run supervisor: a pure state machine, one event in, one decision out (docs/spec/run.md).
 //!
 //! Call order: [`Session::new`] with the document's bytes, then [`Session::handle`] (or
 //! [`Session::handle_line`]) once per event, the first being the `start` claim; [`Session::report`] at any
@@ -20,7 +20,7 @@ pub use adapter::Leaving;
 pub use snapshot::SCHEMA as SNAPSHOT_SCHEMA;
 pub use state::{Recorded, RunPhase, RunState};
 
-/// The most events one run may have (DESIGN 9.25).
+/// The most events one run may have (docs/spec/runbook.md#limits).
 pub const MAX_EVENTS: u64 = 1_000_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

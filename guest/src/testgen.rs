@@ -84,7 +84,7 @@ pub fn document(rng: &mut Rng, invalid_percent: u64) -> (String, Shape) {
                 m.push(format!("\"risk\":{}", q(rng.pick(&RISKS))));
             }
             // A shell capability whose `when` does not pin the command is a lint error in a gated runbook
-            // (DESIGN 9.20): most `Bash` capabilities pin it, a few stay bare so admission refuses them.
+            // (docs/spec/runbook.md#tight-conditions): most `Bash` capabilities pin it, a few stay bare so admission refuses them.
             if tool == "Bash" && rng.chance(90) {
                 m.push(format!("\"when\":{{\"path\":\"/command\",\"op\":\"matches\",\"value\":\"^kubectl (get|describe) [a-z0-9][a-z0-9./-]*$\"}}"));
             } else if rng.chance(15) && tool != "Bash" {

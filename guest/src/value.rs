@@ -20,7 +20,7 @@ pub struct Num {
     exp: i64,
     /// The RFC 8785 text of the number (ECMAScript's shortest round-trip form of the nearest double).
     canonical: String,
-    /// The number's text as written, kept only when it is not exact (DESIGN 9.28): its canonical text
+    /// The number's text as written, kept only when it is not exact (docs/spec/runbook.md#exact-numbers): its canonical text
     /// stands for another decimal, so hashing and recording use this text instead.
     inexact: Option<Box<str>>,
     /// Parsed by the short-integer path, which is exact by construction.
@@ -125,7 +125,7 @@ impl Num {
         Some(Num { neg, digits, exp, canonical, inexact: None, exact_fast: false })
     }
 
-    /// DESIGN 9.28: whether the decimal value of the canonical text equals the number as written
+    /// docs/spec/runbook.md#exact-numbers: whether the decimal value of the canonical text equals the number as written
     /// (`1e2`, `0.1` and every integer up to 2^53 are; `1234567890123456789` is not).
     pub fn is_exact(&self) -> bool {
         self.inexact.is_none()

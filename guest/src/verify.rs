@@ -1,4 +1,4 @@
-//! `verify` of a run bundle (DESIGN 5, 11), in the module: every consistency check a verifier makes of a
+//! `verify` of a run bundle (docs/spec/bundle.md#what-verify-checks and docs/spec/README.md#architecture), in the module: every consistency check a verifier makes of a
 //! bundle's bytes, so the CLI, the packages and a browser verify with the same code. A host passes the
 //! bundle's top-level entries in (it keeps file access, sizes and the bytes of signatures); the module
 //! runs the checks in order, stopping at the first failure and naming its place (a file, or
@@ -985,7 +985,7 @@ fn share_safety(entries: &[(String, Item)]) -> Vec<(&'static str, String)> {
     reasons
 }
 
-/// A redacted derivative of the finished bundle whose top-level entries are `entries` (DESIGN 7.15):
+/// A redacted derivative of the finished bundle whose top-level entries are `entries` (docs/spec/bundle.md#share-safety-and-redaction):
 /// the effects that write `<run-id>/` under an output root: every file copied as it is but
 /// `events.ndjson`, whose events are stored in their chain form (arguments and results replaced by the
 /// hex sha256 of their JCS, so the chain, the decisions and the receipt still verify), and

@@ -1,4 +1,4 @@
-//! How tight a `when` is (DESIGN 9.20): which capabilities are shell tools, whether a shell capability's
+//! How tight a `when` is (docs/spec/runbook.md#tight-conditions): which capabilities are shell tools, whether a shell capability's
 //! `when` pins the command line to text no shell can read as more than one command, and whether a
 //! pattern lets an argument start with `-` (a flag where the runbook meant a name).
 //!
@@ -15,7 +15,7 @@ use regex_syntax::hir::{Class, Hir, HirKind};
 /// The tools a capability is a shell through: whatever command line the agent writes, it runs. A
 /// capability is a shell tool when its tool's name, or the part after the last `__` (an MCP tool as a
 /// client names it, `mcp__<server>__<tool>`) and then after the last `.` (the MCP proxy's `<server>.<tool>`,
-/// DESIGN 9.23), is one of these, compared without regard to ASCII case. The list holds the POSIX and
+/// docs/spec/adapters.md#observations-per-adapter), is one of these, compared without regard to ASCII case. The list holds the POSIX and
 /// Windows shells by name and the shell tools of the agent clients we know of (Claude Code `Bash`; Gemini
 /// CLI `run_shell_command`; Cline `execute_command`; Cursor `run_terminal_cmd`; VS Code `run_in_terminal`;
 /// OpenHands `execute_bash`; Codex `shell` and `local_shell`; Windsurf `run_command`; common MCP shell

@@ -1,5 +1,5 @@
 //! YAML input: YAML 1.2 core schema with no implicit typing beyond it, and none of the features that let a
-//! small file stand for a large or ambiguous one (tags, anchors, aliases, merge keys) (DESIGN 9.26).
+//! small file stand for a large or ambiguous one (tags, anchors, aliases, merge keys) (docs/spec/runbook.md#lint-findings).
 //! Events come from saphyr-parser; the tree is built here with an explicit stack, so depth is bounded.
 
 use crate::json::{ParseIssue, Parsed, MAX_DEPTH};

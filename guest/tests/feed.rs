@@ -1,7 +1,7 @@
 //! One call per event: `feed` (typed) and `feed_line` (wire) decide exactly as `handle_line`, return the
-//! canonical event line, the decision line and the chain link of DESIGN 9.22, and leave the session in the
-//! same state (snapshot, report); `state` agrees with `status`; `next_deadline` is the first `at` that
-//! fails a pending checkpoint.
+//! canonical event line, the decision line and the chain link of docs/spec/bundle.md#the-hash-chain, and
+//! leave the session in the same state (snapshot, report); `state` agrees with `status`; `next_deadline` is
+//! the first `at` that fails a pending checkpoint.
 
 use runbook_policy::testgen::{self, Rng};
 use runbook_policy::{chain, codes, event, jcs, json, RunPhase, Session};

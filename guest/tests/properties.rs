@@ -1,5 +1,5 @@
-//! Property tests over generated documents and event streams: the envelope's two invariants (DESIGN 3)
-//! and the determinism of every artifact.
+//! Property tests over generated documents and event streams: the envelope's two invariants
+//! (docs/spec/envelope.md#invariants) and the determinism of every artifact.
 
 use proptest::prelude::*;
 use runbook_policy::json;

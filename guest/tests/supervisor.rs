@@ -1,5 +1,5 @@
 //! Scripted runs with virtual time: every decision, deviation class, refusal and outcome, checked against
-//! DESIGN 4, 7 and 9. No processes, no clock.
+//! docs/spec/run.md. No processes, no clock.
 
 use runbook_policy::json;
 use runbook_policy::value::{Node, Value};
@@ -191,7 +191,8 @@ fn self_approval_and_wrong_step_approvals_are_refused() {
         ev(r#"{"type":"approval","at":6,"step":"rotate","approver":"alice","granted":true}"#),
         ev(r#"{"type":"invoke","at":7,"tool":"secrets.rotate","arguments":{"db":"a"}}"#),
         ev(r#"{"type":"invoke","at":8,"tool":"secrets.rotate","arguments":{"db":"b"}}"#),
-        // A "no" with no request pending answers nothing (DESIGN 9.19): refused, the visit's gate stays open.
+        // A "no" with no request pending answers nothing (docs/spec/run.md#the-approval-ledger): refused, the
+        // visit's gate stays open.
         ev(r#"{"type":"approval","at":9,"step":"rotate","approver":"alice","granted":false}"#),
         ev(r#"{"type":"invoke","at":10,"tool":"secrets.rotate","arguments":{"db":"a"}}"#),
         ev(r#"{"type":"advance","at":11,"to":"confirm"}"#),
@@ -248,7 +249,8 @@ fn gates_close_when_control_leaves_the_step() {
     assert_eq!(text(&report, "/outcome"), "null", "the run has not ended");
 }
 
-/// Two steps: `check` may retry itself once and falls back to a gated `rollback` step (DESIGN 7.5).
+/// Two steps: `check` may retry itself once and falls back to a gated `rollback` step
+/// (docs/spec/runbook.md#retries-and-failure-routes).
 const ADVANCE_BUDGET: &str = r#"{"runbook_id":"x","version":"1.0.0","capabilities":[
     {"name":"health","tool":"http.get","risk":"read-only"},{"name":"restore","tool":"deploy.restore","risk":"mutating"}],
   "steps":[{"id":"check","tool":"health","retry":{"max":1},"on_fail":"rollback","next":"healthy"},
@@ -640,8 +642,8 @@ fn prose_is_the_documents_text_and_nothing_else() {
     assert_eq!(runbook_policy::prose(dup).as_deref(), Some(r#"{"runbook":{"title":"T"},"steps":{"a":{"body":"first"}}}"#));
 }
 
-/// The adapters' rules in the module (DESIGN 5, 9.24): which tools a client sees, how a run ends when its
-/// client leaves, and the exit code.
+/// The adapters' rules in the module (docs/spec/adapters.md#adapter-duties): which tools a client sees, how
+/// a run ends when its client leaves, and the exit code.
 #[test]
 fn what_a_client_sees_and_how_a_run_ends_when_it_leaves() {
     let doc = r1_rotate();

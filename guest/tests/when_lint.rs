@@ -1,5 +1,6 @@
-//! How tight a `when` must be (DESIGN 9.20): `unconstrained-shell` (an error that withholds the envelope
-//! in a runbook with a gated step or a destructive capability, a warning elsewhere) and `flag-argument`.
+//! How tight a `when` must be (docs/spec/runbook.md#tight-conditions): `unconstrained-shell` (an error that
+//! withholds the envelope in a runbook with a gated step or a destructive capability, a warning elsewhere)
+//! and `flag-argument`.
 
 use runbook_policy::{Finding, Severity};
 

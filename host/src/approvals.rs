@@ -1,7 +1,7 @@
 //! The approval channel: files under the run directory, written by the host (a request) and by
 //! `runbook-host approve` from a human's terminal (the answer). The agent's tool calls cannot reach it
 //! through the adapter: a call naming the run directory or the `runbook-host` binary is marked `guard` and
-//! denied by the module (DESIGN 9.20), and `approve` refuses to run without a controlling terminal.
+//! denied by the module (docs/spec/run.md#guarded-calls), and `approve` refuses to run without a controlling terminal.
 //!
 //! ```text
 //! <run_dir>/pending/<id>.json    runbook-approval-request/v1: {schema, id, step, tool, arguments,
@@ -11,14 +11,14 @@
 //! <run_dir>/consumed/<id>.json   a request moved here by [`consume`] once the host fed its answer to the module
 //! ```
 //!
-//! A grant is bound to the call's canonical hash (DESIGN 9.19): [`poll`] refuses (an `InvalidData` error)
+//! A grant is bound to the call's canonical hash (docs/spec/run.md#approvals-bound-to-a-call): [`poll`] refuses (an `InvalidData` error)
 //! an answer whose `call_sha256` is not the request's, and a different call needs a new request. One
 //! answer is fed to the module once: after feeding it, call [`consume`]. A same-user process with a shell
-//! can still write these files (DESIGN 10): the driver feeds only answers to requests it issued
+//! can still write these files (docs/spec/README.md#threat-model): the driver feeds only answers to requests it issued
 //! ([`crate::run::Run::apply_grant`]), and where approvals must be signed, only answers whose `signature`
 //! (an SSH signature over [`signed_message`], made with `ssh-keygen -Y sign` by a key listed in the
 //! run's `allowed_signers`) verifies. Which requests may be answered is the module's approval ledger
-//! (DESIGN 9.19, [`crate::run::Run::request_for`]): the files here only carry answers in. A key the agent cannot use (a FIDO `-sk` key wants a touch) is what
+//! (docs/spec/run.md#approvals-bound-to-a-call, [`crate::run::Run::request_for`]): the files here only carry answers in. A key the agent cannot use (a FIDO `-sk` key wants a touch) is what
 //! makes an approval a human's.
 
 use crate::bundle::{is_safe_name, now_rfc3339, open_or_create_dir, unique_hex};
@@ -55,7 +55,7 @@ pub struct Grant {
 pub const SIGNATURE_NAMESPACE: &str = "runbook-approval@runbook-host";
 
 /// The exact text a human signs to answer the module's approval request `request` (the `seq` of its
-/// `needs-approval` decision) of run `run_id`: the module's `approval-payload` (DESIGN 9.19), naming the
+/// `needs-approval` decision) of run `run_id`: the module's `approval-payload` (docs/spec/run.md#approvals-bound-to-a-call), naming the
 /// run, the request, the step, the call's canonical hash and the answer, so that a signature answers that
 /// one request of that one run and nothing else.
 pub fn signed_message(run_id: &str, request: u64, step: Option<&str>, call_sha256: &str, granted: bool) -> io::Result<String> {

@@ -1,4 +1,4 @@
-//! Fetching registry files over HTTPS (DESIGN 5; issue "Past one machine"): reqwest on rustls (ring), the
+//! Fetching registry files over HTTPS (docs/spec/registry.md; issue "Past one machine"): reqwest on rustls (ring), the
 //! system's roots plus the CAs a user names, and a content-addressed cache so that pinned bytes survive a
 //! registry that is down.
 //!

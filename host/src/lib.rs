@@ -151,7 +151,7 @@ struct HostState {
 }
 
 /// Host-side bounds on every call into the component. They are a backstop: the module's own limits
-/// (DESIGN 9.25) come first, so with the defaults no accepted input ever reaches them.
+/// (docs/spec/runbook.md#limits) come first, so with the defaults no accepted input ever reaches them.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
     pub fuel_per_call: u64,
@@ -259,7 +259,7 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_call_sha256(store, tool, arguments_json))
     }
 
-    /// The exact text a human signs to answer approval request `request` (DESIGN 9.19; WIT `approval-payload`).
+    /// The exact text a human signs to answer approval request `request` (docs/spec/run.md#approvals-bound-to-a-call; WIT `approval-payload`).
     pub fn approval_payload(&self, run_id: &str, request: u64, step: Option<&str>, call_sha256: &str, granted: bool) -> Result<String, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_approval_payload(store, run_id, request, step, call_sha256, granted))
     }
@@ -272,7 +272,7 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_encode_event(store, event))
     }
 
-    /// The hash-chain link of DESIGN 9.22 (see the WIT's `chain-link`).
+    /// The hash-chain link of docs/spec/bundle.md#the-hash-chain (see the WIT's `chain-link`).
     pub fn chain_link(&self, prev: &str, event_line: &str, decision_line: &str, digested: bool) -> Result<String, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_chain_link(store, prev, event_line, decision_line, digested))
     }
@@ -361,12 +361,12 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_shadow_line(store, seq, tool, call_sha256, decision))
     }
 
-    /// A line of `traffic.ndjson` and its link (WIT `traffic-line`, DESIGN 9.29).
+    /// A line of `traffic.ndjson` and its link (WIT `traffic-line`, docs/spec/adapters.md#mcp-beyond-tools).
     pub fn traffic_line(&self, prev: &str, entry: &str) -> Result<Result<(String, String), String>, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_traffic_line(store, prev, entry))
     }
 
-    /// The guard's matching rule (WIT `guard-names`, DESIGN 9.20).
+    /// The guard's matching rule (WIT `guard-names`, docs/spec/run.md#guarded-calls).
     pub fn guard_names(&self, tool: &str, arguments: &str, needles: &[String]) -> Result<bool, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_guard_names(store, tool, arguments, needles))
     }
@@ -652,7 +652,7 @@ impl Session {
         self.inst.runbook_policy_policy().session().call_report(&mut self.store, self.handle).map_err(trap)
     }
 
-    /// Sets the guard's needles (WIT `set-guard`, DESIGN 9.20): a typed `invoke` naming one is fed as guarded.
+    /// Sets the guard's needles (WIT `set-guard`, docs/spec/run.md#guarded-calls): a typed `invoke` naming one is fed as guarded.
     pub fn set_guard(&mut self, needles: &[String]) -> Result<(), HostError> {
         if let Some(t) = &self.trapped {
             return Err(HostError::Trap(t.clone()));
@@ -670,7 +670,7 @@ impl Session {
         self.inst.runbook_policy_policy().session().call_visible_tools(&mut self.store, self.handle, offered, whole_allowlist).map_err(trap)
     }
 
-    /// How the run ends when its client leaves (WIT `leaving`, DESIGN 9.24).
+    /// How the run ends when its client leaves (WIT `leaving`, docs/spec/adapters.md#adapter-duties).
     pub fn leaving(&mut self, calls_in_flight: u32, last_call_timed_out: bool) -> Result<Leaving, HostError> {
         if let Some(t) = &self.trapped {
             return Err(HostError::Trap(t.clone()));

@@ -77,7 +77,7 @@ pub fn signature_tag(document_sha256: &str) -> String {
     format!("sha256-{document_sha256}.dsse")
 }
 
-/// Resolves `oci://HOST/REPO:TAG` or `oci://HOST/REPO@sha256:...` (DESIGN 7.12: a digest is a pin, a tag is not).
+/// Resolves `oci://HOST/REPO:TAG` or `oci://HOST/REPO@sha256:...` (docs/spec/registry.md#trust-levels: a digest is a pin, a tag is not).
 pub fn resolve_ref(reference: &str, settings: &Settings) -> Result<Resolved, RegistryError> {
     let r = OciRef::parse(reference).map_err(from_oci)?;
     let opts = options(settings);

@@ -1,4 +1,4 @@
-//! Runbook registries (DESIGN 5 and 7.13): resolving `id@version` to pinned bytes, and writing a directory
+//! Runbook registries (docs/spec/registry.md#pinning-and-tamper-detection and docs/spec/registry.md#index-layout): resolving `id@version` to pinned bytes, and writing a directory
 //! registry.
 //!
 //! A registry is a directory, or an `http://` base URL serving the same layout, with `index.json`:
@@ -30,7 +30,7 @@ pub const MAX_INDEX: usize = 16 << 20;
 /// The most a document may weigh when read from a registry (the module itself refuses past 1 MiB).
 pub const MAX_DOCUMENT: usize = 4 << 20;
 
-/// Trust of a resolved document (DESIGN 7.12), assigned by the resolver, never by the document.
+/// Trust of a resolved document (docs/spec/registry.md#trust-levels), assigned by the resolver, never by the document.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Trust {
     /// A local file, unpinned.

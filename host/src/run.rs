@@ -1,6 +1,6 @@
-//! The run driver: one supervised run of one document, as every adapter drives it (DESIGN 11).
+//! The run driver: one supervised run of one document, as every adapter drives it (docs/spec/README.md#architecture).
 //!
-//! A [`Run`] owns the module session, the bundle writer, the run's clock, the guard of DESIGN 9.20 and
+//! A [`Run`] owns the module session, the bundle writer, the run's clock, the guard of docs/spec/run.md#guarded-calls and
 //! the approval channel of its bundle. Each event is one method; each method makes one call into the
 //! module (`feed`: the canonical event line, the decision, the chain link and a sentence come back
 //! together), records the event and its decision durably (fsync) and only then returns an [`Answer`].
@@ -75,7 +75,7 @@ pub struct Answer {
     pub decision: Decision,
     /// One sentence for the agent or the person reading it, written by the module.
     pub explanation: String,
-    /// For a `needs-approval` call: the hash an approval bound to it names (DESIGN 9.19).
+    /// For a `needs-approval` call: the hash an approval bound to it names (docs/spec/run.md#approvals-bound-to-a-call).
     pub call_sha256: Option<String>,
 }
 
@@ -88,7 +88,7 @@ impl Answer {
     }
 }
 
-/// What names the run's evidence, the approval channel, the registry or the host itself (DESIGN 9.20):
+/// What names the run's evidence, the approval channel, the registry or the host itself (docs/spec/run.md#guarded-calls):
 /// one list of needles and one matching rule for every adapter.
 #[derive(Clone, Debug, Default)]
 pub struct Guard {
@@ -153,7 +153,7 @@ impl Guard {
 }
 
 /// A tool call or result as its client named it, where an adapter mapped it to the canonical vocabulary
-/// (DESIGN 9.23): recorded on the event as `x-client` `{client, tool, call_sha256?}` (the hash of the
+/// (docs/spec/adapters.md#canonical-tool-names): recorded on the event as `x-client` `{client, tool, call_sha256?}` (the hash of the
 /// client's own tool and arguments, on a call).
 #[derive(Clone, Debug, PartialEq)]
 pub struct ClientCall {
@@ -220,7 +220,7 @@ pub struct Run {
     traffic: Option<(u64, String)>,
 }
 
-/// One exchange of MCP traffic besides tool calls, as the proxy passed it on (DESIGN 9.29).
+/// One exchange of MCP traffic besides tool calls, as the proxy passed it on (docs/spec/adapters.md#mcp-beyond-tools).
 pub struct Traffic<'a> {
     /// `to-server` (the client's request) or `to-client` (a server's request to the client).
     pub direction: &'a str,
@@ -573,7 +573,7 @@ impl Run {
         self.invoke_from(tool, arguments, call_id, step, None)
     }
 
-    /// A tool call an adapter mapped from its client's own vocabulary (DESIGN 9.23): decided on the
+    /// A tool call an adapter mapped from its client's own vocabulary (docs/spec/adapters.md#canonical-tool-names): decided on the
     /// canonical `tool` and `arguments`, with `client`'s own name and arguments kept in the record.
     pub fn invoke_from(
         &mut self,
@@ -605,7 +605,7 @@ impl Run {
         Ok(a)
     }
 
-    /// The module's pending request (its ledger, DESIGN 9.19) for this exact call in the current step,
+    /// The module's pending request (its ledger, docs/spec/run.md#approvals-bound-to-a-call) for this exact call in the current step,
     /// oldest first: the `seq` of the `needs-approval` decision a human's answer names. None when the
     /// module asked for no approval of that call in this visit, or an answer used the request up: only
     /// then may an answer be fed (`approve` shows only these).
@@ -617,7 +617,7 @@ impl Run {
         Ok(state.approval_requests.iter().find(|r| r.call_sha256 == call_sha256).map(|r| r.seq))
     }
 
-    /// A tool's result (`result` is what the adapter observes, DESIGN 9.23).
+    /// A tool's result (`result` is what the adapter observes, docs/spec/adapters.md#observations-per-adapter).
     pub fn result(&mut self, tool: &str, result: &Value, is_error: bool, call_id: Option<&str>) -> Result<Answer, RunError> {
         self.result_from(tool, result, is_error, call_id, None)
     }
@@ -632,7 +632,7 @@ impl Run {
     }
 
     /// Feeds a typed event with the client's own call beside it: the module's line for the event with
-    /// an `x-client` member (an extension every reader ignores in deciding, DESIGN 9.23), made canonical
+    /// an `x-client` member (an extension every reader ignores in deciding, docs/spec/adapters.md#canonical-tool-names), made canonical
     /// by the module and fed on the wire path, so the record holds it and the chain covers it. The
     /// client's arguments enter as their call hash (`call_sha256` of the client's tool and arguments,
     /// 9.19), never in clear: the chain and a redacted derivative digest only the event's top-level
@@ -777,7 +777,7 @@ impl Run {
         Ok(self.session.visible_tools(offered, whole_allowlist)?)
     }
 
-    /// How the run ends when its client leaves (the module's rule, DESIGN 9.24): the end reason, and
+    /// How the run ends when its client leaves (the module's rule, docs/spec/adapters.md#adapter-duties): the end reason, and
     /// whether `final_output` comes first.
     pub fn leaving(&mut self, calls_in_flight: u32, last_call_timed_out: bool) -> Result<(EndReason, bool), RunError> {
         let l = self.session.leaving(calls_in_flight, last_call_timed_out)?;
@@ -821,7 +821,7 @@ impl Run {
         self.apply_answered_approval(&sha)
     }
 
-    /// The hash an approval bound to this call names (DESIGN 9.19), from the module.
+    /// The hash an approval bound to this call names (docs/spec/run.md#approvals-bound-to-a-call), from the module.
     pub fn call_sha256(&self, tool: &str, arguments: &Value) -> Result<String, RunError> {
         self.policy.call_sha256(tool, &arguments.to_string())?.map_err(|e| RunError::Module(format!("the call could not be hashed: {e}")))
     }

@@ -1,4 +1,4 @@
-//! Separated mode (DESIGN 10, issue 28 item 1): the enforcement runs as its own system user, which alone
+//! Separated mode (docs/spec/README.md#threat-model, issue 28 item 1): the enforcement runs as its own system user, which alone
 //! writes the evidence and the caches, reads the host's signing key and binds the hook server's port; the
 //! agent's user is a client only. This module holds what `runbook-host service` and the separated-mode
 //! client share: the layout of the service's directory, its configuration, and the facts of the system

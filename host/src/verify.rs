@@ -1,4 +1,4 @@
-//! Fail-closed verification of a run bundle (DESIGN 5, seed 002), as a library: `runbook-host verify`
+//! Fail-closed verification of a run bundle (docs/spec/bundle.md#what-verify-checks, seed 002), as a library: `runbook-host verify`
 //! prints what [`verify_bundle`] finds, and the fuzz target `verify` feeds it mutated bundles.
 //!
 //! Every consistency check is the module's (WIT `verify-bundle`, `guest/src/verify.rs`), so the packages

@@ -1,8 +1,8 @@
-//! Hostile and broken input through the real `runbook-host` binary: every document in
-//! `tests/fixtures/bad/` (plus a few generated at test time) must be refused the way DESIGN 9.25/9.26 say,
-//! with exit code 1 (never 101 or a signal), a finding with the expected code at the expected line:column,
-//! no panic text, and within a generous time bound. Malformed event lines go through `replay` and must
-//! each halt the run with the right reason.
+//! Hostile and broken input through the real `runbook-host` binary: every document in `tests/fixtures/bad/`
+//! (plus a few generated at test time) must be refused the way docs/spec/runbook.md#limits and
+//! docs/spec/runbook.md#lint-findings say, with exit code 1 (never 101 or a signal), a finding with the
+//! expected code at the expected line:column, no panic text, and within a generous time bound. Malformed
+//! event lines go through `replay` and must each halt the run with the right reason.
 //!
 //! A case the core gets wrong keeps asserting the right behaviour and is marked `#[ignore = "core bug: .."]`.
 
@@ -279,7 +279,8 @@ lint_cases! {
     invalid_pointer_bad_escape: "invalid-pointer-escape.json" => "invalid-pointer" at 7:26;
     unanchored_when: "unanchored-when.yaml" => "unanchored-when" at 6:48;
     unanchored_when_alternation: "unanchored-when-alternation.yaml" => "unanchored-when" at 6:48;
-    // A shell that can run anything beside a gated or destructive step (DESIGN 9.20): refused, no envelope.
+    // A shell that can run anything beside a gated or destructive step
+    // (docs/spec/runbook.md#tight-conditions): refused, no envelope.
     unconstrained_shell: "unconstrained-shell.yaml" => "unconstrained-shell" at 4:5;
     unconstrained_shell_pattern: "unconstrained-shell-pattern.yaml" => "unconstrained-shell" at 4:5;
 

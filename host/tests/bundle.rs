@@ -1,7 +1,8 @@
-//! Run bundles (DESIGN 5, seed 002) and the approval channel: a bundle written for a replay of every
-//! bundled example stream passes `runbook-host verify`; one changed byte in any file of a bundle makes it
-//! fail, naming the file; `latest.json` and `history.ndjson`; the line shape of `events.ndjson` and the hash
-//! chain; `approve` refuses without a terminal and, on a pseudo-terminal, writes a grant bound to the call.
+//! Run bundles (docs/spec/bundle.md, seed 002) and the approval channel: a bundle written for a replay of
+//! every bundled example stream passes `runbook-host verify`; one changed byte in any file of a bundle makes
+//! it fail, naming the file; `latest.json` and `history.ndjson`; the line shape of `events.ndjson` and the
+//! hash chain; `approve` refuses without a terminal and, on a pseudo-terminal, writes a grant bound to the
+//! call.
 
 mod common;
 use common::{all_streams, document_of, event_lines, repo, Tmp};

@@ -1,5 +1,6 @@
-//! The JSON Schemas of what the host writes around a run (DESIGN 5, 7.13-7.15, 9.22; seed 002) against the
-//! files the host really writes:
+//! The JSON Schemas of what the host writes around a run (docs/spec/bundle.md,
+//! docs/spec/registry.md#index-layout, docs/spec/bundle.md#share-safety-and-redaction and
+//! docs/spec/bundle.md#the-hash-chain; seed 002) against the files the host really writes:
 //!
 //! - `registry-index` (`index.json` written by `registry::add`),
 //! - `run-bundle` (`run.json`), `bundle-event-line` (each line of `events.ndjson`, and its

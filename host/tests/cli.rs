@@ -1,6 +1,6 @@
 //! The `runbook-host` CLI as a user meets it: the real binary, run on small runbooks written into a private
 //! directory per test (which is also that test's RUNBOOK_HOST_CACHE), asserting what is printed and the exit
-//! codes of DESIGN 6 (0 success, 1 refused or found wanting, 2 usage or IO error).
+//! codes of docs/spec/cli.md#exit-codes (0 success, 1 refused or found wanting, 2 usage or IO error).
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -244,7 +244,8 @@ const COMPLETED_RUN: &str = concat!(
     "\n",
     r#"{"type":"advance","at":13,"to":"rotate"}"#,
     "\n",
-    // The gated call first: an approval answers the module's request for it (DESIGN 9.19).
+    // The gated call first: an approval answers the module's request for it
+    // (docs/spec/run.md#approvals-bound-to-a-call).
     r#"{"type":"invoke","at":19,"tool":"db.rotate","arguments":{"user":"app"}}"#,
     "\n",
     r#"{"type":"approval","at":20,"step":"rotate","approver":"alice","granted":true}"#,

@@ -6,7 +6,7 @@ use runbook_host::{Policy, Severity};
 use runbook_policy::testgen::{self, Rng};
 use std::path::Path;
 
-/// Generated cases checked per test run (DESIGN: at least 1,000).
+/// Generated cases checked per test run (at least 1,000).
 const GENERATED: u64 = 1_000;
 
 fn policy() -> Policy {

@@ -533,9 +533,10 @@ fn a_signed_document_from_oci_runs_and_its_signed_receipt_verifies() {
     assert!(out(&o).contains("tampered") || out(&o).contains("digest"), "{}", out(&o));
 }
 
-/// The guard (DESIGN 9.20) keeps what the host trusts and signs with out of the agent's calls: the receipt
-/// key, the keys a document must be signed by, the registry CA and the registry cache (a forged cached
-/// index would stand in for a registry that is down). Named in a call, each is denied as `guarded`.
+/// The guard (docs/spec/run.md#guarded-calls) keeps what the host trusts and signs with out of the agent's
+/// calls: the receipt key, the keys a document must be signed by, the registry CA and the registry cache (a
+/// forged cached index would stand in for a registry that is down). Named in a call, each is denied as
+/// `guarded`.
 #[test]
 fn the_guard_keeps_keys_cas_and_the_cache_out_of_reach() {
     let w = work("dist-guard");

@@ -263,11 +263,11 @@ fn one_approval_admits_one_call() {
     w.verify_all();
 }
 
-/// DESIGN 9.28, the integrity hole of issue 27: `1234567890123456768` and `1234567890123456789` are one
-/// double, which RFC 8785 writes `1234567890123456800`, so their call hashes were equal and an approval of
-/// one admitted the other, recorded as a third number. Now neither call runs: each is denied before it
-/// is forwarded (`inexact-number`), no approval is asked for, the record keeps the numbers as written,
-/// and the bundle verifies.
+/// docs/spec/runbook.md#exact-numbers, the integrity hole of issue 27: `1234567890123456768` and
+/// `1234567890123456789` are one double, which RFC 8785 writes `1234567890123456800`, so their call hashes
+/// were equal and an approval of one admitted the other, recorded as a third number. Now neither call runs:
+/// each is denied before it is forwarded (`inexact-number`), no approval is asked for, the record keeps the
+/// numbers as written, and the bundle verifies.
 #[test]
 fn a_number_rfc_8785_would_change_never_reaches_the_server() {
     let w = work("exact");

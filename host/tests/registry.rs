@@ -1,6 +1,6 @@
-//! Registries (DESIGN 5, 7.13): `registry add`/`list`, pinned resolution of `id@version` from a directory
-//! and from an HTTP registry (served here by a small std::net thread), tamper detection, unknown ids and
-//! versions, unreachable registries, and indexes whose paths try to leave the registry.
+//! Registries (docs/spec/registry.md): `registry add`/`list`, pinned resolution of `id@version` from a
+//! directory and from an HTTP registry (served here by a small std::net thread), tamper detection, unknown
+//! ids and versions, unreachable registries, and indexes whose paths try to leave the registry.
 
 mod common;
 use common::{repo, Tmp};
@@ -44,7 +44,7 @@ fn add_list_resolve() {
     assert_eq!(listed.iter().map(|(i, v, _)| format!("{i}@{v}")).collect::<Vec<_>>(), ["executive-snapshot@4.2.0", "hello@1.0.0", "rotate-credentials@1.3.0"]);
     assert_eq!(listed[2].2, sha(&doc));
 
-    // The layout of DESIGN 7.13, relative paths only.
+    // The layout of docs/spec/registry.md#index-layout, relative paths only.
     let index: serde_json::Value = serde_json::from_slice(&std::fs::read(reg.join("index.json")).unwrap()).unwrap();
     assert_eq!(index["schema"], "runbook-registry-index/v1");
     assert_eq!(index["runbooks"]["rotate-credentials"]["1.3.0"]["path"], "rotate-credentials/1.3.0/runbook.yaml");

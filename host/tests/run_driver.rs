@@ -134,8 +134,8 @@ fn a_tool_the_clients_permissions_deny_refuses_the_run_at_session_start() {
     assert!(o.stderr.contains("not JSON"), "{}", o.stderr);
 }
 
-/// One table of calls that name what no agent may touch (DESIGN 9.20), and calls that do not: the guard
-/// both adapters build is this one `Guard`.
+/// One table of calls that name what no agent may touch (docs/spec/run.md#guarded-calls), and calls that do
+/// not: the guard both adapters build is this one `Guard`.
 #[test]
 fn one_guard_for_every_adapter() {
     let t = Tmp::new("guard");
@@ -166,7 +166,7 @@ fn one_guard_for_every_adapter() {
         ("Read", json!({"file_path": "/var/log/syslog"}), false),
     ];
     for (tool, args, want) in &cases {
-        // The module's one matching rule (DESIGN 9.20) over the host's needles.
+        // The module's one matching rule (docs/spec/run.md#guarded-calls) over the host's needles.
         assert_eq!(runbook_host::bundle::shared_policy().unwrap().guard_names(tool, &args.to_string(), g.needles()).unwrap(), *want, "{tool} {args}");
     }
     // The same guard through the hook, end to end: the module denies the call with `guarded`.

@@ -367,7 +367,8 @@ fn signed_approvals_are_a_humans() {
     assert!(o.stderr.contains("is not signed"), "{}", o.stderr);
     std::fs::remove_file(dir.join(format!("approvals/{}.json", p.id))).unwrap();
     let p = approvals::pending(&dir).unwrap().remove(0);
-    // The module's request for the call: the seq of its first `needs-approval` decision (DESIGN 9.19).
+    // The module's request for the call: the seq of its first `needs-approval` decision
+    // (docs/spec/run.md#approvals-bound-to-a-call).
     let request = w.events(s).iter().find(|e| e["decision"]["decision"] == "needs-approval").unwrap()["decision"]["seq"].as_u64().unwrap();
     let msg = approvals::signed_message(&run_id, request, p.step.as_deref(), &p.call_sha256, true).unwrap();
     let forged = runbook_host::sshsig::sign_with_ssh_keygen(&agent_key, approvals::SIGNATURE_NAMESPACE, msg.as_bytes()).unwrap();
@@ -516,9 +517,9 @@ fn approvals_take_only_keys_that_need_a_touch() {
 /// The second integrity hole of issue 27: one signed approval answered twice. After a human's signed
 /// answer admitted the gated call, the agent appends a copy of that approval event (its link recomputed
 /// by the module, so the replay accepts the record) and a copy of its signature line with only `seq`
-/// changed, then retries the destructive call. The module's approval ledger (DESIGN 9.19) refuses the
-/// copy (`no-pending`: its request was consumed), so the retry needs a new approval, and `verify` fails
-/// the bundle, naming the copied signature.
+/// changed, then retries the destructive call. The module's approval ledger
+/// (docs/spec/run.md#the-approval-ledger) refuses the copy (`no-pending`: its request was consumed), so the
+/// retry needs a new approval, and `verify` fails the bundle, naming the copied signature.
 #[test]
 fn one_signature_answers_one_request() {
     let s = "sess-replay";

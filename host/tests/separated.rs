@@ -1,9 +1,9 @@
-//! Separated mode (issue 28, item 1; DESIGN 10), tested as the attacker: as root, the test installs the
-//! service for an agent user, starts it with the command `service install` prints, drives a session as a
-//! client process of the agent's user would (the SessionStart command hook, then every event posted by the
-//! same process, as Claude Code does), and attacks from the agent's uid: forged events from another process,
-//! the service's files, its port, its process. Each attack must fail, and the run's evidence must verify
-//! against the host's key.
+//! Separated mode (issue 28, item 1; docs/spec/README.md#threat-model), tested as the attacker: as root, the
+//! test installs the service for an agent user, starts it with the command `service install` prints, drives a
+//! session as a client process of the agent's user would (the SessionStart command hook, then every event
+//! posted by the same process, as Claude Code does), and attacks from the agent's uid: forged events from
+//! another process, the service's files, its port, its process. Each attack must fail, and the run's evidence
+//! must verify against the host's key.
 
 mod common;
 

@@ -41,7 +41,7 @@ NAME = "python-reference"
 STATUS, ADVANCE = "runbook_status", "runbook_advance"
 ADAPTER, BLIND_TO = "mcp-proxy", "shell"  # what the start claim says this host cannot see (as the Rust proxy)
 RUNBOOK_FAILED = -32000  # the JSON-RPC error code of a refused `initialize` (the Rust proxy's)
-REFUSED_EXIT = 1  # nothing ran (the Rust proxy exits 1 too: DESIGN 9.24, a run that did not complete)
+REFUSED_EXIT = 1  # nothing ran (the Rust proxy exits 1 too: docs/spec/adapters.md#adapter-duties, a run that did not complete)
 CALL_TIMEOUT = 300.0
 FAULTS = {
     "skip-pin": "runs a registry document whose bytes do not match the index's pin",
@@ -258,7 +258,7 @@ class Proxy:
             self.failure = Refusal("bundle-unwritable", str(e))
         self.t0 = time.monotonic()
         if self.run is not None:
-            self.run.guard.add_path(self.args.registry)  # the registry is out of the agent's reach too (DESIGN 9.20)
+            self.run.guard.add_path(self.args.registry)  # the registry is out of the agent's reach too (docs/spec/run.md#guarded-calls)
             d = self.run.start.decision
             if d.kind is rp.DecisionKind.ALLOW:
                 log(f"run {self.run.run_id} of {self.doc.reference} ({self.doc.sha256[:12]}, trust {self.doc.trust}) admitted at {self.args.profile}; bundle {self.run.dir}")
@@ -284,7 +284,7 @@ class Proxy:
             return None, "runbook_failed:run-ended" if self.run.over else f"runbook_failed:host-error: {e}"
 
     def failed_text(self, reason: Optional[str] = None) -> Optional[str]:
-        """`runbook_failed:<outcome or reason>` once the run cannot complete, else None (DESIGN 9.24)."""
+        """`runbook_failed:<outcome or reason>` once the run cannot complete, else None (docs/spec/adapters.md#adapter-duties)."""
         if self.failure:
             return self.failure.text
         if self.run.broken:
@@ -317,7 +317,7 @@ class Proxy:
 
     async def deadlines(self) -> None:
         """Feeds a `tick` at the run's next checkpoint deadline, so a checkpoint that times out fails the run
-        then, not at the next call (DESIGN 9.21)."""
+        then, not at the next call (docs/spec/run.md#time-and-deadlines)."""
         while self.exit_code is None:
             self.wake = anyio.Event()
             due = None if self.run is None or self.failure or self.run.over else self.run.state().next_deadline
@@ -469,7 +469,7 @@ class Proxy:
             return text_result(f"the server did not answer: {e}", True)
         if not record:
             return result
-        # What the module observes (DESIGN 9.23): structuredContent when present, else content.
+        # What the module observes (docs/spec/adapters.md#observations-per-adapter): structuredContent when present, else content.
         dumped = [c.model_dump(by_alias=True, mode="json", exclude_none=True) for c in result.content]
         observed = result.structured_content if result.structured_content is not None else dumped
         d, failed = self.feed(lambda r: r.result(tool, observed, bool(result.is_error), call_id))

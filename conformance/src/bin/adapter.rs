@@ -114,7 +114,7 @@ fn chain_h0(req: &Value) -> Result<Option<String>> {
     }
 }
 
-/// The hash chain a replay with `chain_h0` keeps (DESIGN 9.22): the previous link, carried by the
+/// The hash chain a replay with `chain_h0` keeps (docs/spec/bundle.md#the-hash-chain): the previous link, carried by the
 /// adapter (across a restore too), and one link per event the module recorded.
 struct Chain {
     prev: String,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""The expected hash-chain links of the `chain` vectors, computed without the module (DESIGN 9.27).
+"""The expected hash-chain links of the `chain` vectors, computed without the module (docs/spec/conformance.md#how-expectations-are-written).
 
-DESIGN 9.22: h0 = the envelope's sha256 (here the case's `chain_h0`, any 64 hex digits: the module takes it
+docs/spec/bundle.md#the-hash-chain: h0 = the envelope's sha256 (here the case's `chain_h0`, any 64 hex digits: the module takes it
 as the previous link of the first event, nothing more);
 
     hN = sha256(hN-1 || JCS(event with arguments and result replaced by the sha256 of their JCS) || JCS(decision))
@@ -9,7 +9,7 @@ as the previous link of the first event, nothing more);
 where hN-1 enters as its 64 lowercase hex characters and the three parts are concatenated as UTF-8 with no
 separator. No two different lines may give the same link: a line that is not a JSON event (not JSON, or
 JSON that is not an object with a string `type`) enters as the object {"malformed": <the line as a JSON
-string>}. DESIGN 9.28: a number that is not exact (the decimal value of its RFC 8785 text is not the value
+string>}. docs/spec/runbook.md#exact-numbers: a number that is not exact (the decimal value of its RFC 8785 text is not the value
 written) enters what is hashed as the JSON string of its text as written.
 
 Everything here is written from that text: hashlib for sha256, and RFC 8785 (JCS) by json.dumps(sort_keys=True,
@@ -51,7 +51,7 @@ HAND_NUMBERS = {
 }
 
 # The `step` of each decision line, by hand: the current step after the event (a passing result at R2
-# routes `next` first; DESIGN 9.17), null before admission and after a refused start.
+# routes `next` first; docs/spec/run.md#calls-and-results), null before admission and after a refused start.
 STEPS = {
     "chain-invoke-result": ["look", "look", "done", "done"],
     "chain-not-json": ["look", "look", "look", "look"],
@@ -65,7 +65,7 @@ STEPS = {
     "chain-split": ["look", "purge", "purge", "purge", "purge", "done", "done"],
 }
 
-# `refusals` of a refused start (DESIGN 9.16: `[]` except on a refused start), by hand.
+# `refusals` of a refused start (docs/spec/run.md#decision-lines: `[]` except on a refused start), by hand.
 REFUSALS = {
     ("chain-refused-start", 0): ["capability-not-allowed"],
 }
@@ -80,7 +80,7 @@ class Num:
         self.token = token
 
     def exact(self):
-        """DESIGN 9.28: the decimal value of the canonical text equals the value written."""
+        """docs/spec/runbook.md#exact-numbers: the decimal value of the canonical text equals the value written."""
         from decimal import Decimal
 
         return Decimal(self.token) == Decimal(self.canonical())

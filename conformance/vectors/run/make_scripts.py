@@ -27,7 +27,7 @@ ROT_CLAIM = {"agent": "claude-code", "profile": "R2", "allowlist": ["Bash", "mcp
              "risk_ceiling": "destructive", "coverage": "complete", "available": None}
 INSPECT = "kubectl -n payments get secret payments-db-credentials"
 ROTATE = "vault write -f database/rotate-role/payments-app"
-# sha256 of the canonical {"arguments":{"command":ROTATE},"tool":"Bash"} (DESIGN 9.19), as the example's stream has it.
+# sha256 of the canonical {"arguments":{"command":ROTATE},"tool":"Bash"} (docs/spec/run.md#approvals-bound-to-a-call), as the example's stream has it.
 ROTATE_SHA = "37404f36c47c7a5a69240928a9b8813e51fc4fb24009aedf28ee69223cde5781"
 OTHER_SHA = "0" * 64
 
@@ -83,76 +83,76 @@ def vec(name, clauses, why, steps, expect, document="rotate-credentials", adapte
 
 
 HAND = [
-    # Each adapter kind's end rules (DESIGN 6, 9.24; outcomes: DESIGN 7.8).
-    vec("end-library-completed", ["6", "7.8", "9.24"], "a library run that reaches its terminal and ends normal completes; the end event itself is answered halt (run-ended)",
+    # Each adapter kind's end rules (docs/spec/cli.md#exit-codes and docs/spec/adapters.md#adapter-duties; outcomes: docs/spec/run.md#outcomes).
+    vec("end-library-completed", ["docs/spec/cli.md#exit-codes", "docs/spec/run.md#outcomes", "docs/spec/adapters.md#adapter-duties"], "a library run that reaches its terminal and ends normal completes; the end event itself is answered halt (run-ended)",
         TO_GATE + [appr(41000, ROTATE_SHA), inv(41800, ROTATE, "c4")] + ROTATED + [{"at": 103000, "final_output": True}, {"at": 103100, "end": "normal"}],
         {"outcome": "completed", "decisions": TO_GATE_DECISIONS + ["allow", "allow"] + ["allow"] * 7 + ["allow", "halt"], "reasons": {"16": "run-ended"}}),
-    vec("end-proxy-clean-shutdown", ["9.24"], "a proxy's clean shutdown feeds final_output, then ends normal",
+    vec("end-proxy-clean-shutdown", ["docs/spec/adapters.md#adapter-duties"], "a proxy's clean shutdown feeds final_output, then ends normal",
         TO_GATE + [appr(41000, ROTATE_SHA), inv(41800, ROTATE, "c4")] + ROTATED + [{"at": 103100, "leave": {"calls_in_flight": 0, "last_call_timed_out": False}}],
         {"outcome": "completed", "decisions": TO_GATE_DECISIONS + ["allow", "allow"] + ["allow"] * 7 + ["allow", "halt"]}, adapter="mcp-proxy"),
-    vec("end-proxy-client-vanished", ["9.24", "7.8"], "a client that leaves with a call unanswered ends client-closed, without final_output: incomplete",
+    vec("end-proxy-client-vanished", ["docs/spec/adapters.md#adapter-duties", "docs/spec/run.md#outcomes"], "a client that leaves with a call unanswered ends client-closed, without final_output: incomplete",
         TO_GATE[:1] + [{"at": 1300, "leave": {"calls_in_flight": 1, "last_call_timed_out": False}}],
         {"outcome": "incomplete", "decisions": ["allow", "allow", "halt"]}, adapter="mcp-proxy"),
-    vec("end-proxy-approval-timeout", ["9.24", "9.19"], "a last call that waited in vain for a human: final_output, then approval-timeout",
+    vec("end-proxy-approval-timeout", ["docs/spec/adapters.md#adapter-duties", "docs/spec/run.md#approvals-bound-to-a-call"], "a last call that waited in vain for a human: final_output, then approval-timeout",
         TO_GATE + [{"at": 93100, "leave": {"calls_in_flight": 0, "last_call_timed_out": True}}],
         {"outcome": "incomplete", "decisions": TO_GATE_DECISIONS + ["allow", "halt"]}, adapter="mcp-proxy"),
-    vec("end-hook-interrupted", ["9.24", "7.8"], "a hook run interrupted (the agent CLI killed) before its terminal is incomplete",
+    vec("end-hook-interrupted", ["docs/spec/adapters.md#adapter-duties", "docs/spec/run.md#outcomes"], "a hook run interrupted (the agent CLI killed) before its terminal is incomplete",
         TO_GATE[:2] + [{"at": 1700, "end": "interrupted"}], {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "halt"]}, adapter="hook"),
-    vec("end-server-exited", ["9.24", "7.8"], "the tool server exits mid-run: incomplete", TO_GATE[:2] + [{"at": 1700, "end": "server-exited"}],
+    vec("end-server-exited", ["docs/spec/adapters.md#adapter-duties", "docs/spec/run.md#outcomes"], "the tool server exits mid-run: incomplete", TO_GATE[:2] + [{"at": 1700, "end": "server-exited"}],
         {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "halt"]}, adapter="mcp-proxy"),
-    vec("end-normal-short-of-terminal", ["6", "7.8"], "a normal end short of a terminal is incomplete", TO_GATE[:2] + [{"at": 1700, "final_output": True}, {"at": 1800, "end": "normal"}],
+    vec("end-normal-short-of-terminal", ["docs/spec/cli.md#exit-codes", "docs/spec/run.md#outcomes"], "a normal end short of a terminal is incomplete", TO_GATE[:2] + [{"at": 1700, "final_output": True}, {"at": 1800, "end": "normal"}],
         {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "allow", "halt"]}, adapter="claude-agent-sdk"),
-    vec("admission-profile-too-low", ["3", "7"], "an R2 runbook under an R1 claim is refused before any tool runs (the start answered halt, refused); nothing after is fed", [{"at": 10, "end": "normal"}],
+    vec("admission-profile-too-low", ["docs/spec/run.md#admission-and-refusals", "docs/spec/envelope.md#effective-minimum-profile"], "an R2 runbook under an R1 claim is refused before any tool runs (the start answered halt, refused); nothing after is fed", [{"at": 10, "end": "normal"}],
         {"outcome": "refused", "decisions": ["halt"], "reasons": {"0": "refused"}, "refusals": ["profile-too-low"]}, claim={**ROT_CLAIM, "profile": "R1"}),
-    vec("admission-coverage-blind", ["3", "7"], "a destructive runbook under an adapter blind to the shell is refused (coverage-incomplete)", [{"at": 10, "end": "normal"}],
+    vec("admission-coverage-blind", ["docs/spec/run.md#admission-and-refusals", "docs/spec/envelope.md#effective-minimum-profile"], "a destructive runbook under an adapter blind to the shell is refused (coverage-incomplete)", [{"at": 10, "end": "normal"}],
         {"outcome": "refused", "decisions": ["halt"], "reasons": {"0": "refused"}, "refusals": ["coverage-incomplete"]}, claim={**ROT_CLAIM, "coverage": {"blind": ["shell"]}}, adapter="pydantic-ai"),
-    # The approval ledger (DESIGN 9.19).
-    vec("ledger-approval-consumed", ["9.19"], "a call-bound approval admits its call once: the same call again needs a new approval",
+    # The approval ledger (docs/spec/run.md#approvals-bound-to-a-call).
+    vec("ledger-approval-consumed", ["docs/spec/run.md#approvals-bound-to-a-call"], "a call-bound approval admits its call once: the same call again needs a new approval",
         TO_GATE + [appr(41000, ROTATE_SHA), inv(41800, ROTATE, "c4"), inv(41900, ROTATE, "c5"), {"at": 42000, "end": "interrupted"}],
         {"outcome": "incomplete", "decisions": TO_GATE_DECISIONS + ["allow", "allow", "needs-approval", "halt"]}),
-    vec("ledger-replayed-approval", ["9.19"], "the same answer fed again after it was used up is refused (no pending request)",
+    vec("ledger-replayed-approval", ["docs/spec/run.md#approvals-bound-to-a-call"], "the same answer fed again after it was used up is refused (no pending request)",
         TO_GATE + [appr(41000, ROTATE_SHA), inv(41800, ROTATE, "c4"), appr(41850, ROTATE_SHA), inv(41900, ROTATE, "c5"), {"at": 42000, "end": "interrupted"}],
         {"outcome": "incomplete", "decisions": TO_GATE_DECISIONS + ["allow", "allow", "deny", "needs-approval", "halt"], "reasons": {"8": "no-pending"}}),
-    vec("ledger-approval-for-another-call", ["9.19"], "an approval naming another call's hash is refused; the asked call stays gated",
+    vec("ledger-approval-for-another-call", ["docs/spec/run.md#approvals-bound-to-a-call"], "an approval naming another call's hash is refused; the asked call stays gated",
         TO_GATE + [appr(41000, OTHER_SHA), inv(41800, ROTATE, "c4"), {"at": 42000, "end": "interrupted"}],
         {"outcome": "incomplete", "decisions": TO_GATE_DECISIONS + ["deny", "needs-approval", "halt"], "reasons": {"6": "no-pending"}}),
-    vec("ledger-approval-before-request", ["9.19"], "an answer for the current gated step before the module asked anything is refused",
+    vec("ledger-approval-before-request", ["docs/spec/run.md#approvals-bound-to-a-call"], "an answer for the current gated step before the module asked anything is refused",
         TO_GATE[:4] + [appr(2500, ROTATE_SHA), {"at": 2600, "end": "interrupted"}],
         {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "allow", "allow", "deny", "halt"], "reasons": {"5": "no-pending"}}),
-    vec("ledger-step-wide", ["9.19"], "a step-wide approval answers every request of the visit",
+    vec("ledger-step-wide", ["docs/spec/run.md#approvals-bound-to-a-call"], "a step-wide approval answers every request of the visit",
         TO_GATE + [appr(41000, None), inv(41800, ROTATE, "c4")] + ROTATED + [{"at": 103000, "final_output": True}, {"at": 103100, "end": "normal"}],
         {"outcome": "completed", "decisions": TO_GATE_DECISIONS + ["allow", "allow"] + ["allow"] * 7 + ["allow", "halt"]}),
-    vec("ledger-refused-answer", ["9.19"], "a human's refusal is an answer (allow) that uses the request up: the call needs a new request",
+    vec("ledger-refused-answer", ["docs/spec/run.md#approvals-bound-to-a-call"], "a human's refusal is an answer (allow) that uses the request up: the call needs a new request",
         TO_GATE + [appr(41000, ROTATE_SHA, granted=False), inv(41800, ROTATE, "c4"), {"at": 42000, "end": "interrupted"}],
         {"outcome": "incomplete", "decisions": TO_GATE_DECISIONS + ["allow", "needs-approval", "halt"]}),
-    # Exact numbers (DESIGN 9.28).
-    vec("numbers-three-around-a-double", ["9.28"], "1234567890123456800 is exact; ...768 and ...789 share its double and are denied, recorded as written",
+    # Exact numbers (docs/spec/runbook.md#exact-numbers).
+    vec("numbers-three-around-a-double", ["docs/spec/runbook.md#exact-numbers"], "1234567890123456800 is exact; ...768 and ...789 share its double and are denied, recorded as written",
         [num_invoke(100, "1234567890123456800"), num_invoke(200, "1234567890123456768"), num_invoke(300, "1234567890123456789"), {"at": 400, "end": "interrupted"}],
         {"outcome": "incomplete", "decisions": ["allow", "allow", "deny", "deny", "halt"], "reasons": {"2": "inexact-number", "3": "inexact-number"}}),
-    vec("numbers-exponent-and-fraction", ["9.28"], "1e2 and 0.1 are exact (their canonical text reads back as the same decimal)",
+    vec("numbers-exponent-and-fraction", ["docs/spec/runbook.md#exact-numbers"], "1e2 and 0.1 are exact (their canonical text reads back as the same decimal)",
         [num_invoke(100, "1e2"), num_invoke(200, "0.1"), {"at": 300, "end": "interrupted"}],
         {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "halt"]}),
-    vec("numbers-two-to-the-53", ["9.28"], "2^53 is exact, 2^53+1 is not", [num_invoke(100, "9007199254740992"), num_invoke(200, "9007199254740993"), {"at": 300, "end": "interrupted"}],
+    vec("numbers-two-to-the-53", ["docs/spec/runbook.md#exact-numbers"], "2^53 is exact, 2^53+1 is not", [num_invoke(100, "9007199254740992"), num_invoke(200, "9007199254740993"), {"at": 300, "end": "interrupted"}],
         {"outcome": "incomplete", "decisions": ["allow", "allow", "deny", "halt"], "reasons": {"2": "inexact-number"}}),
-    vec("numbers-in-a-result", ["9.28", "9.22"], "a result holding a number that is not exact is recorded as written (the step's asserts do not read it)",
+    vec("numbers-in-a-result", ["docs/spec/runbook.md#exact-numbers", "docs/spec/bundle.md#the-hash-chain"], "a result holding a number that is not exact is recorded as written (the step's asserts do not read it)",
         [inv(100, INSPECT, "c1"), line(200, '{"type":"result","at":200,"tool":"Bash","result":{"stdout":"payments-db-credentials","n":12345678901234567890123},"is_error":false,"call_id":"c1"}'),
          {"at": 300, "end": "interrupted"}],
         {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "halt"]}),
-    # Lines that are not events (DESIGN 9.22, 7.6, 7.8).
-    vec("malformed-bare-word", ["9.22"], "the line x halts the run (malformed-event); it is recorded as the JSON string holding it", [line(100, "x"), {"at": 200, "end": "normal"}],
+    # Lines that are not events (docs/spec/bundle.md#the-hash-chain, docs/spec/run.md#decision-lines and docs/spec/run.md#outcomes).
+    vec("malformed-bare-word", ["docs/spec/bundle.md#the-hash-chain"], "the line x halts the run (malformed-event); it is recorded as the JSON string holding it", [line(100, "x"), {"at": 200, "end": "normal"}],
         {"outcome": "failed", "decisions": ["allow", "halt"], "reasons": {"1": "malformed-event"}}),
-    vec("malformed-json-string", ["9.22"], "the JSON string \"x\" halts the run too, and links apart from the line x", [line(100, '"x"'), {"at": 200, "end": "normal"}],
+    vec("malformed-json-string", ["docs/spec/bundle.md#the-hash-chain"], "the JSON string \"x\" halts the run too, and links apart from the line x", [line(100, '"x"'), {"at": 200, "end": "normal"}],
         {"outcome": "failed", "decisions": ["allow", "halt"], "reasons": {"1": "malformed-event"}}),
-    vec("malformed-both", ["9.22"], "x then \"x\": one halts, the other is answered halted and recorded; two different links", [line(100, "x"), line(150, '"x"'), {"at": 200, "end": "normal"}],
+    vec("malformed-both", ["docs/spec/bundle.md#the-hash-chain"], "x then \"x\": one halts, the other is answered halted and recorded; two different links", [line(100, "x"), line(150, '"x"'), {"at": 200, "end": "normal"}],
         {"outcome": "failed", "decisions": ["allow", "halt", "halt"], "reasons": {"1": "malformed-event", "2": "halted"}}),
-    vec("malformed-object-not-an-event", ["9.22"], "a JSON object that is no event is recorded as the object and halts",
+    vec("malformed-object-not-an-event", ["docs/spec/bundle.md#the-hash-chain"], "a JSON object that is no event is recorded as the object and halts",
         [line(100, '{"type":"bogus","at":100}'), {"at": 200, "end": "normal"}], {"outcome": "failed", "decisions": ["allow", "halt"]}),
-    vec("malformed-duplicate-keys", ["9.22"], "an object with a duplicate key is not an event object: recorded as a string, it halts",
+    vec("malformed-duplicate-keys", ["docs/spec/bundle.md#the-hash-chain"], "an object with a duplicate key is not an event object: recorded as a string, it halts",
         [line(100, '{"type":"tick","at":100,"at":101}'), {"at": 200, "end": "normal"}], {"outcome": "failed", "decisions": ["allow", "halt"]}),
-    # Deviations and scope (DESIGN 4, 7).
-    vec("deny-undeclared-tool", ["4", "7"], "a tool no capability names is denied and the run goes on",
+    # Deviations and scope (docs/spec/run.md).
+    vec("deny-undeclared-tool", ["docs/spec/run.md#deviations", "docs/spec/run.md#which-capability-a-call-is"], "a tool no capability names is denied and the run goes on",
         [inv(100, None, "c1", tool="Write", file_path="/etc/passwd"), {"at": 200, "end": "interrupted"}], {"outcome": "incomplete", "decisions": ["allow", "deny", "halt"]}),
-    vec("deny-out-of-scope", ["4", "7"], "the gated rotation before its step is out of scope", [inv(100, ROTATE, "c1"), {"at": 200, "end": "interrupted"}],
+    vec("deny-out-of-scope", ["docs/spec/run.md#deviations", "docs/spec/run.md#which-capability-a-call-is"], "the gated rotation before its step is out of scope", [inv(100, ROTATE, "c1"), {"at": 200, "end": "interrupted"}],
         {"outcome": "incomplete", "decisions": ["allow", "deny", "halt"]}),
 ]
 
@@ -210,7 +210,7 @@ def all_vectors():
     out = list(HAND)
     for name, example, stream, outcome in EXAMPLES:
         claim, steps = example_session(ROOT / "examples" / example / stream)
-        out.append(vec(name, ["9.27"], f"examples/{example}/{stream} as a whole run", steps, {"outcome": outcome} if outcome else {}, document=example, claim=claim))
+        out.append(vec(name, ["docs/spec/conformance.md#how-expectations-are-written"], f"examples/{example}/{stream} as a whole run", steps, {"outcome": outcome} if outcome else {}, document=example, claim=claim))
     return out
 
 

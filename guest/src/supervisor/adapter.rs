@@ -1,5 +1,5 @@
 //! Rules every adapter applies around the decisions, kept in the module so that each host (the MCP proxy,
-//! a hook, a library in a client's loop, a browser) applies them alike (DESIGN 5, 9.24, 11): which tools a
+//! a hook, a library in a client's loop, a browser) applies them alike (docs/spec/adapters.md#adapter-duties and docs/spec/README.md#architecture): which tools a
 //! client may see, how a run ends when its client leaves, and the exit code a run ends with.
 
 use super::{Phase, Position, Session};
@@ -7,7 +7,7 @@ use crate::doc::Profile;
 use crate::event::EndReason;
 use crate::supervisor::Outcome;
 
-/// How a run ends when its client leaves (DESIGN 9.24).
+/// How a run ends when its client leaves (docs/spec/adapters.md#adapter-duties).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Leaving {
     /// Feed `final_output` first: a clean shutdown is the model's final answer to a proxy, which never
@@ -20,7 +20,7 @@ impl Session {
     /// Which of `offered` (the tools the servers behind the adapter offer, in their order) a client may
     /// see now: none before admission or once the run is over; at R0, or when the host lists the whole
     /// allowlist (`whole_allowlist`), every tool a capability of the runbook names; else the tools of the
-    /// current step's scope (DESIGN 5: "the current step's scope where it can").
+    /// current step's scope (docs/spec/adapters.md#adapter-duties: "the current step's scope where it can").
     pub fn visible_tools(&self, offered: &[String], whole_allowlist: bool) -> Vec<String> {
         if self.phase != Phase::Running {
             return Vec::new();
@@ -38,7 +38,7 @@ impl Session {
         offered.iter().filter(|t| wanted.contains(&t.as_str())).cloned().collect()
     }
 
-    /// How the run ends when the client leaves (DESIGN 9.24): with calls still unanswered it vanished
+    /// How the run ends when the client leaves (docs/spec/adapters.md#adapter-duties): with calls still unanswered it vanished
     /// (`client-closed`); after its last call waited in vain for a human, `approval-timeout`, the wait
     /// being over; otherwise a clean shutdown, `normal`, with `final_output` first.
     pub fn leaving(&self, calls_in_flight: u32, last_call_timed_out: bool) -> Leaving {
@@ -51,7 +51,7 @@ impl Session {
         }
     }
 
-    /// The exit code of a process that ran this run (DESIGN 6, 9.24): 0 only when the run completed; 3 for
+    /// The exit code of a process that ran this run (docs/spec/cli.md#exit-codes and docs/spec/adapters.md#adapter-duties): 0 only when the run completed; 3 for
     /// a shadow run (never enforcement evidence, even completed); else 1.
     pub fn exit_code(&self, shadow: bool) -> u8 {
         match (shadow, self.outcome()) {

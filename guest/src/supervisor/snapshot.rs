@@ -23,7 +23,7 @@
 //!                    budget_used (retries taken from the step's `retry` budget)}]
 //! gate_open          whether a step-wide approval opened the current visit's gate
 //! call_approvals     hashes of the call-bound approvals of this visit not yet used, in the order granted
-//! approval_requests  the approval ledger (DESIGN 9.19): the requests of this visit no answer consumed yet,
+//! approval_requests  the approval ledger (docs/spec/run.md#approvals-bound-to-a-call): the requests of this visit no answer consumed yet,
 //!                    oldest first: {seq (of the `needs-approval` decision), call_sha256}
 //! awaiting_verdict   whether the current step awaits a human's verdict
 //! pending            the allowed calls without a result yet, oldest first: {call_id, tool, arguments,

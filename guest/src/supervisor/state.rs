@@ -45,7 +45,7 @@ pub struct Recorded {
     pub decision: Decision,
     pub decision_line: String,
     pub link: String,
-    /// The whole `events.ndjson` record of this event (DESIGN 5), newline included: what a host appends.
+    /// The whole `events.ndjson` record of this event (docs/spec/bundle.md#event-records), newline included: what a host appends.
     pub record_line: String,
     pub explanation: String,
     /// The state after the event.

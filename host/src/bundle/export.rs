@@ -1,4 +1,4 @@
-//! The redacted derivative (DESIGN 7.15, after seed 002's "Redacted Derivative Workspace").
+//! The redacted derivative (docs/spec/bundle.md#share-safety-and-redaction, after seed 002's "Redacted Derivative Workspace").
 
 #[allow(unused_imports)]
 use super::*;

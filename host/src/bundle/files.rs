@@ -28,7 +28,7 @@ pub const MAX_EVIDENCE_BYTES: u64 = 256 << 20;
 pub const MAX_SMALL_FILE_BYTES: u64 = 16 << 20;
 
 /// Reads `name` from `dir`, refusing it before reading when it is larger than `max` bytes (by the size the
-/// file system reports: a sparse file of any apparent size costs nothing to refuse, DESIGN 9.25), and
+/// file system reports: a sparse file of any apparent size costs nothing to refuse, docs/spec/runbook.md#limits), and
 /// reading at most `max + 1` bytes should it grow meanwhile. The error is `InvalidData` and names the file.
 pub fn read_bounded(dir: &Dir, name: &str, max: u64) -> io::Result<Vec<u8>> {
     let f = dir.open(name)?;

@@ -1,4 +1,4 @@
-//! Run bundles (DESIGN 5, after seed 002's "Run Bundle Contract"): the durable evidence of one run.
+//! Run bundles (docs/spec/bundle.md, after seed 002's "Run Bundle Contract"): the durable evidence of one run.
 //!
 //! ```text
 //! <runs_root>/                       (by default .runbook/runs)
@@ -33,7 +33,7 @@
 //! JSON object under `event` is the line's own bytes, and a string is the line itself. Replaying feeds
 //! these exact texts to a fresh session (the module's `session.replay-events`).
 //!
-//! # The hash chain (DESIGN 9.22)
+//! # The hash chain (docs/spec/bundle.md#the-hash-chain)
 //!
 //! `h0` is the hex sha256 of `envelope.json` (or, when the document has no envelope, the document's hex
 //! sha256). For line N (1-based), `hN = sha256(ascii_hex(hN-1) || E || D)` where `E` is the JCS (RFC 8785,
@@ -50,7 +50,7 @@
 //!  "module_sha256":"..","report":{..the report object..},"report_sha256":"..","schema":"runbook-receipt/v1"}
 //! ```
 //!
-//! `artifacts` (an addition to DESIGN 4's list) pins every other file of the bundle (`run.json`, the
+//! `artifacts` (see docs/spec/bundle.md#the-receipt) pins every other file of the bundle (`run.json`, the
 //! document, `envelope.json`, `events.ndjson`, `report.json`), so a change to any byte of any of them is
 //! detected by `verify`.
 //!
@@ -83,7 +83,7 @@ pub const HISTORY_SCHEMA: &str = "runbook-run-history-entry/v1";
 pub const SIGNATURES: &str = "signatures.ndjson";
 /// A shadow run's calls that ran although the module did not allow them (see [`Bundle::set_shadow`]).
 pub const SHADOW: &str = "shadow.ndjson";
-/// MCP traffic besides tool calls that the proxy passed on (DESIGN 9.29): digests, chained.
+/// MCP traffic besides tool calls that the proxy passed on (docs/spec/adapters.md#mcp-beyond-tools): digests, chained.
 pub const TRAFFIC: &str = "traffic.ndjson";
 /// The host's name and version, as written into receipts.
 pub const HOST_NAME: &str = "runbook-host";

@@ -1,5 +1,5 @@
 //! `runbook-host registry add FILE [--registry DIR]` and `registry list [--registry DIR] [--format json]`:
-//! a directory registry (DESIGN 7.13). See `runbook_host::registry`.
+//! a directory registry (docs/spec/registry.md#index-layout). See `runbook_host::registry`.
 
 use crate::Format;
 use anyhow::{Context, Result};
@@ -74,7 +74,7 @@ pub fn settings(registry: &str, ca: &[PathBuf], require_signature: &[PathBuf]) -
     Ok(s)
 }
 
-/// What the guard protects beside the runs and the registry (DESIGN 9.20): the keys and CAs the host
+/// What the guard protects beside the runs and the registry (docs/spec/run.md#guarded-calls): the keys and CAs the host
 /// trusts or signs with, and the registry cache (a forged cached index would stand in for a registry that
 /// is down).
 pub fn guard_paths(ca: &[PathBuf], require_signature: &[PathBuf], signing_key: Option<&std::path::Path>, settings: &registry::Settings) -> Vec<PathBuf> {

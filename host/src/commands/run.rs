@@ -1,5 +1,5 @@
-//! `runbook-host run REF [options] (--mcp-config FILE | -- SERVER CMD or URL... [-- ...])`: the MCP proxy (DESIGN 5,
-//! 9.23, 9.24). To the client it is one MCP server over stdio (or over Streamable HTTP with `--listen`); it
+//! `runbook-host run REF [options] (--mcp-config FILE | -- SERVER CMD or URL... [-- ...])`: the MCP proxy
+//! (docs/spec/adapters.md#the-mcp-proxy). To the client it is one MCP server over stdio (or over Streamable HTTP with `--listen`); it
 //! starts the servers as its children (or reaches them by URL) and
 //! feeds every tool call to the policy module, which alone decides. The proxy lives in the library (`runbook_host::adapters::mcp`).
 

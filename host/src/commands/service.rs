@@ -1,4 +1,4 @@
-//! `runbook-host service`: separated mode (DESIGN 10, issue 28 item 1). `install` (as root) makes the
+//! `runbook-host service`: separated mode (docs/spec/README.md#threat-model, issue 28 item 1). `install` (as root) makes the
 //! service's system user and directory, copies this binary where no client can write it, makes the host's
 //! signing key and installs a systemd unit (or prints the one command that starts the service where systemd
 //! does not run); `run` is the service itself, as its user; `status` asks it; `uninstall` undoes `install`

@@ -152,7 +152,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(if o.failure.is_none() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }
 
-/// `runbook-host export RUN [--redact] [--out DIR]` (DESIGN 7.15): see [`export`].
+/// `runbook-host export RUN [--redact] [--out DIR]` (docs/spec/bundle.md#share-safety-and-redaction): see [`export`].
 #[derive(clap::Args)]
 pub struct ExportArgs {
     /// The run: its bundle directory, its id, `latest`, or .runbook/runs/latest

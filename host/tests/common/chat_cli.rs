@@ -193,7 +193,7 @@ pub fn say_hello_decisions() -> Value {
 /// starting `agent:`), `touch pwned` denied and `echo hello` allowed as `Bash`, completed, verified, and
 /// the decision lines byte for byte those of every other client. Returns the events and the report.
 /// `shell`: the client's own name of its shell tool, which the record keeps beside `Bash` (`x-client`,
-/// DESIGN 9.23); None for a client whose hook already names it `Bash`.
+/// docs/spec/adapters.md#canonical-tool-names); None for a client whose hook already names it `Bash`.
 pub fn assert_say_hello_run(project: &Path, bin: &str, agent: &str, shell: Option<&str>) -> (Vec<Value>, Value) {
     let (events, report) = latest_verified(project, bin);
     assert!(events[0]["event"]["agent"].as_str().unwrap().starts_with(&format!("{agent}:")), "{}", events[0]);

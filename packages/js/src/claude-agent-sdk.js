@@ -15,7 +15,7 @@
 // - PreToolUse feeds `invoke {tool: tool_name, arguments: tool_input, callId: tool_use_id}`, the tool
 //   named as the SDK names it (`Bash`, `Read`, `mcp__server__tool`). `allow` answers `{}`: no opinion, so
 //   the client's own permission rules (`allowedTools`, `permissionMode`, `canUseTool`) stay the outer
-//   boundary (DESIGN 9.24). `deny` and `halt` answer `permissionDecision: 'deny'` with the module's
+//   boundary (docs/spec/adapters.md#adapter-duties). `deny` and `halt` answer `permissionDecision: 'deny'` with the module's
 //   explanation as the reason the model reads. `needs-approval` holds the call: the `approve` callback
 //   (the embedding program's, never the agent's) gets an ApprovalRequest; its ApprovalAnswer is fed as an
 //   `approval` bound to that call's hash (`callSha256` of the tool and its input), and a granted, accepted

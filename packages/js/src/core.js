@@ -692,7 +692,7 @@ export class Policy {
     return r.ok;
   }
 
-  /** The hash-chain link of DESIGN 9.22 for one recorded line (what `verify` recomputes). */
+  /** The hash-chain link of docs/spec/bundle.md#the-hash-chain for one recorded line (what `verify` recomputes). */
   chainLink(prev, eventLine, decisionLine, digested = false) {
     link(prev, 'prev');
     text(eventLine, 'eventLine');
@@ -719,7 +719,7 @@ export class Policy {
     return this.#call('prose', (api) => api.prose(bytes)) ?? null;
   }
 
-  // ---- run bundles (DESIGN 5, 11): the module composes every byte, a host carries the effects out ----
+  // ---- run bundles (docs/spec/bundle.md and docs/spec/README.md#architecture): the module composes every byte, a host carries the effects out ----
 
   /**
    * A new run's bundle: the effects (`{op, path, bytes}`, `op` one of `create-dir`, `write`, `append`,
@@ -790,7 +790,7 @@ export class Policy {
   }
 
   /**
-   * A line of traffic.ndjson and its link (DESIGN 9.29): MCP traffic besides tool calls that a proxy
+   * A line of traffic.ndjson and its link (docs/spec/adapters.md#mcp-beyond-tools): MCP traffic besides tool calls that a proxy
    * passed on. `prev` is the previous line's link (run.json's `chain_h0` for the first), `entryJson` the
    * JSON text of `{n, at, direction, server, method, params, answer | error_code}`. Returns `[line, link]`;
    * the line holds digests, never the content. InvalidInput names a malformed entry.
@@ -804,7 +804,7 @@ export class Policy {
   }
 
   /**
-   * The guard's matching rule (DESIGN 9.20): whether the tool name or any string of the arguments (JSON
+   * The guard's matching rule (docs/spec/run.md#guarded-calls): whether the tool name or any string of the arguments (JSON
    * text; keys included) contains one of `needles`. Arguments that are not JSON are matched as text.
    */
   guardNames(tool, argumentsJson, needles) {
@@ -827,7 +827,7 @@ export class Policy {
   }
 
   /**
-   * `verify` of a run bundle (DESIGN 5, 11): every consistency check of its bytes, run by the module
+   * `verify` of a run bundle (docs/spec/bundle.md#what-verify-checks and docs/spec/README.md#architecture): every consistency check of its bytes, run by the module
    * (WIT `verify-bundle`), in order, stopping at the first failure. `entries`: every top-level entry of
    * the bundle directory as `[name, item]`, `item` a regular file's bytes (Uint8Array), a directory's
    * entry count (a number) or null for anything else (a symbolic link, a device: never read); they are
@@ -972,7 +972,7 @@ export class Session {
   }
 
   /**
-   * The guard's needles (DESIGN 9.20): what names the run's evidence, its approval channel, the registry
+   * The guard's needles (docs/spec/run.md#guarded-calls): what names the run's evidence, its approval channel, the registry
    * or the host, in every form the host knows them. A typed `invoke` whose tool name or any string of
    * whose arguments (keys included) contains one is fed as `guard: true`, and so recorded. Host
    * configuration, not run state: set it again after `restore`.
@@ -988,7 +988,7 @@ export class Session {
     return this.#call('visible-tools', (s) => s.visibleTools(strList(offered, 'offered'), Boolean(wholeAllowlist)));
   }
 
-  /** How the run ends when its client leaves (DESIGN 9.24): `{ reason, finalOutput }`. */
+  /** How the run ends when its client leaves (docs/spec/adapters.md#adapter-duties): `{ reason, finalOutput }`. */
   leaving(callsInFlight, lastCallTimedOut) {
     const l = this.#call('leaving', (s) => s.leaving(callsInFlight >>> 0, Boolean(lastCallTimedOut)));
     return { reason: l.reason, finalOutput: l.finalOutput };

@@ -25,7 +25,7 @@
 //   SDK hands to the model as the call's output (through the tool's `errorFunction` for a tool with an
 //   `outputSchema`), as it does for any rejected call: the tool never runs;
 // - `needs-approval`: the guardrail holds the call until `approve` (the embedding program's callback, never
-//   the agent's) answers an ApprovalAnswer, fed as an `approval` bound to the call's hash (DESIGN 9.19);
+//   the agent's) answers an ApprovalAnswer, fed as an `approval` bound to the call's hash (docs/spec/run.md#approvals-bound-to-a-call);
 //   then the call is decided again. No callback, a refusal, an approval the module does not accept, a
 //   callback that throws or answers something else, or no answer within `approvalTimeout` seconds: blocked;
 // - arguments that are not a JSON object (or a call the run cannot encode) are fed as a malformed event

@@ -41,7 +41,7 @@ export interface RunOptions {
   reference?: string;
   /** `library` (default), `claude-agent-sdk`, `pydantic-ai`, ... (run.json's adapter). */
   adapter?: string;
-  /** More paths the agent must not touch (the guard of DESIGN 9.20). */
+  /** More paths the agent must not touch (the guard of docs/spec/run.md#guarded-calls). */
   guardPaths?: string[];
   /** The run's clock, Unix milliseconds (default `Date.now`): the bundle's times and every event's `at`. */
   clock?: () => number;
@@ -134,7 +134,7 @@ export interface Gated {
   readonly message: string;
 }
 
-/** What names the run's evidence or the supervisor (DESIGN 9.20): the needles the module matches calls against. */
+/** What names the run's evidence or the supervisor (docs/spec/run.md#guarded-calls): the needles the module matches calls against. */
 export class Guard {
   addPath(path: string): this;
   addName(name: string): this;
@@ -200,7 +200,7 @@ export class Run {
    * when it begins with `{`), so the module halts the run with `malformed-event`; recorded like any event.
    */
   feedMalformed(text: string): Answer;
-  /** The wire path: one event line (DESIGN 4), fed and recorded exactly as given (no guard: use `invoke` for calls). */
+  /** The wire path: one event line (docs/spec/run.md#events), fed and recorded exactly as given (no guard: use `invoke` for calls). */
   feedLine(line: string): Answer;
   /** Which of `offered` a client may see now (the module's rule). */
   visibleTools(offered: string[], wholeAllowlist?: boolean): string[];

@@ -1,4 +1,4 @@
-// The run driver in Node (DESIGN 11): one supervised run of one document, with the same run bundle as the
+// The run driver in Node (docs/spec/README.md#architecture): one supervised run of one document, with the same run bundle as the
 // Rust host (host/src/run.rs, host/src/bundle/), so `runbook-host verify` checks a bundle made here.
 //
 // An IO shell over the module: every byte of the bundle is composed by the module (`bundleCreate`,
@@ -9,7 +9,7 @@
 // writes, byte for byte.
 //
 // Each event is one method; each method makes one call into the module (`feed`: the decision, the chain
-// link of DESIGN 9.22, the events.ndjson record, a sentence and the state come back together), appends the
+// link of docs/spec/bundle.md#the-hash-chain, the events.ndjson record, a sentence and the state come back together), appends the
 // record to events.ndjson and fsyncs it, and only then returns the Answer.
 //
 // Fail closed: when the bundle cannot be written or the module traps, the run is broken: that call and
@@ -195,7 +195,7 @@ function gitStatus() {
 // ---- the guard ------------------------------------------------------------------------------------------
 
 /**
- * What names the run's evidence or the supervisor itself (DESIGN 9.20): the needles, each path in the forms
+ * What names the run's evidence or the supervisor itself (docs/spec/run.md#guarded-calls): the needles, each path in the forms
  * an agent may write it (as given, absolute, relative to the working directory). The module applies its
  * matching rule to them (`session.setGuard`): an invocation whose tool name or arguments (keys and values)
  * contain a needle is recorded with `guard: true`, and denied. Needles: `runbook-host`, this package's
@@ -839,7 +839,7 @@ export class Run {
   }
 
   /**
-   * A tool call, before it runs. The guard (DESIGN 9.20) is applied by the module, to the needles of
+   * A tool call, before it runs. The guard (docs/spec/run.md#guarded-calls) is applied by the module, to the needles of
    * `run.guard`. Run the tool only when `answer.allowed`; a `needs-approval` answer carries the
    * `callSha256` an approval bound to it names.
    */
@@ -861,7 +861,7 @@ export class Run {
     );
   }
 
-  /** The tool's result (what the adapter observes, DESIGN 9.23). */
+  /** The tool's result (what the adapter observes, docs/spec/adapters.md#observations-per-adapter). */
   result(tool, result, opts) {
     const { isError, callId } = options(opts, ['isError', 'callId'], 'result');
     return this.#feed({ type: 'result', tool, result, isError: isError ?? false, callId });
@@ -887,7 +887,7 @@ export class Run {
   }
 
   /**
-   * The wire path: one event line (DESIGN 4), fed and recorded exactly as given, whatever it holds (a
+   * The wire path: one event line (docs/spec/run.md#events), fed and recorded exactly as given, whatever it holds (a
    * line that is not an event halts the run with `malformed-event`). For a host that replays lines or
    * speaks the wire format; the guard's needles apply to typed calls only (`invoke`). Text that has no
    * UTF-8 form (a lone surrogate) is refused with InvalidInput, and nothing is recorded.
@@ -900,7 +900,7 @@ export class Run {
   /**
    * A human's approval (never the agent's: the module refuses those), of a step or of one call. `request`:
    * the `seq` of the module's `needs-approval` decision the answer answers (for a call-bound answer without
-   * one, the module names its pending request for the call, DESIGN 9.19).
+   * one, the module names its pending request for the call, docs/spec/run.md#approvals-bound-to-a-call).
    */
   approval(approver, granted, opts) {
     const { step, callSha256, request } = options(opts, ['step', 'callSha256', 'request'], 'approval');
@@ -990,7 +990,7 @@ export class Run {
   }
 
   /**
-   * How the run ends when its client leaves (the module's rule, DESIGN 9.24): `{reason, finalOutput}`.
+   * How the run ends when its client leaves (the module's rule, docs/spec/adapters.md#adapter-duties): `{reason, finalOutput}`.
    * Feed `finalOutput()` first when it says so and the run is not over, then `end(reason)`.
    */
   leaving(callsInFlight = 0, lastCallTimedOut = false) {
@@ -1004,7 +1004,7 @@ export class Run {
     return this.#session.exitCode(false);
   }
 
-  /** The hash an approval bound to this call names (DESIGN 9.19). */
+  /** The hash an approval bound to this call names (docs/spec/run.md#approvals-bound-to-a-call). */
   callSha256(tool, args) {
     return this.#policy.callSha256(tool, args);
   }

@@ -185,7 +185,7 @@ export interface Recorded {
   decision: Decision;
   /** The decision's canonical line. */
   decisionLine: string;
-  /** The hash-chain link of DESIGN 9.22: `sha256(prev || E || D)`, 64 lowercase hex digits. */
+  /** The hash-chain link of docs/spec/bundle.md#the-hash-chain: `sha256(prev || E || D)`, 64 lowercase hex digits. */
   link: string;
   /** The whole `events.ndjson` record of this event, newline included: what a host appends. */
   recordLine: string;
@@ -205,7 +205,7 @@ export interface Effect {
   bytes: Uint8Array;
 }
 
-/** How a run ends when its client leaves (the module's rule, DESIGN 9.24). */
+/** How a run ends when its client leaves (the module's rule, docs/spec/adapters.md#adapter-duties). */
 export interface Leaving {
   /** Feed `final_output` before `end`. */
   finalOutput: boolean;
@@ -352,7 +352,7 @@ export class Policy {
   canonicalize(json: string): string;
   /** The canonical event line of a typed event; throws InvalidInput when it is malformed. */
   encodeEvent(event: Event, at: number | bigint): string;
-  /** The chain link of DESIGN 9.22 for one recorded line. */
+  /** The chain link of docs/spec/bundle.md#the-hash-chain for one recorded line. */
   chainLink(prev: string, eventLine: string, decisionLine: string, digested?: boolean): string;
   /** One sentence for a wire code of a kind (`decision`, `reason`, `refusal`, `lint`, ...), or null. */
   explain(kind: string, code: string): string | null;
@@ -373,9 +373,9 @@ export class Policy {
   signatureLine(seq: number | bigint, request: number | bigint, channelId: string, message: string, signature: string, principal: string, fingerprint: string): string;
   /** A line of `shadow.ndjson`. */
   shadowLine(seq: number | bigint, tool: string, callSha256: string, decision: string): string;
-  /** A line of `traffic.ndjson` and its link (DESIGN 9.29), from the previous link and an entry's JSON text. */
+  /** A line of `traffic.ndjson` and its link (docs/spec/adapters.md#mcp-beyond-tools), from the previous link and an entry's JSON text. */
   trafficLine(prev: string, entryJson: string): [string, string];
-  /** The guard's matching rule (DESIGN 9.20) over a tool name and its arguments' JSON text. */
+  /** The guard's matching rule (docs/spec/run.md#guarded-calls) over a tool name and its arguments' JSON text. */
   guardNames(tool: string, argumentsJson: string, needles: string[]): boolean;
   /** The git state as counts only (JSON text), from `git status --porcelain=v1 -z`'s exit code (null: none) and output. */
   gitState(exitCode: number | null, porcelain: Uint8Array): string;
@@ -409,11 +409,11 @@ export class Session {
    */
   replayEvents(events: Uint8Array | ArrayBuffer | string, prev: string): Replayed;
   state(): RunState;
-  /** The guard's needles (DESIGN 9.20): a typed `invoke` naming one is fed as `guard: true`. Set again after `restore`. */
+  /** The guard's needles (docs/spec/run.md#guarded-calls): a typed `invoke` naming one is fed as `guard: true`. Set again after `restore`. */
   setGuard(needles: string[]): void;
   /** Which of `offered` a client may see now (the module's rule). */
   visibleTools(offered: string[], wholeAllowlist?: boolean): string[];
-  /** How the run ends when its client leaves (DESIGN 9.24). */
+  /** How the run ends when its client leaves (docs/spec/adapters.md#adapter-duties). */
   leaving(callsInFlight: number, lastCallTimedOut: boolean): Leaving;
   /** The exit code of a process that ran this run: 0 only when it completed, 3 for a shadow run, else 1. */
   exitCode(shadow?: boolean): number;

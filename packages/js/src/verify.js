@@ -1,4 +1,4 @@
-// `verify` in Node (DESIGN 5, 11): an IO shell over the module's `verify-bundle`, as host/src/verify.rs
+// `verify` in Node (docs/spec/bundle.md#what-verify-checks and docs/spec/README.md#architecture): an IO shell over the module's `verify-bundle`, as host/src/verify.rs
 // (`entries`, `verify_dir_with`) is in the Rust host. It lists the bundle directory's top-level entries
 // without following a symbolic link (regular files with their bytes, at most MAX_BUNDLE_BYTES in all;
 // directories with how many entries they hold; anything else unread) and the module runs every check.

@@ -76,7 +76,7 @@ test('callSha256: the hash the CLI accepted for a call-bound approval, and sha25
   assert.equal(policy.callSha256(call.tool, call.arguments), approval.call_sha256);
   const report = JSON.parse(lines(cli(['replay', 'examples/rotate-credentials/runbook.yaml', 'examples/rotate-credentials/events.ndjson']).stdout).at(-1));
   assert.ok(report.approvals.some((a) => a.call_sha256 === approval.call_sha256 && a.accepted));
-  // The definition (DESIGN 9.19): sha256 of canonical {"arguments":..,"tool":..}, keys sorted at every level.
+  // The definition (docs/spec/run.md#approvals-bound-to-a-call): sha256 of canonical {"arguments":..,"tool":..}, keys sorted at every level.
   assert.equal(policy.callSha256('db.write', { z: 1, a: [true, null, 'é'] }), sha256('{"arguments":{"a":[true,null,"é"],"z":1},"tool":"db.write"}'));
   assert.equal(policy.callSha256('t', 1.5e3), sha256('{"arguments":1500,"tool":"t"}'));
   // What JSON cannot hold is refused, never hashed as something else.

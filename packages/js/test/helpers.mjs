@@ -60,7 +60,7 @@ export function tempDir(t, prefix = 'runbook-policy-js-') {
   return d;
 }
 
-/** The typed event (this package's API) for a wire event line (DESIGN 4), and its `at`. */
+/** The typed event (this package's API) for a wire event line (docs/spec/run.md#events), and its `at`. */
 export function typed(line) {
   const e = JSON.parse(line);
   const opt = (o, k, v) => (v === undefined ? o : { ...o, [k]: v });

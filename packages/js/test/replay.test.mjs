@@ -25,7 +25,7 @@ function streams() {
   return out;
 }
 
-/** h0 of a document: the envelope's sha256, or the document's when it has none (DESIGN 9.22). */
+/** h0 of a document: the envelope's sha256, or the document's when it has none (docs/spec/bundle.md#the-hash-chain). */
 async function h0Of(doc) {
   const { createHash } = await import('node:crypto');
   let text;

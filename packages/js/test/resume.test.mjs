@@ -35,7 +35,7 @@ function create(runsRoot, c) {
   });
 }
 
-/** Feeds wire events (DESIGN 4) through the Run's methods, each at its own `at`. */
+/** Feeds wire events (docs/spec/run.md#events) through the Run's methods, each at its own `at`. */
 function feed(run, c, events) {
   for (const e of events) {
     c.at(e.at);

@@ -145,7 +145,7 @@ test('the adapters\' rules come from the module: visible tools, leaving, the exi
   assert.equal(s.exitCode(), 1);
   assert.equal(s.exitCode(true), 3);
   assert.deepEqual(s.state().approvalRequests, []);
-  // DESIGN 9.19: an approval that answers no request is refused.
+  // docs/spec/run.md#approvals-bound-to-a-call: an approval that answers no request is refused.
   const d = s.handle({ type: 'approval', step: 'inspect', approver: 'alice', granted: true, request: 1 }, 8);
   assert.equal(d.kind, 'deny');
   assert.equal(d.reason, 'no-pending');
@@ -153,7 +153,7 @@ test('the adapters\' rules come from the module: visible tools, leaving, the exi
   assert.deepEqual(s.visibleTools(offered, true), []);
 });
 
-test('DESIGN 9.28: a call whose arguments hold a number with no exact canonical form is denied', () => {
+test('docs/spec/runbook.md#exact-numbers: a call whose arguments hold a number with no exact canonical form is denied', () => {
   const s = started();
   // 2^53 + 1 as JSON text: a JS number cannot hold it, so it is given as the arguments' text through the wire path.
   const line = '{"type":"invoke","at":5,"tool":"Bash","arguments":{"command":"kubectl -n payments get secret payments-db-credentials","n":9007199254740993}}';

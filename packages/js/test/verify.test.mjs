@@ -121,7 +121,7 @@ test('signed approvals fail closed: this package does not check SSH signatures',
   const request = asked.decision.seq;
   const answer = run.approval('alice', true, { step: 'rotate', callSha256: asked.callSha256, request });
   assert.equal(answer.kind, 'allow');
-  // The answer's signed payload (DESIGN 9.19), with signature bytes nobody made.
+  // The answer's signed payload (docs/spec/run.md#approvals-bound-to-a-call), with signature bytes nobody made.
   const message = `runbook-approval/v2\nrun ${run.runId}\nrequest ${request}\nstep rotate\ncall_sha256 ${asked.callSha256}\nanswer approve\n`;
   const line = policy.signatureLine(answer.decision.seq, request, 'test', message, 'not a signature', 'alice', 'SHA256:none');
   writeFileSync(join(run.dir, 'signatures.ndjson'), line.endsWith('\n') ? line : `${line}\n`);

@@ -63,7 +63,7 @@ def test_call_sha256_is_the_hash_the_cli_accepts_for_a_bound_approval(policy: rp
     sha = policy.call_sha256("Bash", args)
     # The example stream's call-bound approval names this very hash (examples/README.md).
     assert f'"call_sha256":"{sha}"' in (EXAMPLES / "rotate-credentials" / "events.ndjson").read_text()
-    # DESIGN 9.19: the hex SHA-256 of canonical {"arguments":..,"tool":..}.
+    # docs/spec/run.md#approvals-bound-to-a-call: the hex SHA-256 of canonical {"arguments":..,"tool":..}.
     canon = policy.canonicalize(json.dumps({"tool": "Bash", "arguments": args}))
     assert canon == '{"arguments":{"command":"vault write -f database/rotate-role/payments-app"},"tool":"Bash"}'
     assert hashlib.sha256(canon.encode()).hexdigest() == sha

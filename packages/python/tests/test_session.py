@@ -323,7 +323,7 @@ def test_bad_typed_events_are_the_callers_errors(policy: rp.Policy) -> None:
 
 def test_the_adapters_rules_come_from_the_module(policy: rp.Policy) -> None:
     """Which tools a client sees, how a run ends when the client leaves, the exit code and the approval
-    ledger are the module's (DESIGN 9.19, 9.24, 11), so this package applies them as the CLI does."""
+    ledger are the module's (docs/spec/run.md#approvals-bound-to-a-call, docs/spec/adapters.md#adapter-duties and docs/spec/README.md#architecture), so this package applies them as the CLI does."""
     doc = (EXAMPLES / "rotate-credentials" / "runbook.yaml").read_bytes()
     s = policy.session(doc)
     s.handle(Start("r-1", rp.Profile.R2, ["*"], rp.Risk.IRREVERSIBLE, rp.COMPLETE, "agent-1"), 0)
@@ -337,7 +337,7 @@ def test_the_adapters_rules_come_from_the_module(policy: rp.Policy) -> None:
     assert s.state().approval_requests == []
     d = s.handle(Approval("alice", True, step="inspect", request=1), 5)
     assert (d.kind, d.reason) == (rp.DecisionKind.DENY, rp.Reason.NO_PENDING)
-    # DESIGN 9.28: 2^53 + 1 has no exact canonical form: the call is denied before it runs.
+    # docs/spec/runbook.md#exact-numbers: 2^53 + 1 has no exact canonical form: the call is denied before it runs.
     line = '{"type":"invoke","at":6,"tool":"Bash","arguments":{"command":"kubectl -n payments get secret payments-db-credentials","n":9007199254740993}}'
     assert json.loads(s.handle_line(line))["reason"] == "inexact-number"
 
@@ -389,7 +389,7 @@ def test_the_module_composes_every_byte_of_a_bundle(policy: rp.Policy) -> None:
     }
     assert json.loads(policy.shadow_line(4, "Bash", "f" * 64, "deny"))["forwarded"] is True
 
-    # A traffic.ndjson line (DESIGN 9.29): digests only, linked as sha256(prev || JCS(the line without link)).
+    # A traffic.ndjson line (docs/spec/adapters.md#mcp-beyond-tools): digests only, linked as sha256(prev || JCS(the line without link)).
     entry = {"n": 1, "at": 5, "direction": "to-client", "server": "s", "method": "sampling/createMessage", "params": {"q": "secret"}, "error_code": -32601}
     line, link = policy.traffic_line("h0", entry)
     parsed = json.loads(line)

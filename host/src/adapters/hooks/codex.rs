@@ -39,7 +39,7 @@ fn timeout(event: &str) -> u64 {
 }
 
 /// The canonical name of a tool as Codex's hooks name it: its shell (`Bash`) and MCP tools already are;
-/// any other is `codex:<tool>` (DESIGN 9.23).
+/// any other is `codex:<tool>` (docs/spec/adapters.md#canonical-tool-names).
 fn canonical_tool(name: &str) -> String {
     match name {
         "Bash" | "Read" | "Write" | "Edit" | "Glob" | "Grep" | "WebFetch" | "WebSearch" => name.into(),

@@ -45,7 +45,7 @@ fn canonical(tool: &str, args: &Value) -> (String, Value) {
 
 /// The same, `servers` Copilot's MCP servers: an MCP tool, `SERVER-TOOL` to Copilot, is
 /// `mcp__SERVER__TOOL` for the longest server that fits (a `-` in either cannot shift the split); any other
-/// tool of Copilot's own is `copilot:<tool>` (DESIGN 9.23).
+/// tool of Copilot's own is `copilot:<tool>` (docs/spec/adapters.md#canonical-tool-names).
 fn canonical_with(tool: &str, args: &Value, servers: &[String]) -> (String, Value) {
     let rename = |pairs: &[(&str, &str)]| super::rename_keys(args, pairs);
     match tool {

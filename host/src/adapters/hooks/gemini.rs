@@ -19,7 +19,7 @@
 //! | any other (`save_memory`) | `gemini:save_memory` | its arguments                                  |
 //! | an MCP tool (`mcp_S_T`) | `mcp__S__T` | its arguments; server and tool from `mcp_context`, so a `_` in either cannot shift the split |
 //!
-//! Any other tool is `gemini:<its name>` (`gemini:save_memory`, DESIGN 9.23), so a runbook must name it
+//! Any other tool is `gemini:<its name>` (`gemini:save_memory`, docs/spec/adapters.md#canonical-tool-names), so a runbook must name it
 //! so to allow it. Coverage: every tool passes
 //! BeforeTool, the shell and MCP tools included.
 //!

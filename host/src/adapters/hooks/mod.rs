@@ -1,4 +1,4 @@
-//! The hook adapter of every agent CLI (DESIGN 5, 9.19-9.24; issue 30): one driver, and per client a
+//! The hook adapter of every agent CLI (docs/spec/adapters.md; issue 30): one driver, and per client a
 //! file that translates its payloads to a client-neutral [`HookEvent`] in the canonical tool vocabulary
 //! (Claude Code's names and argument shapes) and renders the [`Answer`] in its own shape. The driver is a
 //! thin translation between those events and [`Run`], in two modes that decide the same way, byte for byte:
@@ -123,7 +123,7 @@ pub enum Client {
 
 impl Client {
     /// Parses a payload; `event` is the event the command line names (Copilot's payloads do not). A tool
-    /// call the adapter renamed keeps the client's own name and arguments (DESIGN 9.23).
+    /// call the adapter renamed keeps the client's own name and arguments (docs/spec/adapters.md#canonical-tool-names).
     pub fn parse(self, event: Option<&str>, bytes: &[u8]) -> Result<HookEvent, String> {
         let mut ev = self.parse_canonical(event, bytes)?;
         self.keep_client_call(&mut ev, bytes);
@@ -657,7 +657,7 @@ fn decide_on(cfg: &Config, ev: &HookEvent, run: &mut Run, mut allowed: Option<&m
                 return Ok(Answer::Pass);
             }
             run.tick_if_due()?;
-            // At Stop the model has given its answer (DESIGN 9.24): the completion condition and
+            // At Stop the model has given its answer (docs/spec/adapters.md#adapter-duties): the completion condition and
             // `final_output` checkpoints are judged from this event.
             if run.state()?.phase != crate::Phase::Over {
                 run.final_output()?;

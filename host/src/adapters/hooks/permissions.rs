@@ -1,5 +1,5 @@
 //! The client's allowlist from Claude Code's own permission rules, so the hook's `start` claim says what
-//! the client will actually allow (DESIGN 4: `capability-not-allowed` is refused at admission).
+//! the client will actually allow (docs/spec/run.md#admission-and-refusals: `capability-not-allowed` is refused at admission).
 //!
 //! Claude Code reads `permissions` from the managed settings, the user's `~/.claude/settings.json`, the
 //! project's `.claude/settings.json` and `.claude/settings.local.json`. A `deny` rule that names a whole

@@ -1,6 +1,6 @@
 //! Qwen Code's hook format (issue 30): its hooks are Claude Code's in shape (the same events, payload fields
 //! and answers; `.qwen/settings.json`), so this file is only what differs: the tool vocabulary, mapped to the
-//! canonical names the runbook is written in (DESIGN 9.23), and the fail-open failures its install must
+//! canonical names the runbook is written in (docs/spec/adapters.md#canonical-tool-names), and the fail-open failures its install must
 //! close.
 //!
 //! | Qwen Code tool      | canonical | arguments (both)                                   |
@@ -25,7 +25,7 @@ use super::HookEvent;
 use serde_json::{json, Value};
 
 /// The canonical name of a Qwen Code tool: one of Claude Code's, an MCP tool's own, or `qwen:<tool>`
-/// (DESIGN 9.23), so that a tool of Qwen Code's own is undeclared unless a runbook names it so.
+/// (docs/spec/adapters.md#canonical-tool-names), so that a tool of Qwen Code's own is undeclared unless a runbook names it so.
 pub fn canonical_tool(name: &str) -> String {
     match name {
         "run_shell_command" => "Bash".into(),

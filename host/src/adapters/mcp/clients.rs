@@ -1,4 +1,4 @@
-//! What the servers behind the proxy say to its clients (DESIGN 9.29; issue 31): their requests
+//! What the servers behind the proxy say to its clients (docs/spec/adapters.md#mcp-beyond-tools; issue 31): their requests
 //! (`sampling/createMessage`, `elicitation/create`, `roots/list`) and their notifications (log messages,
 //! `resources/updated`, the resource and prompt lists changed), each passed on unless `run --block` names
 //! its kind. Each request and how it was answered (or refused) is recorded in the client's run

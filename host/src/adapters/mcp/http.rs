@@ -4,7 +4,7 @@
 //! 403 (no page of another site may drive the proxy), a body over the bound is refused with 413 before it is decoded, and the
 //! `Mcp-Method`/`Mcp-Name` headers must agree with the body (2026-07-28).
 //!
-//! What one run is over HTTP (DESIGN 9.23): a 2025-11-25 client gets an MCP session (`Mcp-Session-Id`),
+//! What one run is over HTTP (docs/spec/adapters.md#observations-per-adapter): a 2025-11-25 client gets an MCP session (`Mcp-Session-Id`),
 //! and each session is its own run with its own bundle, ended when the client deletes the session (or
 //! leaves it idle past `--session-idle`, 15 minutes: then `client-closed`, never a clean shutdown). 2026-07-28 has no session: every request without one belongs to
 //! the proxy's one stateless run, opened at the first such request and ended when the proxy stops. A

@@ -1,4 +1,4 @@
-//! The MCP proxy behind `runbook-host run` (DESIGN 5, 9.23, 9.24).
+//! The MCP proxy behind `runbook-host run` (docs/spec/adapters.md#the-mcp-proxy, #observations-per-adapter and #adapter-duties).
 //!
 //! To the client it is one MCP server over stdio (rmcp's server over standard input and output), or over
 //! Streamable HTTP with `--listen` (`http`); it starts the MCP servers as children (rmcp's client over

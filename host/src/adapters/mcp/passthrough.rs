@@ -1,4 +1,4 @@
-//! Everything of MCP but tools, passed through to the servers behind the proxy (DESIGN 9.29; issue 31):
+//! Everything of MCP but tools, passed through to the servers behind the proxy (docs/spec/adapters.md#mcp-beyond-tools; issue 31):
 //! resources (list, templates, read, subscribe, unsubscribe), prompts (list, get), completion and the
 //! logging level, each unless `run --block` names it. They are not tool calls and the module does not
 //! decide them; each request and its answer's digest is recorded in the run's `traffic.ndjson` (see

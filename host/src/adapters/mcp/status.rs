@@ -1,7 +1,7 @@
 //! `runbook_status`: the run as the agent may see it. The step, scope, gate and outcome come from the
 //! module's `status`; what awaits a human comes from the approval channel. The document's prose (from the
 //! module's `prose`, so YAML documents have it too) is passed on only as data: below trust T2 it is quoted
-//! and marked untrusted (DESIGN 7.12), never as instructions.
+//! and marked untrusted (docs/spec/registry.md#trust-levels), never as instructions.
 
 use super::Shared;
 use crate::approvals;

@@ -1,6 +1,6 @@
 //! The MCP servers behind the proxy: started as children (rmcp's client over `TokioChildProcess`) or
 //! reached by URL (rmcp's Streamable HTTP client on reqwest with rustls), initialized, their tools listed,
-//! and named for the client (`tool`, or `server.tool` when there are several servers, DESIGN 9.23).
+//! and named for the client (`tool`, or `server.tool` when there are several servers, docs/spec/adapters.md#observations-per-adapter).
 //!
 //! What a server says on its own is passed on: `notifications/tools/list_changed` makes the proxy list
 //! that server's tools again (the module still decides every call, so a tool that appears mid-run is

@@ -546,7 +546,7 @@ class Policy:
 
     def call_sha256(self, tool: str, arguments: Any) -> str:
         """The hex SHA-256 of canonical ``{"arguments":..,"tool":..}``: what an approval bound to this one
-        call names (DESIGN 9.19). ``arguments`` is a JSON-able value."""
+        call names (docs/spec/run.md#approvals-bound-to-a-call). ``arguments`` is a JSON-able value."""
         ok, v = _wasm.unwrap_result(self._call("call-sha256", _str(tool, "tool"), json_text(arguments, "arguments")))
         if not ok:
             raise ValueError(f"the call cannot be hashed: {v}")
@@ -567,7 +567,7 @@ class Policy:
         return v
 
     def chain_link(self, prev: str, event_line: str, decision_line: str, digested: bool = False) -> str:
-        """The hash-chain link of DESIGN 9.22 for one recorded line, from the previous link."""
+        """The hash-chain link of docs/spec/bundle.md#the-hash-chain for one recorded line, from the previous link."""
         return self._call("chain-link", _prev(prev), _str(event_line, "event_line"), _str(decision_line, "decision_line"), bool(digested))
 
     def explain(self, kind: str, code: str) -> Optional[str]:
@@ -587,7 +587,7 @@ class Policy:
         """A new supervised run of ``document``: feed the ``Start`` claim first."""
         return Session._new(self, _document(document))
 
-    # ---- run bundles (DESIGN 5, 11): the module composes every byte, a host carries out the effects ----
+    # ---- run bundles (docs/spec/bundle.md and docs/spec/README.md#architecture): the module composes every byte, a host carries out the effects ----
 
     def bundle_create(self, document: Document, facts: Any) -> List[Effect]:
         """The effects that create a new run's bundle: ``<run_id>/`` with the document's bytes, its
@@ -640,7 +640,7 @@ class Policy:
         return self._call("shadow-line", _u64(seq, "seq"), _str(tool, "tool"), _str(call_sha256, "call_sha256"), _str(decision, "decision"))
 
     def traffic_line(self, prev: str, entry: Any) -> Tuple[str, str]:
-        """A line of ``traffic.ndjson`` and its link (DESIGN 9.29): MCP traffic besides tool calls that a
+        """A line of ``traffic.ndjson`` and its link (docs/spec/adapters.md#mcp-beyond-tools): MCP traffic besides tool calls that a
         proxy passed on. ``prev`` is the previous line's link (``run.json``'s ``chain_h0`` for the first);
         ``entry`` a JSON-able ``{n, at, direction, server, method, params, answer | error_code}``. The line
         holds digests, never the content; ``ValueError`` names a malformed entry."""
@@ -651,7 +651,7 @@ class Policy:
         return (v[0], v[1])
 
     def guard_names(self, tool: str, arguments: Any, needles: Sequence[str]) -> bool:
-        """The guard's matching rule (DESIGN 9.20): whether the tool name or any string of the arguments
+        """The guard's matching rule (docs/spec/run.md#guarded-calls): whether the tool name or any string of the arguments
         (a JSON-able value; object keys included) contains one of ``needles``."""
         return self._call("guard-names", _str(tool, "tool"), json_text(arguments, "arguments"), _str_list(list(needles), "needles"))
 
@@ -780,7 +780,7 @@ class Session:
         return _state(self._call("[method]session.state"))
 
     def set_guard(self, needles: Sequence[str]) -> None:
-        """The guard's needles (DESIGN 9.20): what names the run's evidence, its approval channel, the
+        """The guard's needles (docs/spec/run.md#guarded-calls): what names the run's evidence, its approval channel, the
         registry or the host, in every form the host knows them. A typed ``Invoke`` (:meth:`feed`,
         :meth:`handle`) whose tool name or any string of whose arguments, keys included, contains one is fed
         as ``guard: true``. Host configuration, not run state: set it again after :meth:`restore`."""
@@ -796,7 +796,7 @@ class Session:
         return list(self._call("[method]session.visible-tools", _str_list(list(offered), "offered"), bool(whole_allowlist)))
 
     def leaving(self, calls_in_flight: int, last_call_timed_out: bool) -> Tuple[EndReason, bool]:
-        """How the run ends when its client leaves (DESIGN 9.24): the end reason, and whether ``final_output``
+        """How the run ends when its client leaves (docs/spec/adapters.md#adapter-duties): the end reason, and whether ``final_output``
         is fed first."""
         g = self._call("[method]session.leaving", int(calls_in_flight), bool(last_call_timed_out)).__dict__
         return EndReason(g["reason"]), bool(g["final-output"])

@@ -1,6 +1,6 @@
 """The run driver: one supervised run of one document, as the Rust host's ``Run`` (host/src/run.rs).
 
-A :class:`Run` owns the module session, the bundle writer, the run's clock and the guard of DESIGN 9.20.
+A :class:`Run` owns the module session, the bundle writer, the run's clock and the guard of docs/spec/run.md#guarded-calls.
 Each event is one method; each method makes one call into the module (``feed``: the canonical event
 line, the decision, the chain link and a sentence come back together), records the event and its
 decision durably (fsync) and only then returns an :class:`Answer`. An adapter translates its framework's
@@ -101,9 +101,9 @@ class Answer:
     event_line: str
     decision_line: str
     link: str
-    """The event's hash-chain link (DESIGN 9.22)."""
+    """The event's hash-chain link (docs/spec/bundle.md#the-hash-chain)."""
     call_sha256: Optional[str] = None
-    """For a ``needs-approval`` call: the hash an approval bound to it names (DESIGN 9.19)."""
+    """For a ``needs-approval`` call: the hash an approval bound to it names (docs/spec/run.md#approvals-bound-to-a-call)."""
 
     @property
     def kind(self) -> DecisionKind:
@@ -115,7 +115,7 @@ class Answer:
 
 
 class Guard:
-    """What names the run's evidence or the host (DESIGN 9.20): the needles, in every form the host knows
+    """What names the run's evidence or the host (docs/spec/run.md#guarded-calls): the needles, in every form the host knows
     them. The module applies its one matching rule to them (the session's ``set_guard``): a call whose tool
     name, or any string of whose arguments (object keys included), contains a needle is fed with
     ``guard: true``, and the module denies it (``undeclared-tool``, reason ``guarded``)."""
@@ -207,7 +207,7 @@ class ApprovalRequest:
     tool: str
     arguments: Any
     call_sha256: str
-    """The hash an approval of this one call names (DESIGN 9.19)."""
+    """The hash an approval of this one call names (docs/spec/run.md#approvals-bound-to-a-call)."""
     explanation: str
 
 
@@ -535,7 +535,7 @@ class Run:
     # ---- events ----
 
     def invoke(self, tool: str, arguments: Any, call_id: Optional[str] = None, step: Optional[str] = None) -> Answer:
-        """A tool call, decided before it runs: run it only when ``answer.allowed``. The guard (DESIGN 9.20)
+        """A tool call, decided before it runs: run it only when ``answer.allowed``. The guard (docs/spec/run.md#guarded-calls)
         is applied by the module, to the needles of :attr:`guard` (set on the session). Arguments that are
         not JSON (or a tool name that is not a string) are a malformed event: recorded
         (:meth:`feed_malformed`), and the run halts (``malformed-event``), never an allow."""
@@ -551,7 +551,7 @@ class Run:
         return a
 
     def result(self, tool: str, result: Any, is_error: bool = False, call_id: Optional[str] = None) -> Answer:
-        """A tool's result (what the adapter observes, DESIGN 9.23). A result that is not JSON is a malformed
+        """A tool's result (what the adapter observes, docs/spec/adapters.md#observations-per-adapter). A result that is not JSON is a malformed
         event: recorded (:meth:`feed_malformed`), and the run halts."""
         try:
             return self._feed(Result(tool=tool, result=result, is_error=bool(is_error), call_id=call_id))
@@ -591,7 +591,7 @@ class Run:
     ) -> Answer:
         """A human's answer, obtained by the embedding program itself (never by the agent). With
         ``call_sha256`` (from :meth:`call_sha256` or ``answer.call_sha256``) it admits that one call once.
-        The module accepts it only for a request it asked (its approval ledger, DESIGN 9.19): ``request`` is
+        The module accepts it only for a request it asked (its approval ledger, docs/spec/run.md#approvals-bound-to-a-call): ``request`` is
         the ``seq`` of that ``needs-approval`` decision; without it, the module names the oldest pending request
         for the call in the current step (and records it), as for every host."""
         return self._feed(Approval(approver=approver, granted=granted, step=step, call_sha256=call_sha256, request=request))
@@ -655,7 +655,7 @@ class Run:
         return self._session_call(lambda s: s.visible_tools(offered, whole_allowlist))
 
     def leaving(self, calls_in_flight: int, last_call_timed_out: bool) -> Tuple[EndReason, bool]:
-        """How the run ends when its client leaves (the module's rule, DESIGN 9.24)."""
+        """How the run ends when its client leaves (the module's rule, docs/spec/adapters.md#adapter-duties)."""
         return self._session_call(lambda s: s.leaving(calls_in_flight, last_call_timed_out))
 
     def exit_code(self) -> int:
@@ -663,7 +663,7 @@ class Run:
         return self._session_call(lambda s: s.exit_code(False))
 
     def call_sha256(self, tool: str, arguments: Any) -> str:
-        """The hash an approval bound to this call names (DESIGN 9.19), from the module."""
+        """The hash an approval bound to this call names (docs/spec/run.md#approvals-bound-to-a-call), from the module."""
         return self._policy.call_sha256(tool, arguments)
 
     # ---- approvals, for adapters ----

@@ -1,6 +1,6 @@
 """The typed vocabulary of the policy module (wit/policy.wit, package runbook:policy@1.2.0).
 
-Enums are ``str`` enums whose values are the wire codes of DESIGN 4 and 9.16, so a member compares equal
+Enums are ``str`` enums whose values are the wire codes of docs/spec/run.md#decision-lines, so a member compares equal
 to its code (``DecisionKind.NEEDS_APPROVAL == "needs-approval"``) and serializes as it. Records are frozen
 dataclasses. Events are what a host feeds; everything else is what the module answers.
 """
@@ -28,7 +28,7 @@ class Severity(_Code):
 
 
 class Structure(_Code):
-    """The structure level a document reaches (DESIGN 2): reported, never declared."""
+    """The structure level a document reaches (docs/spec/runbook.md#structure-level): reported, never declared."""
 
     P0 = "P0"
     P1 = "P1"
@@ -36,7 +36,7 @@ class Structure(_Code):
 
 
 class Profile(_Code):
-    """The runtime profile a client claims (DESIGN 4)."""
+    """The runtime profile a client claims (docs/spec/run.md#the-start-claim)."""
 
     R0 = "R0"
     R1 = "R1"
@@ -123,7 +123,7 @@ class Phase(_Code):
 
 
 class EffectOp(_Code):
-    """What a host does with one :class:`Effect` of a bundle change (DESIGN 11)."""
+    """What a host does with one :class:`Effect` of a bundle change (docs/spec/README.md#architecture)."""
 
     CREATE_DIR = "create-dir"
     """Create the directory (a new run's); an existing one is an error."""
@@ -161,7 +161,7 @@ COMPLETE = _Complete()
 @dataclass(frozen=True)
 class Blind:
     """What the adapter cannot see, e.g. ``Blind(["shell"])``: the run's coverage is incomplete, so the
-    module refuses destructive or irreversible work under it (DESIGN 4, ``coverage-incomplete``)."""
+    module refuses destructive or irreversible work under it (docs/spec/run.md#admission-and-refusals, ``coverage-incomplete``)."""
 
     what: List[str]
 
@@ -180,7 +180,7 @@ Coverage = Union[_Complete, Blind]
 
 @dataclass(frozen=True)
 class Start:
-    """The ``start`` claim, the first event of every run (DESIGN 4, admission)."""
+    """The ``start`` claim, the first event of every run (docs/spec/run.md#the-start-claim, admission)."""
 
     run_id: str
     profile: Union[Profile, str]
@@ -194,7 +194,7 @@ class Start:
 @dataclass(frozen=True)
 class Invoke:
     """A tool call. ``arguments`` is any JSON-able value; ``guard`` marks a call that names the run
-    directory, the registry or the host binary (DESIGN 9.20; a :class:`Run` sets it itself)."""
+    directory, the registry or the host binary (docs/spec/runbook.md#tight-conditions; a :class:`Run` sets it itself)."""
 
     tool: str
     arguments: Any
@@ -205,7 +205,7 @@ class Invoke:
 
 @dataclass(frozen=True)
 class Result:
-    """A tool's result (any JSON-able value), paired with its call by ``call_id`` (DESIGN 9.17)."""
+    """A tool's result (any JSON-able value), paired with its call by ``call_id`` (docs/spec/run.md#calls-and-results)."""
 
     tool: str
     result: Any
@@ -215,7 +215,7 @@ class Result:
 
 @dataclass(frozen=True)
 class Approval:
-    """A human's answer for a gated step; with ``call_sha256``, for that one call (DESIGN 9.19)."""
+    """A human's answer for a gated step; with ``call_sha256``, for that one call (docs/spec/run.md#approvals-bound-to-a-call)."""
 
     approver: str
     granted: bool
@@ -301,7 +301,7 @@ class LintReport:
 
 @dataclass(frozen=True)
 class Decision:
-    """The module's decision on one event (DESIGN 9.16)."""
+    """The module's decision on one event (docs/spec/run.md#decision-lines)."""
 
     seq: int
     kind: DecisionKind
@@ -343,7 +343,7 @@ class RunState:
 @dataclass(frozen=True)
 class Recorded:
     """One event as a host records it, from one call into the module: the event line to write, the
-    decision and its canonical line, the hash-chain link (DESIGN 9.22), a sentence, and the state after."""
+    decision and its canonical line, the hash-chain link (docs/spec/bundle.md#the-hash-chain), a sentence, and the state after."""
 
     event_line: str
     decision: Decision
@@ -378,7 +378,7 @@ class Effect:
 
 @dataclass(frozen=True)
 class SignedAnswer:
-    """A signed answer whose payload the module checked (DESIGN 9.19): the signature bytes are the host's
+    """A signed answer whose payload the module checked (docs/spec/run.md#approvals-bound-to-a-call): the signature bytes are the host's
     to check, by the key the signature carries (whose fingerprint must be ``fingerprint``)."""
 
     place: str

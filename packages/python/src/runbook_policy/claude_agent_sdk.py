@@ -22,7 +22,7 @@ What each hook does (every callback is installed with ``on_failure="block"``):
 - **PreToolUse** feeds ``invoke {tool: tool_name, arguments: tool_input, call_id: tool_use_id}``. The
   tool name is the SDK's own (``Bash``, ``Read``, ``mcp__server__tool``). ``allow`` answers ``{}``: no
   opinion, so the client's own permission rules (``allowed_tools``, ``permission_mode``,
-  ``can_use_tool``) stay the outer boundary, as DESIGN 9.24 says of the hook. ``deny`` and ``halt``
+  ``can_use_tool``) stay the outer boundary, as docs/spec/adapters.md#adapter-duties says of the hook. ``deny`` and ``halt``
   answer ``permissionDecision: "deny"`` with the module's explanation as the reason the model reads.
   ``needs-approval`` holds the call (:meth:`runbook_policy.Run.invoke_with_approval`): the ``approve``
   callback (the embedding program's, never the agent's; sync ones run in a worker thread) gets an

@@ -31,7 +31,7 @@ too, decided like any other: a runbook that delegates declares them. For each ca
   ..."}``, so ADK skips the tool and the model gets that as the function response (ADK's own error shape,
   as for a tool it cannot find), naming the deviation and the module's sentence;
 - **needs-approval**: the call is held until ``approve`` (a callback of the embedding program, never the
-  agent's) answers; its answer is fed as an approval bound to this call's hash (DESIGN 9.19) and the call is
+  agent's) answers; its answer is fed as an approval bound to this call's hash (docs/spec/run.md#approvals-bound-to-a-call) and the call is
   decided again. A callback that raises, times out or is missing blocks the call;
 - a call whose arguments are not JSON is fed as a malformed event: recorded, and the run halts
   (``malformed-event``), never an allow. A run that cannot decide or record (``PolicyError``, ``RunBroken``)

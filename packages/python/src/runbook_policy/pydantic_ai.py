@@ -23,7 +23,7 @@ For each call the model makes through the wrapped toolset (:meth:`RunbookToolset
 - **blocked** (``deny`` with a deviation, ``halt``): the tool never runs; the event is recorded and the model
   gets a failed tool return naming the deviation and the module's explanation (``ToolFailed``, see below);
 - **needs-approval**: the call is held until ``approve`` (a callback of the embedding program, never the
-  agent's) answers; its answer is fed as an approval bound to this call's hash (DESIGN 9.19) and the call is
+  agent's) answers; its answer is fed as an approval bound to this call's hash (docs/spec/run.md#approvals-bound-to-a-call) and the call is
   decided again. A callback that raises, times out or is missing blocks the call;
 - a call whose arguments are not JSON is fed as a malformed event: recorded, and the run halts
   (``malformed-event``), never an allow. A run that cannot record (``RunBroken``) blocks every call.
