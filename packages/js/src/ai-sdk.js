@@ -52,6 +52,7 @@
 import { inspect } from 'node:util';
 import { RunOver } from './core.js';
 import { Run } from './run.js';
+import { isObject, positive } from './shared.js';
 
 export const ADAPTER = 'ai-sdk';
 /** Coverage: a tool that the provider executes (a web search, code execution): never reaches `execute`. */
@@ -66,7 +67,6 @@ export const DEFAULT_APPROVAL_TIMEOUT = 300;
 /** The wrapped tools carry this mark (not enumerable): a tool is supervised once, by one run. */
 const SUPERVISED = Symbol.for('runbook-policy.ai-sdk.supervised');
 
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
 const providerExecuted = (t) => t?.type === 'provider' && t.isProviderExecuted === true;
 
 /**
@@ -147,11 +147,6 @@ function noJsonForm(value) {
 
 const isAsyncIterable = (v) => v != null && typeof v[Symbol.asyncIterator] === 'function';
 const AsyncGeneratorFunction = Object.getPrototypeOf(async function* () {}).constructor;
-
-function positive(v, name) {
-  if (typeof v !== 'number' || !(v > 0) || !Number.isFinite(v)) throw new TypeError(`\`${name}\` must be a positive number of seconds`);
-  return v;
-}
 
 /**
  * `tools` with every `execute` decided by `run` first (see above). Tools the adapter cannot intercept

@@ -65,6 +65,7 @@
 import { inspect } from 'node:util';
 import { RunOver } from './core.js';
 import { Run } from './run.js';
+import { isObject, positive } from './shared.js';
 
 export const ADAPTER = 'claude-agent-sdk';
 /** The claim's coverage: the hooks see every tool call of the loop (see above for what they cannot see). */
@@ -97,7 +98,6 @@ export function runbookHooks(run, options = {}) {
 
 const deny = (reason) => ({ hookSpecificOutput: { hookEventName: 'PreToolUse', permissionDecision: 'deny', permissionDecisionReason: reason } });
 const block = (reason) => ({ decision: 'block', reason });
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
 
 /** Whether a tool's response reports an error: `is_error`/`isError`, or `success: false`. */
 function isErrorResponse(response) {
@@ -136,11 +136,6 @@ function toolFields(input, toolUseID) {
   const callId = input.tool_use_id ?? toolUseID ?? null;
   if (callId !== null && typeof callId !== 'string') return '`tool_use_id` is not a string';
   return { tool: input.tool_name, args: input.tool_input, callId };
-}
-
-function positive(v, name) {
-  if (typeof v !== 'number' || !(v > 0) || !Number.isFinite(v)) throw new TypeError(`\`${name}\` must be a positive number of seconds`);
-  return v;
 }
 
 /** The four hook callbacks bound to one run; `matchers()` gives them as the SDK's `hooks` option. */

@@ -59,6 +59,7 @@ import { isGraphBubbleUp, isGraphDrained } from '@langchain/langgraph';
 import { ToolNode } from '@langchain/langgraph/prebuilt';
 import { inspect } from 'node:util';
 import { Run } from './run.js';
+import { isObject, positive } from './shared.js';
 
 export const ADAPTER = 'langgraph';
 /** What the adapter cannot see when some tool of the agent is not wrapped. */
@@ -89,16 +90,10 @@ export class ToolBlocked extends Error {
   name = 'ToolBlocked';
 }
 
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
 const isToolCall = (v) => isObject(v) && v.type === 'tool_call';
 // The class's name when `name` was left `Error` (LangChain's ToolInputParsingException does).
 const errorName = (e) => (e.name === 'Error' && e.constructor?.name ? e.constructor.name : e.name);
 const errorText = (e) => (e instanceof Error ? `${errorName(e)}: ${e.message}` : `thrown ${inspect(e, { depth: 2, breakLength: Infinity })}`);
-
-function positive(v, name) {
-  if (typeof v !== 'number' || !(v > 0) || !Number.isFinite(v)) throw new TypeError(`\`${name}\` must be a positive number of seconds`);
-  return v;
-}
 
 /** `{run, approve, approvalTimeout}`, checked: what a RunbookTool and a RunbookToolNode are given. */
 function supervision({ run, approve = null, approvalTimeout = DEFAULT_APPROVAL_TIMEOUT } = {}) {

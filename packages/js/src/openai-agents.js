@@ -65,6 +65,7 @@
 import { tool as sdkTool } from '@openai/agents';
 import { InvalidInput, PolicyError } from './core.js';
 import { Run } from './run.js';
+import { isObject } from './shared.js';
 
 export const ADAPTER = 'openai-agents';
 /** How long a gated call waits for the approval callback, in seconds. */
@@ -81,7 +82,6 @@ export const MCP_SERVER_TOOLS = 'mcp-server-tools';
 /** The tool calls inside an agent used as a tool. */
 export const AGENT_TOOL_INTERNALS = 'agent-tool-internals';
 
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
 /** A handoff entry (an Agent, or a Handoff holding one) as its agent. */
 const handoffAgent = (h) => (isObject(h) && isObject(h.agent) ? h.agent : h);
 /** `agent.asTool()` returns a function tool with an `on` method; plain function tools have none. */

@@ -23,6 +23,7 @@ import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inspect } from 'node:util';
 import { InvalidDocument, InvalidInput, ModuleTrap, Policy, RunBroken, RunOver, RunTampered, documentBytes } from './core.js';
+import { isObject } from './shared.js';
 
 export const HOST_NAME = 'runbook-policy-js';
 export const HOST_VERSION = JSON.parse(fs.readFileSync(new URL('../package.json', import.meta.url), 'utf8')).version;
@@ -454,7 +455,6 @@ function options(opts, keys, what) {
   return opts;
 }
 
-const isObject = (v) => v !== null && typeof v === 'object' && !Array.isArray(v);
 
 /** The options Run.create and Run.resume share: the clock, the runs root, and the guard they make. */
 function common(o, what) {

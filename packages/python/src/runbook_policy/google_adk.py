@@ -69,8 +69,8 @@ import asyncio
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from google.adk.plugins import BasePlugin
-from pydantic_core import to_jsonable_python
 
+from ._jsonable import jsonable as _jsonable
 from ._run import Approver, Run
 from ._types import COMPLETE, Blind, Coverage, PolicyError
 
@@ -97,15 +97,6 @@ def coverage(*, native_tools: bool = False, code_executor: bool = False, isolate
     out of sight."""
     blind = [w for w, on in ((NATIVE_TOOLS, native_tools), (CODE_EXECUTOR, code_executor), (ISOLATED_AGENT_TOOLS, isolated_agent_tools)) if on]
     return Blind(blind) if blind else COMPLETE
-
-
-def _jsonable(value: Any) -> Any:
-    """A tool's arguments or return value as JSON data (pydantic models, dataclasses, dates as pydantic
-    serializes them). What cannot be converted is passed on as it is: the run records it as malformed."""
-    try:
-        return to_jsonable_python(value)
-    except Exception:  # noqa: BLE001 - the run's own check names the problem and halts
-        return value
 
 
 def _is_error(result: Any) -> bool:

@@ -85,8 +85,8 @@ from agents import (
 )
 from agents.tool_context import ToolContext
 from agents.tool import maybe_invoke_function_tool_failure_error_function, set_function_tool_failure_error_function
-from pydantic_core import to_jsonable_python
 
+from ._jsonable import jsonable as _jsonable
 from ._run import Approver, Run
 from ._types import COMPLETE, Blind, Coverage, PolicyError
 
@@ -174,15 +174,6 @@ def supervise(agent: A, run: Run, *, approve: Optional[Approver] = None, approva
         return clones[id(a)]
 
     return clone(agent)  # type: ignore[return-value]
-
-
-def _jsonable(value: Any) -> Any:
-    """A tool's return value as JSON data (pydantic models, dataclasses, the SDK's ToolOutput* types).
-    What cannot be converted is passed on as it is: the run records it as malformed."""
-    try:
-        return to_jsonable_python(value)
-    except Exception:  # noqa: BLE001 - the run's own check names the problem and halts
-        return value
 
 
 class _Supervisor:

@@ -47,8 +47,8 @@ from pydantic_ai.exceptions import ApprovalRequired, CallDeferred, ModelRetry, T
 from pydantic_ai.tools import RunContext
 from pydantic_ai.toolsets import WrapperToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
-from pydantic_core import to_jsonable_python
 
+from ._jsonable import jsonable as _jsonable
 from ._run import Approver, Run
 from ._types import COMPLETE, Blind, Coverage, PolicyError
 
@@ -65,15 +65,6 @@ def coverage(*, every_toolset_wrapped: bool, native_tools: bool = False) -> Cove
     toolset of the agent is wrapped and the agent has no native tools; else what is out of sight."""
     blind = ([] if every_toolset_wrapped else [UNWRAPPED_TOOLSETS]) + ([NATIVE_TOOLS] if native_tools else [])
     return Blind(blind) if blind else COMPLETE
-
-
-def _jsonable(value: Any) -> Any:
-    """A tool's arguments or return value as JSON data (pydantic models, dataclasses, dates as Pydantic AI
-    serializes them). What cannot be converted is passed on as it is: the run records it as malformed."""
-    try:
-        return to_jsonable_python(value)
-    except Exception:  # noqa: BLE001 - the run's own check names the problem and halts
-        return value
 
 
 @dataclass
