@@ -16,12 +16,14 @@ pub mod fetch;
 pub mod listen;
 pub mod oci;
 pub mod oci_registry;
+pub mod passkey;
 pub mod private;
 pub mod registry;
 pub mod run;
 pub mod service;
 pub mod sshsig;
 pub mod verify;
+pub mod web;
 pub mod wire;
 
 use std::path::{Path, PathBuf};

@@ -29,6 +29,10 @@ enum Command {
     Run(commands::run::Args),
     /// Approve (or refuse) a gated call of a run, from a terminal the agent cannot reach
     Approve(commands::approve::Args),
+    /// The approval page: answer gated calls with a passkey, in a browser on this machine
+    Approvals(commands::approvals::ApprovalsArgs),
+    /// Approvers' passkeys: register one into an allowed-signers file
+    Approvers(commands::approvals::ApproversArgs),
     /// Verify a run bundle: files, hashes, hash chain, and a replay through the module
     Verify(commands::verify::Args),
     /// Add runbooks to a directory registry, or list it
@@ -64,6 +68,8 @@ fn main() -> ExitCode {
         Command::Module(a) => commands::module::run(a),
         Command::Run(a) => commands::run::run(a),
         Command::Approve(a) => commands::approve::run(a),
+        Command::Approvals(a) => commands::approvals::approvals(a),
+        Command::Approvers(a) => commands::approvals::approvers(a),
         Command::Verify(a) => commands::verify::run(a),
         Command::Registry(a) => commands::registry::run(a),
         Command::Export(a) => commands::verify::export(a),

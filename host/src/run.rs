@@ -237,6 +237,8 @@ pub struct Traffic<'a> {
 pub struct Signers {
     pub set: Arc<crate::sshsig::AllowedSigners>,
     pub sha256: String,
+    /// Where it was read from (the approval page reads it again for the passkeys it may ask for).
+    pub path: std::path::PathBuf,
 }
 
 impl Signers {
@@ -267,7 +269,7 @@ impl Signers {
                 software.len()
             );
         }
-        Ok(Signers { set: Arc::new(set), sha256: hex::encode(Sha256::digest(&bytes)) })
+        Ok(Signers { set: Arc::new(set), sha256: hex::encode(Sha256::digest(&bytes)), path: path.to_path_buf() })
     }
 }
 

@@ -43,6 +43,8 @@ pub enum SigError {
     WrongNamespace { expected: String, found: String },
     /// A FIDO signature made without the user touching the authenticator.
     UserPresenceMissing { fingerprint: String },
+    /// A passkey assertion made without user verification (a PIN or a biometric, not only a touch).
+    UserVerificationMissing { fingerprint: String },
     /// No line of allowed_signers has the signing key.
     UnknownKey { fingerprint: String },
     /// The key is listed, but not for this principal.
@@ -70,6 +72,9 @@ impl fmt::Display for SigError {
             Self::BadSignature => write!(f, "the signature does not match the message"),
             Self::WrongNamespace { expected, found } => write!(f, "the signature is for namespace \"{found}\", not the expected \"{expected}\""),
             Self::UserPresenceMissing { fingerprint } => write!(f, "the security key {fingerprint} signed without being touched (no user presence)"),
+            Self::UserVerificationMissing { fingerprint } => {
+                write!(f, "the passkey {fingerprint} signed without verifying the user (no PIN or biometric)")
+            }
             Self::UnknownKey { fingerprint } => {
                 write!(f, "the signing key {fingerprint} is not in allowed_signers")
             }
@@ -346,6 +351,9 @@ fn is_supported(key: &KeyData) -> bool {
 /// `namespace`, and checks that `allowed` lets the key sign as `principal`
 /// (any listed principal when None) at time `now_unix`.
 pub fn verify(allowed: &AllowedSigners, principal: Option<&str>, namespace: &str, message: &[u8], armored: &str, now_unix: u64) -> Result<Verified, SigError> {
+    if crate::passkey::is_armored(armored) {
+        return crate::passkey::verify(allowed, principal, namespace, message, armored, now_unix);
+    }
     let sig = SshSig::from_pem(armored.trim()).map_err(|e| SigError::NotArmored(e.to_string()))?;
     if sig.namespace() != namespace {
         return Err(SigError::WrongNamespace { expected: namespace.into(), found: sig.namespace().into() });
@@ -370,37 +378,45 @@ pub fn verify(allowed: &AllowedSigners, principal: Option<&str>, namespace: &str
             return Err(SigError::UserPresenceMissing { fingerprint });
         }
     }
+    allowed.authorise(key, principal, namespace, now_unix)
+}
 
-    // Like ssh-keygen, any one line that fully matches authorises the key. If
-    // none does, report the reason from the line that got furthest.
-    let mut refusal = None;
-    for e in allowed.entries.iter().filter(|e| e.key == *key) {
-        if e.opts.cert_authority {
-            refusal.get_or_insert(SigError::CertAuthorityOnly { line: e.line });
-            continue;
-        }
-        if let Some(p) = principal {
-            if !match_list(p, &e.principals) {
-                refusal.get_or_insert(SigError::PrincipalMismatch { principal: p.into(), fingerprint: fingerprint.clone() });
+impl AllowedSigners {
+    /// Whether a line lets `key` (whose signature was checked) sign as `principal` (any listed principal
+    /// when None) in `namespace` at `now_unix`. Like ssh-keygen, any one line that fully matches
+    /// authorises the key; if none does, the reason is the one of the line that got furthest.
+    pub fn authorise(&self, key: &KeyData, principal: Option<&str>, namespace: &str, now_unix: u64) -> Result<Verified, SigError> {
+        let fingerprint = key.fingerprint(HashAlg::Sha256).to_string();
+        let key_type = key.algorithm().as_str().to_string();
+        let mut refusal = None;
+        for e in self.entries.iter().filter(|e| e.key == *key) {
+            if e.opts.cert_authority {
+                refusal.get_or_insert(SigError::CertAuthorityOnly { line: e.line });
                 continue;
             }
-        }
-        let err = if e.opts.namespaces.as_deref().is_some_and(|ns| !match_list(namespace, ns)) {
-            SigError::NamespaceNotAllowed { namespace: namespace.into(), line: e.line }
-        } else if e.opts.valid_after.is_some_and(|t| now_unix < t) {
-            SigError::NotYetValid { line: e.line }
-        } else if e.opts.valid_before.is_some_and(|t| now_unix > t) {
-            SigError::Expired { line: e.line }
-        } else {
-            let principal = match principal {
-                Some(p) => p.to_string(),
-                None => e.principals.split(',').find(|p| !p.starts_with('!')).unwrap_or("").into(),
+            if let Some(p) = principal {
+                if !match_list(p, &e.principals) {
+                    refusal.get_or_insert(SigError::PrincipalMismatch { principal: p.into(), fingerprint: fingerprint.clone() });
+                    continue;
+                }
+            }
+            let err = if e.opts.namespaces.as_deref().is_some_and(|ns| !match_list(namespace, ns)) {
+                SigError::NamespaceNotAllowed { namespace: namespace.into(), line: e.line }
+            } else if e.opts.valid_after.is_some_and(|t| now_unix < t) {
+                SigError::NotYetValid { line: e.line }
+            } else if e.opts.valid_before.is_some_and(|t| now_unix > t) {
+                SigError::Expired { line: e.line }
+            } else {
+                let principal = match principal {
+                    Some(p) => p.to_string(),
+                    None => e.principals.split(',').find(|p| !p.starts_with('!')).unwrap_or("").into(),
+                };
+                return Ok(Verified { principal, line: e.line, fingerprint, key_type });
             };
-            return Ok(Verified { principal, line: e.line, fingerprint, key_type });
-        };
-        refusal = Some(err);
+            refusal = Some(err);
+        }
+        Err(refusal.unwrap_or(SigError::UnknownKey { fingerprint }))
     }
-    Err(refusal.unwrap_or(SigError::UnknownKey { fingerprint }))
 }
 
 /// Signs `message` by running `ssh-keygen -Y sign -f KEY -n NAMESPACE`, as a
@@ -434,6 +450,9 @@ pub fn sign_with_ssh_keygen(key_path: &Path, namespace: &str, message: &[u8]) ->
 /// The public key (`keytype base64`, as an `allowed_signers` line takes it) inside an armored signature:
 /// for checking a recorded signature by the key that made it, before asking whether that key is trusted.
 pub fn signer_of(armored: &str) -> Result<String, SigError> {
+    if crate::passkey::is_armored(armored) {
+        return crate::passkey::signer_of(armored);
+    }
     let sig = ssh_key::SshSig::from_pem(armored.trim()).map_err(|e| SigError::NotArmored(e.to_string()))?;
     ssh_key::PublicKey::from(sig.public_key().clone()).to_openssh().map_err(|e| SigError::NotArmored(e.to_string()))
 }

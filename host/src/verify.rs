@@ -86,10 +86,23 @@ pub struct Outcome {
     pub redacted: bool,
     /// Signed approvals checked, and whether against the verifier's `--allowed-signers`.
     pub signed: (usize, bool),
+    /// Who signed each of those answers, in order: where, the principal, the key's kind and fingerprint.
+    pub signers: Vec<Signer>,
     /// A shadow run (`run --mode shadow`): how many calls the module did not allow ran anyway.
     pub shadow: Option<usize>,
     /// The receipt's signer (its key id) and whether it was one of the keys given ([`verify_bundle`]).
     pub receipt_signed: Option<(String, bool)>,
+}
+
+/// One signed answer's signer, as `verify` names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Signer {
+    /// The answer's line (`signatures.ndjson:N`).
+    pub place: String,
+    pub principal: String,
+    /// `passkey` (a WebAuthn assertion, crate::passkey) or `ssh` (an SSH signature).
+    pub kind: &'static str,
+    pub fingerprint: String,
 }
 
 /// Everything `runbook-host verify` checks: [`verify_dir_with`] and then, when that passed, the receipt's
@@ -166,6 +179,7 @@ pub fn verify_dir_with(dir: &Dir, signers: Option<crate::run::Signers>) -> Outco
         warnings: Vec::new(),
         redacted: false,
         signed: (0, signers.is_some()),
+        signers: Vec::new(),
         shadow: None,
         receipt_signed: None,
     };
@@ -204,6 +218,16 @@ pub fn verify_dir_with(dir: &Dir, signers: Option<crate::run::Signers>) -> Outco
     }
     if o.checks.iter().any(|(c, _)| c == "signatures") {
         o.signed.0 = v.signed_answers.len();
+        o.signers = v
+            .signed_answers
+            .iter()
+            .map(|a| Signer {
+                place: a.place.clone(),
+                principal: a.principal.clone(),
+                kind: if crate::passkey::is_armored(&a.signature) { "passkey" } else { "ssh" },
+                fingerprint: a.fingerprint.clone(),
+            })
+            .collect();
     }
     o
 }

@@ -54,54 +54,7 @@ pub fn shown(text: &str) -> String {
     out
 }
 
-/// Indents canonical (whitespace-free) JSON text, two spaces a level, changing no token.
-pub fn pretty(canon: &str) -> String {
-    let mut out = String::with_capacity(canon.len() * 2);
-    let (mut depth, mut in_str, mut esc) = (0usize, false, false);
-    let mut chars = canon.chars().peekable();
-    while let Some(c) = chars.next() {
-        if in_str {
-            out.push(c);
-            if esc {
-                esc = false;
-            } else if c == '\\' {
-                esc = true;
-            } else if c == '"' {
-                in_str = false;
-            }
-            continue;
-        }
-        match c {
-            '"' => {
-                in_str = true;
-                out.push(c);
-            }
-            '{' | '[' => {
-                out.push(c);
-                if matches!(chars.peek(), Some('}') | Some(']')) {
-                    out.push(chars.next().unwrap());
-                } else {
-                    depth += 1;
-                    out.push('\n');
-                    out.push_str(&"  ".repeat(depth));
-                }
-            }
-            '}' | ']' => {
-                depth = depth.saturating_sub(1);
-                out.push('\n');
-                out.push_str(&"  ".repeat(depth));
-                out.push(c);
-            }
-            ',' => {
-                out.push_str(",\n");
-                out.push_str(&"  ".repeat(depth));
-            }
-            ':' => out.push_str(": "),
-            _ => out.push(c),
-        }
-    }
-    out
-}
+pub use runbook_host::approvals::pretty;
 
 pub const NO_TERMINAL: &str = "approve needs a terminal: it is the channel the agent cannot reach";
 

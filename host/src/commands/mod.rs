@@ -6,6 +6,7 @@ macro_rules! outln {
     }};
 }
 
+pub mod approvals;
 pub mod approve;
 pub mod check;
 pub mod envelope;

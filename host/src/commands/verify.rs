@@ -102,6 +102,13 @@ pub fn run(args: Args) -> Result<ExitCode> {
             "failure": o.failure.as_ref().map(|f| json!({"place": f.place, "message": f.message})),
             "share_safety": {"status": status, "reasons": reasons},
         });
+        if o.failure.is_none() && !o.signers.is_empty() {
+            v["approvals_signed_by"] = o
+                .signers
+                .iter()
+                .map(|s| json!({"place": s.place, "principal": s.principal, "kind": s.kind, "fingerprint": s.fingerprint, "allowed_signers_given": o.signed.1}))
+                .collect();
+        }
         if let Some((id, given)) = &receipt_signed {
             v["receipt_signed_by"] = json!({"key_id": id, "key_given": given});
         }
@@ -134,6 +141,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
                 outln!("{} signed approval(s), each by a key of the allowed signers given", o.signed.0);
             } else {
                 outln!("{} signed approval(s), each verified by the key it carries; pass --allowed-signers FILE to check who may sign", o.signed.0);
+            }
+            for s in &o.signers {
+                let kind = if s.kind == "passkey" { "passkey" } else { "SSH key" };
+                outln!("  {}: signed by {} with {kind} {}", s.place, s.principal, s.fingerprint);
             }
         }
         match (&o.failure, &receipt_signed) {

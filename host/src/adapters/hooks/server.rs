@@ -651,8 +651,15 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Dura
         ));
         let info = json!({"schema": SERVER_SCHEMA, "pid": std::process::id(), "port": port, "runs": shared.runs.to_string_lossy(), "started": shared.started});
         super::write_atomic(&dir.join("server.json"), format!("{info}\n").as_bytes())?;
-        let app =
+        let mut app =
             Router::new().route(HOOK_PATH, post(on_hook)).route(STATUS_PATH, get(on_status)).route(SHUTDOWN_PATH, post(on_shutdown)).with_state(shared.clone());
+        // The approval page (crate::web), where approvals are signed: answered only with a passkey of
+        // that file, so it needs no token (a browser has none).
+        if let Some(signers) = &shared.cfg.allowed_signers {
+            let page = crate::web::ApprovalPage { runs: shared.runs.clone(), allowed_signers: signers.clone(), port };
+            app = app.merge(crate::web::approvals_router(Arc::new(page)));
+            eprintln!("the approval page: http://localhost:{port}/approvals");
+        }
         ready(port);
         if let Some(idle) = idle_exit {
             let sh = shared.clone();

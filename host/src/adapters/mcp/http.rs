@@ -65,16 +65,22 @@ pub async fn serve(hub: Arc<Hub>, bound: Bound, mut said: mpsc::UnboundedReceive
     let service = StreamableHttpService::new(move || Ok(handler::Proxy::http(Arc::clone(&factory_hub))), Arc::new(sessions), config);
     // A session's DELETE is answered 204, not rmcp's 202: the session is gone when the answer leaves (its
     // run ended), and the Python SDK takes anything but 200 or 204 as a failed termination.
-    let app = axum::Router::new().nest_service(PATH, service).layer(axum::middleware::from_fn(
-        |req: axum::extract::Request, next: axum::middleware::Next| async move {
-            let delete = req.method() == axum::http::Method::DELETE;
-            let mut r = next.run(req).await;
-            if delete && r.status() == axum::http::StatusCode::ACCEPTED {
-                *r.status_mut() = axum::http::StatusCode::NO_CONTENT;
-            }
-            r
-        },
-    ));
+    let mut app = axum::Router::new().nest_service(PATH, service);
+    // The approval page (crate::web) beside the MCP endpoint, where approvals are signed: answered only
+    // with a passkey of the run's allowed-signers file.
+    if let (Some(signers), true) = (&hub.base.signers, addr.ip().is_loopback()) {
+        let page = crate::web::ApprovalPage { runs: hub.base.runs.clone(), allowed_signers: signers.path.clone(), port };
+        app = app.merge(crate::web::approvals_router(Arc::new(page)));
+        eprintln!("runbook-host run: the approval page: http://localhost:{port}/approvals");
+    }
+    let app = app.layer(axum::middleware::from_fn(|req: axum::extract::Request, next: axum::middleware::Next| async move {
+        let delete = req.method() == axum::http::Method::DELETE;
+        let mut r = next.run(req).await;
+        if delete && r.status() == axum::http::StatusCode::ACCEPTED {
+            *r.status_mut() = axum::http::StatusCode::NO_CONTENT;
+        }
+        r
+    }));
     eprintln!(
         "runbook-host run: listening on http://{addr}{PATH} (MCP Streamable HTTP, 2025-11-25 and 2026-07-28) for {} ({}, trust {})",
         hub.base.doc.reference,
