@@ -29,23 +29,26 @@ test('the README\'s example runs and its bundle verifies', (t) => {
   assert.equal(v.result.outcome, 'incomplete');
 });
 
-test('the repository README shows this very example', () => {
-  // The root README's "Use from JavaScript" section shows the block the test above runs, not a copy that drifts.
+// The book's JavaScript chapter (docs/javascript.md, where the root README's "Use from JavaScript" section moved).
+const CHAPTER = join(ROOT, 'docs', 'javascript.md');
+
+test('the book\'s JavaScript chapter shows this very example', () => {
+  // The chapter shows the block the test above runs, first, not a copy that drifts.
   const ours = [...readFileSync(join(PACKAGE, 'README.md'), 'utf8').matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
-  const section = readFileSync(join(ROOT, 'README.md'), 'utf8').split('## Use from JavaScript')[1].split('\n## ')[0];
+  const section = readFileSync(CHAPTER, 'utf8');
   const shown = [...section.matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
   assert.equal(shown[0], ours[0]);
 });
 
-test('each adapter\'s example is shown in both READMEs as its test runs it', () => {
+test('each adapter\'s example is shown in the package README and the book as its test runs it', () => {
   // Every file of examples/ is run by its adapter's test; what a user copies must be that very file.
   const files = readdirSync(join(PACKAGE, 'examples')).filter((f) => f.endsWith('.mjs')).sort();
   assert.deepEqual(files, ['ai-sdk.mjs', 'langgraph.mjs', 'openai-agents.mjs']);
   const ours = [...readFileSync(join(PACKAGE, 'README.md'), 'utf8').matchAll(/```js\n([\s\S]*?)```/g)].map((m) => m[1]);
-  const section = readFileSync(join(ROOT, 'README.md'), 'utf8').split('## Use from JavaScript')[1].split('\n## ')[0];
+  const section = readFileSync(CHAPTER, 'utf8');
   for (const f of files) {
     const text = readFileSync(join(PACKAGE, 'examples', f), 'utf8');
     assert.ok(ours.includes(text), `packages/js/README.md does not show examples/${f} as it is`);
-    assert.ok(section.includes('```js\n' + text + '```'), `the root README does not show examples/${f} as it is`);
+    assert.ok(section.includes('```js\n' + text + '```'), `docs/javascript.md does not show examples/${f} as it is`);
   }
 });

@@ -34,23 +34,24 @@ def test_the_ten_line_example_runs_and_its_bundle_verifies(cli: Path, workdir: P
     assert verify(cli, run_dir)["outcome"] == "incomplete"
 
 
-def test_the_repository_readme_shows_this_very_example() -> None:
-    """The root README's "Use from Python" section shows the block this file runs, not a copy that drifts."""
-    root = README.parent.parent.parent / "README.md"
-    section = root.read_text(encoding="utf-8").split("## Use from Python", 1)[1].split("\n## ", 1)[0]
-    shown = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+# The book's Python chapter (docs/python.md, where the root README's "Use from Python" section moved).
+CHAPTER = README.parent.parent.parent / "docs" / "python.md"
+
+
+def test_the_books_python_chapter_shows_this_very_example() -> None:
+    """The book's Python chapter shows the block this file runs, first, not a copy that drifts."""
+    shown = re.findall(r"```python\n(.*?)```", CHAPTER.read_text(encoding="utf-8"), flags=re.S)
     assert shown and shown[0] == python_blocks()[0]
 
 
 def test_each_frameworks_example_is_shown_as_its_test_runs_it() -> None:
     """Every file of examples/ (each run by its adapter's test) appears verbatim in the package README and in
-    the root README's "Use from Python" section: what a user copies is what the tests run."""
+    the book's Python chapter: what a user copies is what the tests run."""
     examples = sorted((README.parent / "examples").glob("*.py"))
     assert [p.name for p in examples] == ["google_adk.py", "langgraph_agent.py", "openai_agents.py"]
-    root = (README.parent.parent.parent / "README.md").read_text(encoding="utf-8")
-    section = root.split("## Use from Python", 1)[1].split("\n## ", 1)[0]
+    chapter = CHAPTER.read_text(encoding="utf-8")
     ours = python_blocks()
     for p in examples:
         text = p.read_text(encoding="utf-8")
         assert text in ours, f"packages/python/README.md does not show {p.name} as it is"
-        assert f"```python\n{text}```" in section, f"the root README does not show {p.name} as it is"
+        assert f"```python\n{text}```" in chapter, f"docs/python.md does not show {p.name} as it is"

@@ -6,7 +6,7 @@
 //
 //   node run.mjs [--revision 2025-11-25|2026-07-28]... [--server fixture|everything]... [--direct-only]
 //                [--out FILE] [--keep]
-//   node run.mjs --table [--out FILE]      rewrite the README's table from results.json, run nothing
+//   node run.mjs --table [--out FILE]      rewrite the table in docs/mcp-conformance.md from results.json, run nothing
 //
 // Environment: RUNBOOK_HOST, the binary (default: target/release/runbook-host of the repository, else
 // $CARGO_TARGET_DIR/release/runbook-host); RUNBOOK_KEEP_TEST_DIRS=1 keeps the work directory (as --keep).
@@ -26,7 +26,8 @@ import { fileURLToPath } from "node:url";
 const HERE = path.dirname(fileURLToPath(import.meta.url));
 const MCP = path.resolve(HERE, "..");
 const REPO = path.resolve(HERE, "../../../..");
-const README = path.join(REPO, "README.md");
+// The book's page that holds the table (it was in the top-level README.md).
+const README = path.join(REPO, "docs", "mcp-conformance.md");
 const BEGIN = "<!-- mcp-conformance:begin -->";
 const END = "<!-- mcp-conformance:end -->";
 const RESULTS_SCHEMA = "runbook-mcp-conformance-results/v2";
@@ -837,7 +838,7 @@ function writeReadme(results) {
   const text = fs.readFileSync(README, "utf8");
   const a = text.indexOf(BEGIN);
   const b = text.indexOf(END);
-  if (a < 0 || b < a) throw new Harness(`README.md has no ${BEGIN} ... ${END} section`);
+  if (a < 0 || b < a) throw new Harness(`${path.relative(REPO, README)} has no ${BEGIN} ... ${END} section`);
   const next = text.slice(0, a) + tableSection(results) + text.slice(b + END.length);
   if (next !== text) fs.writeFileSync(README, next);
   return next !== text;
@@ -890,7 +891,7 @@ async function main() {
     const results = JSON.parse(fs.readFileSync(o.out, "utf8"));
     if (results.schema !== RESULTS_SCHEMA) throw new Harness(`${o.out} is ${results.schema}, not ${RESULTS_SCHEMA}: run ./run first`);
     const changed = writeReadme(results);
-    console.log(`README.md ${changed ? "rewritten" : "already up to date"} from ${path.relative(process.cwd(), o.out) || o.out}`);
+    console.log(`${path.relative(REPO, README)} ${changed ? "rewritten" : "already up to date"} from ${path.relative(process.cwd(), o.out) || o.out}`);
     return 0;
   }
   const major = Number(process.versions.node.split(".")[0]);
