@@ -1,5 +1,5 @@
 //! Passkey approvals (WebAuthn): a human answers a gated call in the browser, and the answer is signed by
-//! a passkey whose challenge is the approval payload itself (docs/spec/run.md#approvals-bound-to-a-call).
+//! a passkey whose challenge is the approval payload itself (docs/spec/run.md#signed-answers).
 //!
 //! A passkey is kept in the same `allowed_signers` file as SSH keys, as an OpenSSH security-key line whose
 //! application is the WebAuthn relying party (`localhost`), which is what OpenSSH's own
