@@ -333,7 +333,11 @@ mod tests {
         let (b, _) = forge(msg, "http://localhost:8123", "localhost", UV, "webauthn.get");
         assert!(matches!(check(&b, &line, msg), Err(SigError::UserPresenceMissing { .. })));
         // Made on another site, for another relying party, or as a registration.
-        for (origin, rp, kind) in [("http://evil.example:80", "localhost", "webauthn.get"), ("http://localhost:1", "evil.example", "webauthn.get"), ("http://localhost:1", "localhost", "webauthn.create")] {
+        for (origin, rp, kind) in [
+            ("http://evil.example:80", "localhost", "webauthn.get"),
+            ("http://localhost:1", "evil.example", "webauthn.get"),
+            ("http://localhost:1", "localhost", "webauthn.create"),
+        ] {
             let (b, _) = forge(msg, origin, rp, UP | UV, kind);
             assert!(check(&b, &line, msg).is_err(), "{origin} {rp} {kind}");
         }

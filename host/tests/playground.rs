@@ -59,3 +59,80 @@ fn playground_in_chromium() {
     println!("{report}");
     assert!(tests.status.success(), "{report}");
 }
+
+/// `runbook-host playground --runs DIR`: the run folders under DIR, read-only. `/runs/index.json` lists a
+/// folder holding a regular run.json (not a symbolic link to one); `/runs/<run-id>/<file>` serves a bundle's
+/// top-level regular file, and refuses a climb out, a hidden name, a subfolder's file, a symbolic link (to a
+/// file outside, or a run folder that is one) and a foreign Host.
+#[test]
+fn playground_serves_runs_read_only() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let tmp = std::env::temp_dir().join(format!("runbook-host-playground-runs-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    let (dist, runs) = (tmp.join("dist"), tmp.join("runs"));
+    std::fs::create_dir_all(&dist).unwrap();
+    std::fs::write(dist.join("policy.wasm"), runbook_host::COMPONENT).unwrap();
+    std::fs::write(dist.join("module.sha256"), format!("{}\n", runbook_host::module_sha256())).unwrap();
+    std::fs::write(dist.join("viewer.html"), "v").unwrap();
+    let run = runs.join("r-1");
+    std::fs::create_dir_all(run.join("approvals")).unwrap();
+    std::fs::write(run.join("run.json"), "{\"run_id\":\"r-1\"}").unwrap();
+    std::fs::write(run.join("approvals/a.json"), "{}").unwrap();
+    std::fs::write(run.join(".hidden"), "h").unwrap();
+    std::fs::write(tmp.join("secret.txt"), "secret").unwrap();
+    std::os::unix::fs::symlink(tmp.join("secret.txt"), run.join("link.txt")).unwrap();
+    std::os::unix::fs::symlink(&run, runs.join("r-linked")).unwrap();
+    std::fs::create_dir_all(runs.join("not-a-run")).unwrap();
+
+    let mut child = Command::new(BIN)
+        .args(["playground", "--port", "0", "--dir"])
+        .arg(&dist)
+        .arg("--runs")
+        .arg(&runs)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start runbook-host playground");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port: u16 = line.trim().trim_start_matches("http://127.0.0.1:").trim_end_matches('/').parse().expect(&line);
+    let get = |target: &str, host: &str| -> (u16, String) {
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        write!(s, "GET {target} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        let status = out.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (status, out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+    };
+    let here = format!("127.0.0.1:{port}");
+
+    let (status, body) = get("/runs/index.json", &here);
+    assert_eq!(status, 200, "{body}");
+    let index: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let ids: Vec<&str> = index["runs"].as_array().unwrap().iter().map(|r| r["run_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["r-1"], "only a real folder with a run.json: {body}");
+    let entries = &index["runs"][0]["entries"];
+    assert_eq!(entries, &serde_json::json!([["approvals", 1], ["link.txt", null], ["run.json", "file"]]), "{body}");
+    assert_eq!(get("/runs/r-1/run.json", &here), (200, "{\"run_id\":\"r-1\"}".to_string()));
+    for bad in [
+        "/runs/r-1/link.txt",
+        "/runs/r-linked/run.json",
+        "/runs/r-1/../../secret.txt",
+        "/runs/r-1/%2e%2e/%2e%2e/secret.txt",
+        "/runs/..%2fsecret.txt",
+        "/runs/r-1/.hidden",
+        "/runs/r-1/approvals/a.json",
+        "/runs/r-1/approvals",
+        "/runs/not-a-run/run.json",
+        "/runs/r-1/",
+        "/runs/r-1/missing.json",
+    ] {
+        let (status, body) = get(bad, &here);
+        assert_eq!(status, 404, "{bad}: {body}");
+        assert!(!body.contains("secret"), "{bad}");
+    }
+    assert_eq!(get("/runs/index.json", &format!("attacker.example:{port}")).0, 421);
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&tmp);
+}

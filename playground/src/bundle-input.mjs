@@ -198,3 +198,34 @@ export async function fromTarGz(file) {
   }
   return { name, entries: entriesFrom(files, folders, others) };
 }
+
+/** A name the local server serves (host `is_safe_name`): letters, digits, `.`, `_`, `-`, not hidden. */
+const SAFE_NAME = /^(?!\.)[A-Za-z0-9._-]{1,128}$/;
+
+/**
+ * The entries of run `runId` as `runbook-host playground --runs DIR` lists them (`runs/index.json`:
+ * `[name, "file" | count | null]`), each regular file fetched from that same server (`base`, relative to the
+ * page: `runs/`), nothing sent anywhere else. A folder's entry count and an entry that is not a regular file
+ * come from the listing, as the CLI reads them.
+ */
+export async function fromServer(base, runId, listing) {
+  if (!SAFE_NAME.test(runId)) throw new Refused(`\`${runId}\` is not a run id this page opens`);
+  const out = [];
+  let total = 0;
+  for (const [name, item] of listing) {
+    if (typeof name !== 'string' || !SAFE_NAME.test(name)) throw new Refused(`the server listed \`${name}\`, not a bundle's file name`);
+    if (item === 'file') {
+      const r = await fetch(`${base}${encodeURIComponent(runId)}/${encodeURIComponent(name)}`, { cache: 'no-store', credentials: 'omit', redirect: 'error' });
+      if (!r.ok) throw new Error(`the server did not hand out ${name} (${r.status})`);
+      const bytes = new Uint8Array(await r.arrayBuffer());
+      total += bytes.length;
+      if (total > MAX_BUNDLE_BYTES) throw tooMuch();
+      out.push([name, bytes]);
+    } else if (typeof item === 'number' && Number.isInteger(item) && item >= 0) {
+      out.push([name, Math.min(item, 0xffffffff)]);
+    } else {
+      out.push([name, null]);
+    }
+  }
+  return { name: runId, entries: out };
+}

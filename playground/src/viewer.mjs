@@ -1,14 +1,18 @@
 // The run viewer: opens a run bundle in the page (a folder or a .tar.gz; bundle-input.mjs), verifies it with
 // the module's `verify-bundle` through the runbook-policy package (the checks `runbook-host verify` makes),
 // and shows the run: the timeline of events and decisions, the step graph with the path taken (graph.mjs),
-// deviations, approvals, checkpoints, budgets and share safety.
+// deviations, approvals, checkpoints, budgets and share safety. The signatures the module leaves to the
+// host (each signed approval's bytes, the receipt's DSSE envelope) are checked here as runbook-host verify
+// checks them, with WebCrypto (signatures.mjs). Served by `runbook-host playground --runs DIR`, the page
+// also lists the runs under DIR and opens one from that server (bundle-input.mjs `fromServer`).
 //
 // Every text that comes from the bundle (tool arguments, results, names, sentences) is untrusted: it is put
 // in the page with textContent (or as a text node) only, never as HTML.
 
 import { loadPolicy, ModuleMismatch } from './policy.mjs';
 import { drawGraph, fitGraph } from './graph.mjs';
-import { fromDirectoryEntry, fromFileList, fromTarGz, Refused } from './bundle-input.mjs';
+import { fromDirectoryEntry, fromFileList, fromServer, fromTarGz, Refused } from './bundle-input.mjs';
+import { checkReceipt, checkSignedAnswer, signatureKind } from './signatures.mjs';
 
 const $ = (id) => document.getElementById(id);
 const h = (tag, attrs = {}, children = []) => {
@@ -175,33 +179,57 @@ function eventSummary(ev) {
 
 // ---- rendering --------------------------------------------------------------------------------------------
 
-const UNCHECKED = /not checked by this package/;
+/**
+ * What `runbook-host verify` (without --allowed-signers or --key) finds: the module's unaltered verification
+ * `m` (`verifyBundle(..., {moduleResult: true})`), then the bytes of each signed answer the module accepted
+ * (host/src/verify.rs `verify_dir_with`: a failure there comes before any the module found later), then,
+ * when everything passed, the receipt's signature (`verify_bundle`, the check `receipt-signature`).
+ */
+async function withSignatures(m, files) {
+  const v = { ...m, checks: [...m.checks], reasons: [...m.reasons], signers: [], receiptKeyId: null, receiptChecked: false };
+  for (const a of m.signedAnswers) {
+    const f = await checkSignedAnswer(a);
+    if (f) {
+      const at = v.checks.indexOf('signatures');
+      if (at >= 0) v.checks = v.checks.slice(0, at);
+      v.failure = f;
+      v.reasons = [];
+      return v;
+    }
+  }
+  if (v.checks.includes('signatures')) v.signers = m.signedAnswers.map((a) => ({ place: a.place, principal: a.principal, kind: signatureKind(a.signature), fingerprint: a.fingerprint }));
+  if (v.failure === null) {
+    const r = await checkReceipt(files);
+    v.failure = r.failure;
+    v.receiptKeyId = r.keyId;
+    if (r.keyId !== null || r.failure !== null) {
+      v.checks.push('receipt-signature');
+      v.receiptChecked = true;
+    }
+  }
+  v.ok = v.failure === null;
+  return v;
+}
 
 function renderVerification(v, source, derivation) {
   const box = $('verdict');
-  const unchecked = v.failure !== null && UNCHECKED.test(v.failure.message);
   const run = `run ${v.runId ?? '?'} (${v.events} events, outcome ${v.outcome ?? 'none'})`;
   let share;
   let reasons;
   if (v.failure) {
     share = 'blocked';
-    reasons = [{ code: 'VERIFY_FAILED', message: `${v.failure.place}: ${v.failure.message}` }];
+    // As the CLI: the failure first, then the module's reasons (none when the module or an approval's
+    // signature failed; a failed receipt signature keeps them).
+    reasons = [{ code: 'VERIFY_FAILED', message: `${v.failure.place}: ${v.failure.message}` }, ...v.reasons];
   } else {
     share = v.reasons.length ? 'local_only' : 'share_ready';
     reasons = [...v.reasons];
   }
-  if (v.failure && !unchecked) {
+  if (v.failure) {
     box.replaceChildren(
       h('strong', { class: 'refused' }, 'NOT VERIFIED'),
       h('br'),
       'Failed at ', h('code', { id: 'failure-place' }, v.failure.place), ': ', h('span', { id: 'failure-message' }, v.failure.message),
-    );
-  } else if (unchecked) {
-    box.replaceChildren(
-      h('strong', { class: 'warning-text' }, 'NOT VERIFIED IN THIS PAGE'),
-      h('br'),
-      `Every check of the module up to the signatures passed for ${run}, but a signature this page cannot check stands at `,
-      h('code', { id: 'failure-place' }, v.failure.place), ': ', h('span', { id: 'failure-message' }, v.failure.message),
     );
   } else {
     box.replaceChildren(
@@ -213,29 +241,39 @@ function renderVerification(v, source, derivation) {
   box.dataset.ok = v.failure ? 'no' : 'yes';
   box.dataset.verification = JSON.stringify({
     checks: v.checks, events: v.events, failure: v.failure, outcome: v.outcome, redacted: v.redacted, run_id: v.runId,
-    shadow: v.shadow, warnings: v.warnings, receipt_signed: v.receiptSigned,
+    shadow: v.shadow, warnings: v.warnings, receipt_signed: v.receiptSigned, receipt_key_id: v.receiptKeyId,
     signed_answers: v.signedAnswers.map((a) => ({ place: a.place, principal: a.principal, fingerprint: a.fingerprint })),
+    approvals_signed_by: v.signers,
     share_safety: { status: share, reasons },
   });
   $('checks').replaceChildren(...(v.checks.length ? v.checks.map((c) => h('li', { class: 'finding', 'data-check': c }, c)) : [h('li', { class: 'finding' }, 'none')]));
 
-  // What this page did not check: said plainly, never passed over.
+  // The signatures: what this page checked of them, and what it leaves to whoever decides whom to trust.
   const items = [];
-  for (const a of v.signedAnswers) {
-    items.push(h('li', { 'data-unchecked': a.place }, [
-      h('code', {}, a.place), ': the SSH signature of this approval (signer ', h('span', {}, a.principal), ', key ', h('code', {}, a.fingerprint),
-      ') is not checked in this page: its payload was checked by the module, its signature bytes were not. Check them with ',
-      h('code', {}, 'runbook-host verify --allowed-signers FILE'), '.',
+  const failedAt = v.failure?.place;
+  for (const a of v.signers) {
+    const what = a.kind === 'passkey' ? 'passkey assertion (WebAuthn)' : 'SSH signature';
+    items.push(h('li', { 'data-signature': a.place, 'data-status': 'verified' }, [
+      h('code', {}, a.place), `: the ${what} of this approval verifies, by the key it carries (signer `, h('span', {}, a.principal), ', key ', h('code', {}, a.fingerprint),
+      '), checked in this page. Whether that key may sign approvals is not: check it with ', h('code', {}, 'runbook-host verify --allowed-signers FILE'), '.',
     ]));
   }
-  if (v.receiptSigned) {
-    items.push(h('li', { 'data-unchecked': 'receipt.dsse.json' }, [
-      h('code', {}, 'receipt.dsse.json'), ': the receipt\'s DSSE signature (ed25519) is not checked in this page. Check it with ',
-      h('code', {}, 'runbook-host verify --key KEY.pub'), '.',
-    ]));
+  if (v.signers.length === 0 && v.signedAnswers.length) {
+    const a = v.signedAnswers.find((x) => x.place === failedAt);
+    if (a) items.push(h('li', { 'data-signature': a.place, 'data-status': 'failed' }, [h('code', {}, a.place), `: this approval's signature does not verify: `, h('span', {}, v.failure.message)]));
+  }
+  if (v.receiptChecked) {
+    items.push(v.receiptKeyId
+      ? h('li', { 'data-signature': 'receipt.dsse.json', 'data-status': 'verified' }, [
+        h('code', {}, 'receipt.dsse.json'), ': the receipt\'s DSSE signature (ed25519) verifies, checked in this page against the key run.json announces (', h('code', {}, v.receiptKeyId),
+        '). Whether to trust that key is not checked: run ', h('code', {}, 'runbook-host verify --key KEY.pub'), ' with the key you trust.',
+      ])
+      : h('li', { 'data-signature': 'receipt.dsse.json', 'data-status': 'failed' }, [h('code', {}, v.failure.place), ': the receipt\'s signature does not verify: ', h('span', {}, v.failure.message)]));
+  } else if (v.receiptSigned) {
+    items.push(h('li', { 'data-signature': 'receipt.dsse.json', 'data-status': 'not-reached' }, [h('code', {}, 'receipt.dsse.json'), ': the receipt is signed; its signature was not checked, as an earlier check failed.']));
   }
   if (items.length === 0) {
-    items.push(h('li', {}, 'No signature: this bundle holds no signed approval and no signed receipt, so every check runbook-host verify makes of it (without --allowed-signers or --key) was made here.'));
+    items.push(h('li', {}, 'No signature: this bundle holds no signed approval and no signed receipt.'));
   }
   if (source === 'folder') {
     items.push(h('li', {}, 'A folder chosen in a browser is read through symbolic links (the CLI refuses a linked artifact) and its empty subfolders are not listed.'));
@@ -340,14 +378,16 @@ function renderReportTables(report, signatures, v) {
   $('deviations').replaceChildren(table('Deviations', ['event', 'class', 'step', 'tool', 'what it means'], dev.map((d) => [d.seq, d.class, d.step, d.tool, explain('deviation', d.class)]), report ? 'No deviation: every call was in scope and in order.' : 'No report in this bundle.'));
   const signedBySeq = new Map();
   for (const s of signatures) signedBySeq.set(s.seq, s);
-  const checkedPlaces = new Map(v.signedAnswers.map((a) => [a.place, a]));
+  const checkedPlaces = new Map(v.signers.map((a) => [a.place, a]));
   const appr = report?.approvals ?? [];
   $('approvals').replaceChildren(table('Approvals', ['event', 'step', 'approver', 'answer', 'accepted', 'call', 'signed by'], appr.map((a) => {
     const s = signedBySeq.get(a.seq);
     let signed = 'not signed (an answer from the host\'s approval channel)';
     if (s) {
-      const kind = /^-----BEGIN SSH SIGNATURE-----/.test(String(s.signature ?? '')) ? 'SSH signature' : 'signature';
-      signed = `${s.principal ?? '?'}, key ${s.fingerprint ?? '?'} (${kind}; bytes not checked in this page)`;
+      const kind = /^-----BEGIN SSH SIGNATURE-----/.test(String(s.signature ?? '')) ? 'SSH signature' : /^-----BEGIN RUNBOOK PASSKEY ASSERTION-----/.test(String(s.signature ?? '')) ? 'passkey' : 'signature';
+      const place = `signatures.ndjson:${signatures.indexOf(s) + 1}`;
+      const status = checkedPlaces.has(place) ? 'verified in this page by the key it carries' : v.failure?.place === place ? 'does NOT verify' : 'not checked';
+      signed = `${s.principal ?? '?'}, key ${s.fingerprint ?? '?'} (${kind}; ${status})`;
     }
     return [a.seq, a.step, a.approver, a.granted ? 'granted' : 'refused', a.accepted ? 'yes' : 'no', a.call_sha256 ? `${a.call_sha256.slice(0, 16)}…` : 'the whole step', signed];
   }), report ? 'No approval was asked for or given.' : 'No report in this bundle.'));
@@ -389,15 +429,15 @@ async function open(read, source) {
     document.body.dataset.opened = String(++opened);
     return;
   }
+  const files = new Map(bundle.entries.filter(([, x]) => x instanceof Uint8Array));
   let v;
   try {
-    v = policy.verifyBundle(bundle.entries, policy.sha256);
+    v = await withSignatures(policy.verifyBundle(bundle.entries, policy.sha256, null, { moduleResult: true }), files);
   } catch (e) {
     $('open-error').textContent = `Cannot verify: ${e.message}`;
     document.body.dataset.opened = String(++opened);
     return;
   }
-  const files = new Map(bundle.entries.filter(([, x]) => x instanceof Uint8Array));
   const run = json(files.get('run.json'));
   const report = json(files.get('report.json'));
   const envelope = json(files.get('envelope.json'));
@@ -412,6 +452,32 @@ async function open(read, source) {
   renderReportTables(report, signatureLines(files.get('signatures.ndjson')), v);
   setStatus(`Opened ${bundle.name}: ${v.failure ? 'not verified' : 'verified'}.`, v.failure ? 'error' : 'info');
   document.body.dataset.opened = String(++opened);
+}
+
+/** The runs a `runbook-host playground --runs DIR` serves (`runs/index.json`), listed to open; none elsewhere. */
+async function listRuns() {
+  let index;
+  try {
+    const r = await fetch('runs/index.json', { cache: 'no-store', credentials: 'omit', redirect: 'error' });
+    if (!r.ok || !(r.headers.get('content-type') ?? '').startsWith('application/json')) return;
+    index = await r.json();
+  } catch {
+    return;
+  }
+  const runs = Array.isArray(index?.runs) ? index.runs.filter((x) => typeof x?.run_id === 'string' && Array.isArray(x.entries)) : [];
+  const box = $('server-runs');
+  box.hidden = false;
+  if (runs.length === 0) {
+    $('server-runs-list').replaceChildren(h('li', { class: 'small' }, 'No run under the folder this server was given.'));
+    return;
+  }
+  $('server-runs-list').replaceChildren(...runs.map((x) => {
+    const when = Number.isFinite(x.modified_ms) && x.modified_ms > 0 ? new Date(x.modified_ms).toISOString().replace('.000Z', 'Z') : '';
+    const b = h('button', { type: 'button', class: 'run-open', 'data-run': x.run_id }, `Open ${x.run_id}`);
+    b.addEventListener('click', () => open(() => fromServer('runs/', x.run_id, x.entries), 'server'));
+    return h('li', {}, [b, when ? h('span', { class: 'small' }, ` run.json written ${when}`) : null]);
+  }));
+  document.body.dataset.runsListed = String(runs.length);
 }
 
 function isTar(name) {
@@ -473,6 +539,7 @@ async function main() {
   const version = policy.version();
   $('module-info').textContent = `runbook:policy component ${version}, ${loaded.size.toLocaleString('en')} bytes, hashed here with WebCrypto and run by the runbook-policy package (JavaScript glue by jco ${loaded.jco}). No bundle leaves this page.`;
   setStatus(`Policy module ${version} loaded and verified. Open a bundle.`);
+  await listRuns();
   document.body.dataset.ready = 'yes';
 }
 

@@ -21,6 +21,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { passkeyHelpers } from './passkey-helpers.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = resolve(here, '..', '..');
@@ -36,24 +37,7 @@ let browser;
 let work;
 const children = [];
 
-/** Starts a long-running CLI command; resolves with the child and the first line it printed (its URL). */
-function serve(args, cwd) {
-  const child = spawn(CLI, args, { cwd, stdio: ['ignore', 'pipe', 'pipe'] });
-  children.push(child);
-  let stderr = '';
-  child.stderr.on('data', (d) => { stderr += d; });
-  return new Promise((ok, fail) => {
-    let out = '';
-    child.stdout.on('data', (d) => {
-      out += d;
-      const nl = out.indexOf('\n');
-      if (nl >= 0) ok({ child, url: out.slice(0, nl).trim(), output: () => out, stderr: () => stderr });
-    });
-    child.on('exit', (code) => fail(new Error(`${args.join(' ')} exited ${code}: ${stderr}`)));
-  });
-}
-
-const exited = (child) => new Promise((ok) => (child.exitCode !== null ? ok(child.exitCode) : child.on('exit', ok)));
+const { serve, exited, pageWithAuthenticator, register } = passkeyHelpers({ cli: CLI, children, cwd: () => work });
 
 /** One command-hook event of session `s` (Claude Code's payloads), in `cwd`. */
 function hook(cwd, payload, signers) {
@@ -79,28 +63,6 @@ function runDirOf(dir, s) {
 }
 
 const files = (d) => (existsSync(d) ? readdirSync(d) : []);
-
-/** A page whose browser holds a virtual platform authenticator (user verification as `verified`). */
-async function pageWithAuthenticator(context, verified = true) {
-  const page = await context.newPage();
-  const cdp = await context.newCDPSession(page);
-  await cdp.send('WebAuthn.enable');
-  const { authenticatorId } = await cdp.send('WebAuthn.addVirtualAuthenticator', {
-    options: { protocol: 'ctap2', transport: 'internal', hasResidentKey: true, hasUserVerification: true, isUserVerified: verified, automaticPresenceSimulation: true },
-  });
-  return { page, cdp, authenticatorId };
-}
-
-/** Registers a passkey for `name` through `approvers add`'s page; returns the allowed-signers line. */
-async function register(page, name, signers) {
-  const add = await serve(['approvers', 'add', name, '--allowed-signers', signers, '--timeout', '60'], work);
-  assert.match(add.url, /^http:\/\/localhost:\d+\/register$/);
-  await page.goto(add.url);
-  await page.getByRole('button', { name: 'Register a passkey' }).click();
-  assert.equal(await exited(add.child), 0, add.stderr());
-  await page.getByText('Registered:').waitFor();
-  return add.output().trim().split('\n').pop();
-}
 
 before(async () => {
   work = mkdtempSync(join(tmpdir(), 'runbook-approvals-'));

@@ -14,13 +14,15 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import { chromium } from 'playwright-core';
+import { passkeyHelpers } from './passkey-helpers.mjs';
 import { Run, load } from '../../packages/js/src/node.js';
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -51,6 +53,8 @@ function verify(dir) {
 
 let work;
 let policy;
+const children = [];
+const { serve, register, pageWithAuthenticator } = passkeyHelpers({ cli: CLI, children, cwd: () => work });
 
 /**
  * The bundle of one recorded event stream of an example: the runbook-policy package's Run (its bytes are
@@ -123,6 +127,89 @@ function hookBundle(name, flags = []) {
   const runs = readdirSync(join(dir, 'runs')).filter((n) => n.startsWith('r-'));
   assert.equal(runs.length, 1, `one run under ${dir}/runs: ${runs}`);
   return join(dir, 'runs', runs[0]);
+}
+
+const RUNBOOK_GATED = join(root, 'host/tests/claude/gated-hello.yaml');
+const gbase = (s, event) => ({ session_id: s, transcript_path: 't.jsonl', cwd: '.', permission_mode: 'default', hook_event_name: event });
+const gpre = (s, id) => ({ ...gbase(s, 'PreToolUse'), tool_name: 'Bash', tool_input: { command: 'echo hello' }, tool_use_id: id });
+const gpost = (s, id) => ({ ...gpre(s, id), hook_event_name: 'PostToolUse', tool_response: out('hello\n') });
+
+/** A project with the gated-hello runbook (one step, gated on a human's approval). */
+function gatedProject(name) {
+  const dir = join(work, name);
+  mkdirSync(dir, { recursive: true });
+  cpSync(RUNBOOK_GATED, join(dir, 'runbook.yaml'));
+  return dir;
+}
+
+function gatedHook(dir, payload, flags) {
+  const r = cli(['hook', '--runbook', 'runbook.yaml', ...flags], { cwd: dir, input: JSON.stringify(payload) });
+  assert.equal(r.status, 0, `hook ${payload.hook_event_name}: ${r.stderr}`);
+  return r.stdout ? JSON.parse(r.stdout) : null;
+}
+
+/** Session `s` up to its gated call, which waits: the run's folder, the pending request and its number. */
+function toTheGatedCall(dir, s, flags) {
+  gatedHook(dir, { ...gbase(s, 'SessionStart'), source: 'startup' }, flags);
+  const denied = gatedHook(dir, gpre(s, 't1'), flags);
+  assert.match(denied?.hookSpecificOutput?.permissionDecisionReason ?? '', /needs-approval/);
+  const runId = JSON.parse(readFileSync(join(dir, '.runbook/runs/.hook', `${s}.json`), 'utf8')).run_id;
+  const runDir = join(dir, '.runbook/runs', runId);
+  const [file] = readdirSync(join(runDir, 'pending'));
+  const pending = JSON.parse(readFileSync(join(runDir, 'pending', file), 'utf8'));
+  const request = lines(readFileSync(join(runDir, 'events.ndjson'), 'utf8')).map((l) => JSON.parse(l)).find((r) => r.decision.decision === 'needs-approval').decision.seq;
+  return { runDir, pending, request };
+}
+
+/** The approved call retried (allowed now), its result, the session's end. */
+function finishGated(dir, s, flags) {
+  const again = gatedHook(dir, gpre(s, 't2'), flags);
+  assert.notEqual(again?.hookSpecificOutput?.permissionDecision, 'deny', JSON.stringify(again));
+  gatedHook(dir, gpost(s, 't2'), flags);
+  gatedHook(dir, gbase(s, 'SessionEnd'), flags);
+}
+
+/**
+ * A bundle with one signed approval of `kind`: the viewer's verdict is the CLI's (who signed included);
+ * then one byte of the signature changed, in the folder: both fail at signatures.ndjson:1, with the same words.
+ */
+async function signedApprovalChecks(runDir, kind) {
+  const want = verify(runDir);
+  assert.equal(want.ok, true, JSON.stringify(want));
+  assert.ok(want.checks.some((c) => c.id === 'signatures'));
+  const got = await openFolder(runDir);
+  sameAsCli(got, want, `${kind}-signed approval`);
+  assert.deepEqual(got.approvals_signed_by, want.approvals_signed_by.map(({ place, principal, kind: k, fingerprint }) => ({ place, principal, kind: k, fingerprint })));
+  assert.equal(got.approvals_signed_by[0].kind, kind);
+  assert.deepEqual(await signatureItems(), [{ place: 'signatures.ndjson:1', status: 'verified' }]);
+  assert.match(await page.$eval('#approvals', (e) => e.textContent), /verified in this page by the key it carries/);
+  // One byte of the signature: the last byte of the SSHSIG blob (ECDSA's s), or of the passkey's signature.
+  const bad = join(work, `${kind}-tampered`);
+  cpSync(runDir, bad, { recursive: true });
+  const line = JSON.parse(readFileSync(join(bad, 'signatures.ndjson'), 'utf8').trim());
+  const armor = line.signature.trim().split('\n');
+  const body = Buffer.from(armor.slice(1, -1).join(''), 'base64');
+  let inner;
+  if (kind === 'ssh') {
+    body[body.length - 1] ^= 1;
+    inner = body;
+  } else {
+    const a = JSON.parse(body.toString('utf8'));
+    const sig = Buffer.from(a.signature, 'base64url');
+    sig[sig.length - 1] ^= 1;
+    a.signature = sig.toString('base64url');
+    inner = Buffer.from(JSON.stringify(a));
+  }
+  const b64 = inner.toString('base64');
+  line.signature = [armor[0], ...(b64.match(/.{1,70}/g)), armor[armor.length - 1]].join('\n') + '\n';
+  writeFileSync(join(bad, 'signatures.ndjson'), `${JSON.stringify(line)}\n`);
+  const wantBad = verify(bad);
+  assert.equal(wantBad.ok, false);
+  assert.equal(wantBad.failure.place, 'signatures.ndjson:1', JSON.stringify(wantBad.failure));
+  const gotBad = await openFolder(bad);
+  sameAsCli(gotBad, wantBad, `${kind}: a signature byte changed`);
+  assert.equal(await page.$eval('#failure-message', (e) => e.textContent), wantBad.failure.message);
+  assert.deepEqual(await signatureItems(), [{ place: 'signatures.ndjson:1', status: 'failed' }]);
 }
 
 /** A .tar.gz of `dir` as `tar -czf` writes it (the run's folder inside). */
@@ -203,6 +290,9 @@ async function opening(action) {
 const openFolder = (dir) => opening(() => page.setInputFiles('#bundle-dir', dir));
 const openTar = (file) => opening(() => page.setInputFiles('#bundle-tar', file));
 
+/** The signature items the verification panel lists: `{place, status}`. */
+const signatureItems = () => page.$$eval('#unchecked [data-signature]', (els) => els.map((e) => ({ place: e.dataset.signature, status: e.dataset.status })));
+
 /** The viewer's verification against the CLI's JSON: checks, failure, events, outcome, run id, share safety. */
 function sameAsCli(got, want, what) {
   assert.deepEqual(got.checks, want.checks.map((c) => c.id), `${what}: checks`);
@@ -233,6 +323,7 @@ before(async () => {
 after(async () => {
   await context?.close();
   server?.kill();
+  for (const c of children) if (c.exitCode === null) c.kill();
   for (const d of [userData, work]) if (d) rmSync(d, { recursive: true, force: true });
 });
 
@@ -357,21 +448,145 @@ describe('the run viewer in Chromium', () => {
     sameAsCli(await openTar(tarGz(dir, join(work, 'linked.tar.gz'))), want, 'symbolic link in an archive');
   });
 
-  test('a signed receipt: the page says it did not check the signature, and never passes it', async () => {
+  test('a signed receipt: checked in the page as the CLI checks it; one byte of its envelope changed fails at the same place', async () => {
     const dir = hookBundle('signed', ['--signing-key', 'host.pem']);
     assert.ok(existsSync(join(dir, 'receipt.dsse.json')));
     const want = verify(dir);
     assert.equal(want.ok, true, JSON.stringify(want));
     assert.ok(want.checks.some((c) => c.id === 'receipt-signature'));
     const got = await openFolder(dir);
-    // Every check of the module the CLI made, but not the signature the CLI checked itself.
-    assert.deepEqual(got.checks, want.checks.map((c) => c.id).filter((c) => c !== 'receipt-signature'));
-    assert.equal(got.failure.place, 'receipt.dsse.json');
+    sameAsCli(got, want, 'signed receipt');
     assert.equal(got.receipt_signed, true);
-    assert.equal(await page.$eval('#verdict', (e) => e.dataset.ok), 'no');
-    assert.match(await page.$eval('#verdict', (e) => e.textContent), /NOT VERIFIED IN THIS PAGE/);
-    const unchecked = await page.$$eval('#unchecked [data-unchecked]', (els) => els.map((e) => e.dataset.unchecked));
-    assert.deepEqual(unchecked, ['receipt.dsse.json']);
+    assert.equal(got.receipt_key_id, JSON.parse(readFileSync(join(dir, 'run.json'), 'utf8')).receipt_signature.key_id);
+    assert.equal(await page.$eval('#verdict', (e) => e.dataset.ok), 'yes');
+    assert.doesNotMatch(await page.$eval('#verdict', (e) => e.textContent), /NOT VERIFIED/);
+    assert.deepEqual(await signatureItems(), [{ place: 'receipt.dsse.json', status: 'verified' }]);
+    // One byte of the envelope's signature.
+    const bad = join(work, 'signed-tampered');
+    cpSync(dir, bad, { recursive: true });
+    const env = JSON.parse(readFileSync(join(bad, 'receipt.dsse.json'), 'utf8'));
+    const sig = Buffer.from(env.signatures[0].sig, 'base64');
+    sig[10] ^= 1;
+    env.signatures[0].sig = sig.toString('base64');
+    writeFileSync(join(bad, 'receipt.dsse.json'), `${JSON.stringify(env)}\n`);
+    const wantBad = verify(bad);
+    assert.equal(wantBad.ok, false);
+    assert.equal(wantBad.failure.place, 'receipt.dsse.json');
+    const gotBad = await openFolder(bad);
+    sameAsCli(gotBad, wantBad, 'tampered receipt envelope');
+    assert.equal(await page.$eval('#failure-message', (e) => e.textContent), wantBad.failure.message);
+    // One byte of the envelope's payload (its text, base64 of the statement), and a second signature.
+    const bad2 = join(work, 'signed-tampered-2');
+    cpSync(dir, bad2, { recursive: true });
+    const text = readFileSync(join(dir, 'receipt.dsse.json'), 'utf8');
+    const at = text.indexOf('"payload":"') + 30;
+    writeFileSync(join(bad2, 'receipt.dsse.json'), text.slice(0, at) + (text[at] === 'A' ? 'B' : 'A') + text.slice(at + 1));
+    sameAsCli(await openFolder(bad2), verify(bad2), 'tampered receipt payload');
+    const env2 = JSON.parse(text);
+    env2.signatures.push({ keyid: 'sha256:other', sig: env2.signatures[0].sig });
+    writeFileSync(join(bad2, 'receipt.dsse.json'), `${JSON.stringify(env2)}\n`);
+    const want3 = verify(bad2);
+    assert.equal(want3.ok, false);
+    sameAsCli(await openFolder(bad2), want3, 'a second signature in the receipt envelope');
+    assert.equal((await openFolder(bad2)).failure.message, want3.failure.message);
+  });
+
+  test('an SSH-signed approval (ecdsa, ssh-keygen -Y sign): the CLI\'s verdict; one signature byte changed fails at the same place', async () => {
+    const dir = gatedProject('ssh');
+    const key = join(dir, 'alice-key');
+    const kg = spawnSync('ssh-keygen', ['-q', '-t', 'ecdsa', '-b', '256', '-N', '', '-C', 'alice', '-f', key]);
+    assert.equal(kg.status, 0, kg.stderr?.toString());
+    const pub = readFileSync(`${key}.pub`, 'utf8').trim().split(/\s+/).slice(0, 2).join(' ');
+    const signers = join(dir, 'allowed_signers');
+    writeFileSync(signers, `alice namespaces="runbook-approval@runbook-host" ${pub}\n`);
+    const flags = ['--allowed-signers', signers, '--allow-software-keys'];
+    const s = 'viewer-ssh';
+    const { runDir, pending, request } = toTheGatedCall(dir, s, flags);
+    // The answer a human's own tooling makes: the payload signed by `ssh-keygen -Y sign`, in the grant file.
+    const message = `runbook-approval/v2\nrun ${basename(runDir)}\nrequest ${request}\nstep ${pending.step}\ncall_sha256 ${pending.call_sha256}\nanswer approve\n`;
+    const signed = spawnSync('ssh-keygen', ['-Y', 'sign', '-n', 'runbook-approval@runbook-host', '-f', key], { input: message });
+    assert.equal(signed.status, 0, signed.stderr?.toString());
+    mkdirSync(join(runDir, 'approvals'), { recursive: true });
+    const grant = { schema: 'runbook-approval-grant/v1', id: pending.id, step: pending.step, tool: pending.tool, call_sha256: pending.call_sha256, approver: 'alice', granted: true, at: new Date().toISOString().replace(/\.\d+Z$/, 'Z'), signature: signed.stdout.toString() };
+    writeFileSync(join(runDir, 'approvals', `${pending.id}.json`), `${JSON.stringify(grant, null, 2)}\n`);
+    finishGated(dir, s, flags);
+    assert.equal(readFileSync(join(runDir, 'signatures.ndjson'), 'utf8').trim().split('\n').length, 1);
+    await signedApprovalChecks(runDir, 'ssh');
+  });
+
+  test('a passkey-signed approval (Chromium\'s virtual authenticator, approvals serve): the CLI\'s verdict; one signature byte changed fails at the same place', { timeout: 120_000 }, async () => {
+    const dir = gatedProject('passkey');
+    const signers = join(dir, 'allowed_signers');
+    const flags = ['--allowed-signers', signers];
+    const s = 'viewer-passkey';
+    let runDir;
+    // The approver's browser, apart from the viewer's, with the virtual authenticator.
+    const approverBrowser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
+    const approver = await approverBrowser.newContext();
+    try {
+      const { page: p } = await pageWithAuthenticator(approver);
+      await register(p, 'alice', signers);
+      const gated = toTheGatedCall(dir, s, flags);
+      runDir = gated.runDir;
+      const srv = await serve(['approvals', 'serve', '--runs', join(dir, '.runbook/runs'), '--allowed-signers', signers], dir);
+      await p.goto(srv.url);
+      const card = p.locator(`[data-request="${gated.pending.id}"]`);
+      await card.getByRole('button', { name: 'Approve with passkey' }).click();
+      await card.getByText(/approved by alice \(passkey SHA256:/).waitFor();
+      srv.child.kill();
+    } finally {
+      await approverBrowser.close();
+    }
+    finishGated(dir, s, flags);
+    await signedApprovalChecks(runDir, 'passkey');
+  });
+
+  test('runbook-host playground --runs DIR: the viewer lists the runs and opens one from that server only', async () => {
+    const runs = join(work, 'served-runs');
+    mkdirSync(runs, { recursive: true });
+    const signedDir = hookBundle('served', ['--signing-key', 'host.pem']);
+    cpSync(signedDir, join(runs, basename(signedDir)), { recursive: true });
+    const older = await exampleBundle('rotate-credentials', 'events-deviations.ndjson', join(work, 'served-src'));
+    cpSync(older, join(runs, basename(older)), { recursive: true });
+    const past = new Date(Date.now() - 3600_000);
+    utimesSync(join(runs, basename(older), 'run.json'), past, past);
+    // Not listed: a symbolic link to a run, and a folder without a run.json.
+    symlinkSync(join(runs, basename(older)), join(runs, 'r-linked'));
+    mkdirSync(join(runs, 'not-a-run'));
+    const { url } = await serve(['playground', '--dir', DIST, '--port', '0', '--runs', runs], root);
+    const p = await context.newPage();
+    const requests = [];
+    p.on('request', (r) => requests.push(r.url()));
+    try {
+      await p.goto(new URL('viewer.html', url).href);
+      await p.waitForFunction(() => document.body.dataset.ready === 'yes', null, { timeout: 60_000 });
+      const listed = await p.$$eval('#server-runs-list [data-run]', (els) => els.map((e) => e.dataset.run));
+      assert.deepEqual(listed, [basename(signedDir), basename(older)], 'newest first; no link, no folder without run.json');
+      for (const [dir, id] of [[signedDir, basename(signedDir)], [older, basename(older)]]) {
+        const before = Number(await p.evaluate(() => document.body.dataset.opened ?? '0'));
+        await p.click(`#server-runs-list [data-run="${id}"]`);
+        await p.waitForFunction((g) => Number(document.body.dataset.opened ?? '0') > g, before, { timeout: 60_000 });
+        const got = JSON.parse(await p.$eval('#verdict', (e) => e.dataset.verification));
+        sameAsCli(got, verify(dir), `served run ${id}`);
+        assert.equal(got.failure, null);
+      }
+      const here = new URL(url).origin;
+      assert.ok(requests.length > 5 && requests.every((r) => r.startsWith(`${here}/`)), requests.filter((r) => !r.startsWith(`${here}/`)).join(' '));
+      assert.ok(requests.some((r) => r.endsWith(`/runs/${basename(signedDir)}/receipt.dsse.json`)));
+      // Only through this server's names, and never a link or a climb out (raw HTTP: a browser normalises `..`).
+      const port = new URL(url).port;
+      const raw = (target, host = `127.0.0.1:${port}`) => new Promise((ok, fail) => {
+        http.get({ host: '127.0.0.1', port, path: target, headers: { host } }, (res) => { res.resume(); ok(res.statusCode); }).on('error', fail);
+      });
+      assert.equal(await raw(`/runs/${basename(older)}/run.json`), 200);
+      assert.equal(await raw('/runs/r-linked/run.json'), 404);
+      assert.equal(await raw(`/runs/${basename(older)}/../../secret`), 404);
+      assert.equal(await raw('/runs/index.json', `attacker.example:${port}`), 421);
+    } finally {
+      await p.close();
+    }
+    // The page served without --runs lists none.
+    assert.equal(await page.$eval('#server-runs', (e) => e.hidden), true);
   });
 
   test('text from the bundle is text: markup in arguments is shown, never parsed', async () => {

@@ -8,6 +8,12 @@
 //! does every computation itself, in the browser, with the same component this binary embeds: the server
 //! refuses to start when the directory was built from a different component (its `module.sha256`, and the
 //! sha256 of the `policy.wasm` the page will load, must both equal `runbook_host::module_sha256()`).
+//!
+//! With `--runs DIR` it also serves, read-only, the run bundles under DIR for the run viewer
+//! (docs/viewer.md#open-a-local-run): `GET /runs/index.json` lists the runs (a folder holding a regular
+//! `run.json`), newest first, with each one's top-level entries; `GET /runs/<run-id>/<file>` is one of a
+//! bundle's top-level regular files. Both names must be safe names (`runbook_host::bundle::is_safe_name`:
+//! no `..`, no slash, no hidden name), and a symbolic link is never followed: not a run folder, not a file.
 
 use anyhow::{Context, Result};
 use axum::body::Body;
@@ -36,6 +42,9 @@ pub struct Args {
     /// closed, e.g. `10s`, `500ms`
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     pub open_timeout: Duration,
+    /// Also serve, read-only, the run bundles under DIR (e.g. `.runbook/runs`) to the run viewer
+    #[arg(long, value_name = "DIR")]
+    pub runs: Option<PathBuf>,
 }
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -71,6 +80,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
 
+    let runs = match &args.runs {
+        None => None,
+        Some(dir) => match std::fs::canonicalize(dir) {
+            Ok(r) if r.is_dir() => Some(r),
+            _ => {
+                eprintln!("runbook-host: error: --runs `{}` is not a directory", dir.display());
+                return Ok(ExitCode::from(1));
+            }
+        },
+    };
+
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().context("starting the async runtime")?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, args.port))
@@ -80,7 +100,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
         outln!("http://127.0.0.1:{port}/");
         std::io::stdout().flush()?;
         eprintln!("serving {} (module {}); Ctrl-C stops", args.dir.display(), runbook_host::module_sha256());
-        let app = Router::new().fallback(serve).with_state(Arc::new(Site { root, port })).layer(CompressionLayer::new());
+        if let Some(r) = &args.runs {
+            eprintln!("serving the runs under {} read-only at /runs/index.json", r.display());
+        }
+        let app = Router::new().fallback(serve).with_state(Arc::new(Site { root, port, runs })).layer(CompressionLayer::new());
         let limits = runbook_host::listen::Limits { max_connections: 64, idle_timeout: Some(args.open_timeout), ..Default::default() };
         runbook_host::listen::serve(listener, app, limits, std::future::pending()).await.context("serving the playground")?;
         Ok(ExitCode::SUCCESS)
@@ -107,6 +130,8 @@ fn check_component(dir: &Path) -> Result<(), String> {
 struct Site {
     root: PathBuf,
     port: u16,
+    /// `--runs`: the folder of run bundles (canonical), served under `/runs/`.
+    runs: Option<PathBuf>,
 }
 
 fn plain(status: StatusCode) -> Response {
@@ -147,6 +172,18 @@ async fn answer(site: &Site, req: Request) -> Response {
             return plain(StatusCode::MISDIRECTED_REQUEST);
         }
     }
+    if let (Some(runs), Some(rest)) = (&site.runs, req.uri.path().strip_prefix("/runs/")) {
+        let (runs, rest) = (runs.clone(), rest.to_string());
+        let found = tokio::task::spawn_blocking(move || run_file(&runs, &rest)).await;
+        return match found {
+            Ok(Some((body, ct))) => {
+                let mut r = Response::new(Body::from(body));
+                r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ct));
+                r
+            }
+            _ => plain(StatusCode::NOT_FOUND),
+        };
+    }
     let Some(path) = resolve(&site.root, req.uri.path()) else { return plain(StatusCode::NOT_FOUND) };
     let read = tokio::task::spawn_blocking({
         let path = path.clone();
@@ -179,6 +216,74 @@ fn resolve(root: &Path, target: &str) -> Option<PathBuf> {
     }
     let full = std::fs::canonicalize(root.join(&rel)).ok()?;
     (full.starts_with(root) && full.is_file()).then_some(full)
+}
+
+/// The most `/runs/index.json` lists.
+const MAX_RUNS: usize = 1000;
+
+/// What `/runs/<rest>` names under the runs folder `runs`: `index.json` (the listing) or a bundle's
+/// top-level regular file `<run-id>/<file>`; None for anything else (a name that is not a safe name, a
+/// symbolic link, a folder, a missing file). Read through a cap-std capability of `runs`, so no name reaches
+/// outside it.
+fn run_file(runs: &Path, rest: &str) -> Option<(Vec<u8>, &'static str)> {
+    use runbook_host::bundle::is_safe_name;
+    let dir = cap_std::fs::Dir::open_ambient_dir(runs, cap_std::ambient_authority()).ok()?;
+    if rest == "index.json" {
+        return Some((runs_index(&dir).into_bytes(), "application/json"));
+    }
+    let (id, name) = rest.split_once('/')?;
+    if !is_safe_name(id) || !is_safe_name(name) || !dir.symlink_metadata(id).ok()?.is_dir() {
+        return None;
+    }
+    let run = dir.open_dir(id).ok()?;
+    if !run.symlink_metadata(name).ok()?.is_file() || run.symlink_metadata("run.json").map(|m| !m.is_file()).unwrap_or(true) {
+        return None;
+    }
+    let bytes = run.read(name).ok()?;
+    Some((bytes, content_type(Path::new(name))))
+}
+
+/// `{"runs":[{"run_id","modified","entries":[[name, "file" | <entries of a folder> | null]]}]}`: the run
+/// folders under `dir` that hold a regular `run.json`, newest (`run.json` last modified) first, each with
+/// its top-level entries (safe names only) as the viewer gives them to the module's `verify-bundle`.
+fn runs_index(dir: &cap_std::fs::Dir) -> String {
+    use runbook_host::bundle::is_safe_name;
+    use serde_json::{json, Value};
+    let mut runs: Vec<(u128, String, Vec<Value>)> = Vec::new();
+    for entry in dir.entries().into_iter().flatten().flatten() {
+        let Ok(id) = entry.file_name().into_string() else { continue };
+        if !is_safe_name(&id) || !dir.symlink_metadata(&id).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        let Ok(run) = dir.open_dir(&id) else { continue };
+        let Ok(meta) = run.symlink_metadata("run.json") else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        let modified = meta.modified().ok().and_then(|t| t.into_std().duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_millis());
+        let mut entries = Vec::new();
+        for e in run.entries().into_iter().flatten().flatten() {
+            let Ok(name) = e.file_name().into_string() else { continue };
+            if !is_safe_name(&name) {
+                continue;
+            }
+            let Ok(m) = run.symlink_metadata(&name) else { continue };
+            let item = if m.is_file() {
+                json!("file")
+            } else if m.is_dir() {
+                json!(run.read_dir(&name).map(|it| it.count()).unwrap_or(0).min(u32::MAX as usize))
+            } else {
+                Value::Null
+            };
+            entries.push(json!([name, item]));
+        }
+        entries.sort_by(|a, b| a[0].as_str().cmp(&b[0].as_str()));
+        runs.push((modified, id, entries));
+    }
+    runs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+    runs.truncate(MAX_RUNS);
+    let list: Vec<Value> = runs.into_iter().map(|(m, id, entries)| json!({"run_id": id, "modified_ms": m as u64, "entries": entries})).collect();
+    json!({"schema": "runbook-playground-runs/v1", "runs": list}).to_string()
 }
 
 fn percent_decode(s: &str) -> Option<String> {

@@ -461,13 +461,18 @@ function bundleItems(entries) {
   return out.sort((a, b) => byScalars(a[0], b[0]));
 }
 
-/** What `verifyBundle` returns, frozen; a bundle with signed answers fails closed (SIGNATURE_UNCHECKED). */
-function fromWitVerification(v) {
+/**
+ * What `verifyBundle` returns, frozen; a bundle with signed answers fails closed (SIGNATURE_UNCHECKED),
+ * unless `unaltered` (the module's result as it is, for a caller that checks the signatures itself).
+ */
+function fromWitVerification(v, unaltered = false) {
   let checks = [...v.checks];
   let failure = v.failure === undefined ? null : { place: v.failure[0], message: v.failure[1] };
   let reasons = v.reasons.map(([code, message]) => Object.freeze({ code, message }));
   const signedAnswers = v.signedAnswers.map((a) => Object.freeze({ place: a.place, principal: a.principal, message: a.message, signature: a.signature, fingerprint: a.fingerprint }));
-  if (failure === null && signedAnswers.length > 0) {
+  if (unaltered) {
+    // nothing changed: the caller checks the signatures
+  } else if (failure === null && signedAnswers.length > 0) {
     // As runbook-host does when a signature does not verify: the failure comes before any later check.
     const at = checks.indexOf('signatures');
     if (at >= 0) checks = checks.slice(0, at);
@@ -842,13 +847,27 @@ export class Policy {
    * bundle with `runbook-host verify`, and, as there, the checks stop before `signatures`. The receipt's
    * DSSE signature (`receipt.dsse.json`) is not checked here either. In Node, `verify(runDir, {policy})`
    * reads the entries.
+   *
+   * `options.moduleResult: true`: the module's result unaltered, for a caller that checks the signatures
+   * itself (as the run viewer does, with WebCrypto): `failure` is only the module's, `checks` include
+   * `signatures` when the module checked the signed answers' payloads, and `ok` is true even though the
+   * bytes of `signedAnswers[].signature` and of `receipt.dsse.json` (`receiptSigned`) are not checked.
    */
-  verifyBundle(entries, moduleSha256, signersSha256) {
+  verifyBundle(entries, moduleSha256, signersSha256, options) {
     const items = bundleItems(entries);
     text(moduleSha256, 'moduleSha256');
     const signers = signersSha256 === null || signersSha256 === undefined ? undefined : text(signersSha256, 'signersSha256');
+    let unaltered = false;
+    if (options !== undefined && options !== null) {
+      if (typeof options !== 'object' || Array.isArray(options)) throw new InvalidInput(`verifyBundle options must be an object, not ${kindOf(options)}`);
+      const { moduleResult, ...rest } = options;
+      const unknown = Object.keys(rest);
+      if (unknown.length) throw new InvalidInput(`verifyBundle options: unknown option ${unknown.map((k) => `\`${k}\``).join(', ')} (moduleResult)`);
+      if (moduleResult !== undefined && typeof moduleResult !== 'boolean') throw new InvalidInput(`verifyBundle options: \`moduleResult\` must be a boolean, not ${kindOf(moduleResult)}`);
+      unaltered = moduleResult === true;
+    }
     const v = this.#call('verify-bundle', (api) => api.verifyBundle(items, moduleSha256, signers));
-    return fromWitVerification(v);
+    return fromWitVerification(v, unaltered);
   }
 
   /**

@@ -228,6 +228,17 @@ export interface SignedAnswer {
   fingerprint: string;
 }
 
+/** `policy.verifyBundle`'s options. */
+export interface VerifyBundleOptions {
+  /**
+   * The module's result unaltered: no failing closed on signatures. `ok` then means only that every check
+   * of the module passed; the bytes of `signedAnswers[].signature` and of `receipt.dsse.json` (when
+   * `receiptSigned`) are NOT checked, and the caller must check them (the run viewer does, with WebCrypto).
+   * Default false.
+   */
+  moduleResult?: boolean;
+}
+
 /** What `verify` / `policy.verifyBundle` found (frozen). */
 export interface Verification {
   /** No check failed (and no signed answer awaits a signature check this package cannot make). */
@@ -385,7 +396,7 @@ export class Policy {
    * `signersSha256` that of the allowed signers trusted. Fail closed: a bundle with signed answers is not `ok`
    * (this package cannot check SSH signatures). In Node, `verify(runDir, {policy})` reads the entries.
    */
-  verifyBundle(entries: readonly (readonly [name: string, item: BundleItem])[], moduleSha256: string, signersSha256?: string | null): Verification;
+  verifyBundle(entries: readonly (readonly [name: string, item: BundleItem])[], moduleSha256: string, signersSha256?: string | null, options?: VerifyBundleOptions | null): Verification;
 }
 
 /** One supervised run in the module. */

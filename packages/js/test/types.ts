@@ -71,6 +71,10 @@ export async function example(): Promise<string | null> {
   const place: string | undefined = verified.failure?.place;
   const checks: readonly string[] = policy.verifyBundle([['run.json', new Uint8Array()], ['sub', 2], ['link', null]], policy.sha256, null).checks;
   void [place, checks];
+  const unaltered: boolean = policy.verifyBundle([['run.json', new Uint8Array()]], policy.sha256, null, { moduleResult: true }).receiptSigned;
+  void unaltered;
+  // @ts-expect-error options are {moduleResult?: boolean}
+  policy.verifyBundle([['run.json', new Uint8Array()]], policy.sha256, null, { moduleResult: 'yes' });
   // @ts-expect-error: an entry is a file's bytes, a directory's entry count or null
   policy.verifyBundle([['run.json', 'text']], policy.sha256);
   // @ts-expect-error: verify needs the policy

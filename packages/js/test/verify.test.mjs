@@ -3,7 +3,7 @@
 // with signed approvals failing closed at the place the CLI names.
 
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, readFileSync, readdirSync, renameSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, readFileSync, readdirSync, renameSync, statSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { before, test } from 'node:test';
 import { InvalidInput, MAX_BUNDLE_BYTES, Run, load, verify } from '../src/node.js';
@@ -139,6 +139,51 @@ test('signed approvals fail closed: this package does not check SSH signatures',
   assert.equal(want.result.failure.place, got.failure.place);
   assert.match(want.result.failure.message, /signature does not verify/);
   assert.deepEqual(got.checks, want.result.checks.map((c) => c.id));
+});
+
+test('verifyBundle {moduleResult: true}: the module\'s verification unaltered, for a caller that checks the signatures', async (t) => {
+  const root = tempDir(t);
+  const run = await Run.create(policy, {
+    document: join(ROOT, 'examples', 'rotate-credentials', 'runbook.yaml'),
+    agent: 'my-agent', profile: 'R2', riskCeiling: 'destructive', coverage: 'complete', runsRoot: join(root, 'runs'),
+  });
+  assert.ok(run.invoke('Bash', { command: 'kubectl -n payments get secret payments-db-credentials' }).allowed);
+  run.result('Bash', { stdout: 'payments-db-credentials   Opaque   2   97d\n', stderr: '', interrupted: false });
+  assert.ok(run.invoke('mcp__vault__read_metadata', { path: 'database/creds/payments-app' }).allowed);
+  run.result('mcp__vault__read_metadata', { path: 'database/creds/payments-app', age_days: 97 });
+  const asked = run.invoke('Bash', { command: 'vault write -f database/rotate-role/payments-app' });
+  const request = asked.decision.seq;
+  const answer = run.approval('alice', true, { step: 'rotate', callSha256: asked.callSha256, request });
+  const message = `runbook-approval/v2\nrun ${run.runId}\nrequest ${request}\nstep rotate\ncall_sha256 ${asked.callSha256}\nanswer approve\n`;
+  const line = policy.signatureLine(answer.decision.seq, request, 'test', message, 'not a signature', 'alice', 'SHA256:none');
+  writeFileSync(join(run.dir, 'signatures.ndjson'), line.endsWith('\n') ? line : `${line}\n`);
+  run.end('client-closed');
+  const entries = readdirSync(run.dir).map((n) => [n, statSync(join(run.dir, n)).isFile() ? new Uint8Array(readFileSync(join(run.dir, n))) : readdirSync(join(run.dir, n)).length]);
+  // As before for every current caller: failing closed at the signed answer.
+  const closed = policy.verifyBundle(entries, policy.sha256);
+  assert.deepEqual(closed, policy.verifyBundle(entries, policy.sha256, null, {}));
+  assert.deepEqual(closed, policy.verifyBundle(entries, policy.sha256, null, { moduleResult: false }));
+  assert.equal(closed.failure.place, 'signatures.ndjson:1');
+  // Unaltered: the module found nothing wrong; its checks go on past `signatures`; the answer is left to check.
+  const raw = policy.verifyBundle(entries, policy.sha256, null, { moduleResult: true });
+  assert.equal(raw.failure, null);
+  assert.equal(raw.ok, true);
+  assert.ok(raw.checks.includes('signatures'), raw.checks.join(' '));
+  assert.deepEqual(raw.checks.slice(0, closed.checks.length), closed.checks);
+  assert.equal(raw.signedAnswers.length, 1);
+  assert.deepEqual({ ...raw.signedAnswers[0] }, { place: 'signatures.ndjson:1', principal: 'alice', message, signature: 'not a signature', fingerprint: 'SHA256:none' });
+  assert.ok(Object.isFrozen(raw));
+  // The CLI, which checks the bytes, fails where the caller must.
+  const want = cliVerify(run.dir);
+  assert.equal(want.result.failure.place, raw.signedAnswers[0].place);
+  // A bundle without signatures: the same result either way.
+  const [b] = bundles();
+  const plain = readdirSync(b.dir).map((n) => [n, new Uint8Array(readFileSync(join(b.dir, n)))]);
+  assert.deepEqual(policy.verifyBundle(plain, policy.sha256, null, { moduleResult: true }), policy.verifyBundle(plain, policy.sha256));
+  // The option is checked.
+  assert.throws(() => policy.verifyBundle(plain, policy.sha256, null, { moduleresult: true }), InvalidInput);
+  assert.throws(() => policy.verifyBundle(plain, policy.sha256, null, { moduleResult: 'yes' }), InvalidInput);
+  assert.throws(() => policy.verifyBundle(plain, policy.sha256, null, 'moduleResult'), InvalidInput);
 });
 
 test('verifyBundle takes entries (a browser has no fs); bad arguments are refused', async (t) => {
