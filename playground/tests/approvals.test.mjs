@@ -64,6 +64,14 @@ function runDirOf(dir, s) {
 
 const files = (d) => (existsSync(d) ? readdirSync(d) : []);
 
+/** axe-core's serious and critical violations on the page as it stands. */
+const seriousViolations = (page) => page.evaluate(async (src) => {
+  // eslint-disable-next-line no-eval
+  (0, eval)(src);
+  const r = await globalThis.axe.run(document, { resultTypes: ['violations'] });
+  return r.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => `${v.id}: ${v.help}`);
+}, AXE);
+
 before(async () => {
   work = mkdtempSync(join(tmpdir(), 'runbook-approvals-'));
   browser = await chromium.launch({ executablePath: CHROMIUM, args: ARGS });
@@ -95,6 +103,8 @@ describe('passkey approvals from the approval page', () => {
     const line = await register(page, 'alice', signers);
     assert.match(line, /^alice namespaces="runbook-approval@runbook-host" sk-ecdsa-sha2-nistp256@openssh\.com AAAA\S+ passkey:[A-Za-z0-9_-]+$/);
     assert.equal(readFileSync(signers, 'utf8'), `# approvers\n${line}\n`);
+    // The registration page, as it stands after registering.
+    assert.deepEqual(await seriousViolations(page), []);
   });
 
   test('a gated call waits; the page shows it; the passkey approves; the call runs; verify names the passkey', async () => {
@@ -119,13 +129,7 @@ describe('passkey approvals from the approval page', () => {
     const run = await page.locator(`[data-run]`).innerText();
     assert.match(run, /Current step\s+greet/);
 
-    const axe = await page.evaluate(async (src) => {
-      // eslint-disable-next-line no-eval
-      (0, eval)(src);
-      const r = await globalThis.axe.run(document, { resultTypes: ['violations'] });
-      return r.violations.filter((v) => v.impact === 'serious' || v.impact === 'critical').map((v) => `${v.id}: ${v.help}`);
-    }, AXE);
-    assert.deepEqual(axe, []);
+    assert.deepEqual(await seriousViolations(page), []);
     await page.screenshot({ path: join(SCREENSHOTS, 'screenshot-approvals.png'), fullPage: true });
 
     const posted = page.waitForRequest((r) => r.url().endsWith('/approvals/api/answer'));
