@@ -312,6 +312,30 @@ fn scenario(c: &mut Criterion, policy: &host::Policy, name: &str, call: &'static
         })
     });
 
+    // Native, the recording path (`feed`): what the component's `feed` costs as guest code, without the
+    // boundary, so the two split the guest's own work from the canonical ABI's.
+    g.bench_function("native-feed", |b| {
+        b.iter_custom(|iters| match shape {
+            Shape::Pair => time_on_sessions(iters, 2, native_session, |s| {
+                black_box(s.feed(Ok(native_invoke(black_box(call.tool), black_box(call.args))), &prev));
+                black_box(s.feed(Ok(native_result(black_box(call.tool), black_box(res_json))), &prev));
+            }),
+            Shape::InvokeOnly => time_first_of_pair(
+                iters,
+                native_session,
+                |s| {
+                    black_box(s.feed(Ok(native_invoke(black_box(call.tool), black_box(call.args))), &prev));
+                },
+                |s| {
+                    black_box(s.feed(Ok(native_result(call.tool, res_json)), &prev));
+                },
+            ),
+            Shape::Single => time_on_sessions(iters, 1, native_session, |s| {
+                black_box(s.feed(Ok(native_invoke(black_box(call.tool), black_box(call.args))), &prev));
+            }),
+        })
+    });
+
     // Native, wire.
     g.bench_function("native-wire", |b| {
         b.iter_custom(|iters| match shape {

@@ -67,7 +67,7 @@ pub fn pretty(node: &Node) -> String {
 
 fn sorted(members: &[Member]) -> Vec<&Member> {
     let mut v: Vec<&Member> = members.iter().collect();
-    v.sort_by(|a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
+    crate::sort::sort_by(&mut v, |a, b| a.key.as_bytes().cmp(b.key.as_bytes()));
     v
 }
 

@@ -10,7 +10,7 @@
 
 use crate::doc::sha256_hex;
 use crate::jcs;
-use crate::value::{Node, Value};
+use crate::value::{Member, Node, Value};
 use sha2::{Digest, Sha256};
 
 /// JCS of any text: its canonical form when it is JSON, else the canonical JSON string holding it.
@@ -37,6 +37,45 @@ pub fn malformed_form(line: &str) -> String {
     jcs::to_string(&jcs::obj(vec![("malformed", jcs::s(line))]))
 }
 
+/// The record line of an event tree ([`jcs::to_string_record`]) and its `E` ([`event_form_node`]), from
+/// one pass: the two differ only in the values of `arguments` and `result` and in numbers that are not
+/// exact, so each member is written once and copied, and an exact `arguments` is digested from the
+/// text just written rather than written again.
+pub fn record_and_form(event: &Node) -> (String, String) {
+    let Value::Obj(members) = &event.value else {
+        return (jcs::to_string_record(event), event_form_node(event));
+    };
+    let mut sorted: Vec<&Member> = members.iter().collect();
+    crate::sort::sort_by(&mut sorted, |a, b| jcs::utf16_order(&a.key, &b.key));
+    let mut line = String::with_capacity(256);
+    let mut form = String::with_capacity(256);
+    line.push('{');
+    form.push('{');
+    for (i, m) in sorted.iter().enumerate() {
+        let start = line.len();
+        if i > 0 {
+            line.push(',');
+        }
+        jcs::write_str(&m.key, &mut line);
+        line.push(':');
+        form.push_str(&line[start..]);
+        let start = line.len();
+        jcs::write_record(&m.value, &mut line);
+        let exact = !jcs::has_inexact(&m.value);
+        if m.key == "arguments" || m.key == "result" {
+            let digest = if exact { sha256_hex(line[start..].as_bytes()) } else { value_digest(&m.value) };
+            jcs::write_str(&digest, &mut form);
+        } else if exact {
+            form.push_str(&line[start..]);
+        } else {
+            jcs::write_hashing(&m.value, &mut form);
+        }
+    }
+    line.push('}');
+    form.push('}');
+    (line, form)
+}
+
 /// `E` of the line `line`, already parsed into `node` without issues.
 pub fn event_form_parsed(node: &Node, line: &str) -> String {
     if is_event(node) {
@@ -50,13 +89,16 @@ pub fn event_form_parsed(node: &Node, line: &str) -> String {
 pub fn event_form_node(event: &Node) -> String {
     match &event.value {
         Value::Obj(members) if members.iter().any(|m| m.key == "arguments" || m.key == "result") => {
-            let mut n = event.clone();
-            if let Value::Obj(ms) = &mut n.value {
-                for m in ms.iter_mut().filter(|m| m.key == "arguments" || m.key == "result") {
-                    m.value = jcs::s(&value_digest(&m.value));
-                }
-            }
-            jcs::to_string_hashing(&n)
+            // A shallow copy: the arguments' tree (the bulk of an event) is digested, never cloned.
+            let ms = members
+                .iter()
+                .map(|m| Member {
+                    key: m.key.clone(),
+                    key_pos: m.key_pos,
+                    value: if m.key == "arguments" || m.key == "result" { jcs::s(&value_digest(&m.value)) } else { m.value.clone() },
+                })
+                .collect();
+            jcs::to_string_hashing(&Node::new(Value::Obj(ms)))
         }
         _ => jcs::to_string_hashing(event),
     }
@@ -110,4 +152,22 @@ fn hex(bytes: &[u8]) -> String {
         s.push(D[(b & 15) as usize] as char);
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_pass_gives_the_record_line_and_the_form() {
+        for line in [
+            r#"{"type":"invoke","at":3,"tool":"db.read","arguments":{"q":"a\"b","n":[1,2.50,1e30,0.1000000000000000000000001]},"call_id":"c"}"#,
+            r#"{"type":"result","at":4,"tool":"t","result":"x","is_error":false,"z":1.000000000000000000001}"#,
+            r#"{"type":"tick","at":5}"#,
+            r#"{"type":"invoke","tool":"\u00e9","\ufb33":1,"\ud83d\ude00":2,"arguments":12345678901234567890123}"#,
+        ] {
+            let n = crate::json::parse(line).node.unwrap();
+            assert_eq!(record_and_form(&n), (jcs::to_string_record(&n), event_form_node(&n)), "{line}");
+        }
+    }
 }

@@ -55,7 +55,7 @@ fn to_event(e: t::Event) -> Result<event::Event, String> {
             coverage: match c.coverage {
                 t::Coverage::Complete => Coverage::Complete,
                 t::Coverage::Blind(mut v) => {
-                    v.sort_unstable();
+                    crate::sort::sort(&mut v);
                     v.dedup();
                     if v.is_empty() {
                         Coverage::Complete
@@ -225,6 +225,7 @@ fn run_state(st: supervisor::RunState) -> t::RunState {
 
 impl Guest for Component {
     type Session = Session;
+    type Verifier = Verifier;
 
     fn lint(document: Vec<u8>) -> t::LintReport {
         let r = crate::lint(&document);
@@ -309,25 +310,7 @@ impl Guest for Component {
     }
 
     fn verify_bundle(entries: Vec<(String, t::BundleItem)>, module_sha256: String, signers_sha256: Option<String>) -> t::Verification {
-        use crate::verify;
-        let v = verify::verify(&items(entries), &verify::Options { module_sha256, signers_sha256 });
-        t::Verification {
-            checks: v.checks.iter().map(|c| c.to_string()).collect(),
-            failure: v.failure,
-            run_id: v.run_id,
-            outcome: v.outcome,
-            events: v.events,
-            reasons: v.reasons.into_iter().map(|(c, m)| (c.to_string(), m)).collect(),
-            warnings: v.warnings,
-            redacted: v.redacted,
-            shadow: v.shadow,
-            signed_answers: v
-                .signed_answers
-                .into_iter()
-                .map(|a| t::SignedAnswer { place: a.place, principal: a.principal, message: a.message, signature: a.signature, fingerprint: a.fingerprint })
-                .collect(),
-            receipt_signed: v.receipt_signed,
-        }
+        verification(crate::verify::verify(&items(entries), &crate::verify::Options { module_sha256, signers_sha256 }))
     }
 
     fn record_line(link: String, event_line: String, decision_line: String) -> String {
@@ -464,3 +447,50 @@ impl GuestSession for Session {
 
 #[allow(unused)]
 fn _type_check(_: wit::Session) {}
+
+fn verification(v: crate::verify::Verification) -> t::Verification {
+    t::Verification {
+        checks: v.checks.iter().map(|c| c.to_string()).collect(),
+        failure: v.failure,
+        run_id: v.run_id,
+        outcome: v.outcome,
+        events: v.events,
+        reasons: v.reasons.into_iter().map(|(c, m)| (c.to_string(), m)).collect(),
+        warnings: v.warnings,
+        redacted: v.redacted,
+        shadow: v.shadow,
+        signed_answers: v
+            .signed_answers
+            .into_iter()
+            .map(|a| t::SignedAnswer { place: a.place, principal: a.principal, message: a.message, signature: a.signature, fingerprint: a.fingerprint })
+            .collect(),
+        receipt_signed: v.receipt_signed,
+    }
+}
+
+/// `verify-bundle` in pieces (WIT `verifier`); None once finished.
+struct Verifier(RefCell<Option<crate::verify::Verifier<'static>>>);
+
+impl wit::GuestVerifier for Verifier {
+    fn new(entries: Vec<(String, t::BundleItem)>, module_sha256: String, signers_sha256: Option<String>) -> Verifier {
+        let options = crate::verify::Options { module_sha256, signers_sha256 };
+        Verifier(RefCell::new(Some(crate::verify::Verifier::new(std::borrow::Cow::Owned(items(entries)), options))))
+    }
+
+    fn push(&self, chunk: Vec<u8>) {
+        if let Some(v) = self.0.borrow_mut().as_mut() {
+            v.push(&chunk);
+        }
+    }
+
+    fn finish(&self) -> t::Verification {
+        match self.0.borrow_mut().take() {
+            Some(v) => verification(v.finish()),
+            // Fail closed: the one answer was given, and nothing pushed since was checked.
+            None => verification(crate::verify::Verification {
+                failure: Some(("events.ndjson".into(), "the verifier has already finished".into())),
+                ..Default::default()
+            }),
+        }
+    }
+}

@@ -550,8 +550,8 @@ pub fn analyze(bytes: &[u8]) -> Analysis {
     a
 }
 
-pub fn sort_findings(f: &mut [Finding]) {
-    f.sort_unstable_by(|x, y| (x.pos.line, x.pos.column, x.code, &x.pointer, &x.message).cmp(&(y.pos.line, y.pos.column, y.code, &y.pointer, &y.message)));
+pub fn sort_findings(f: &mut Vec<Finding>) {
+    crate::sort::sort_by(f, |x, y| (x.pos.line, x.pos.column, x.code, &x.pointer, &x.message).cmp(&(y.pos.line, y.pos.column, y.code, &y.pointer, &y.message)));
 }
 
 fn build_doc(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
@@ -1078,7 +1078,7 @@ fn derive(ctx: &mut Ctx, root: &Node, a: &mut Analysis) {
             }
         }
         // Document order (9.18): a call that two of the step's capabilities match is the one declared first.
-        caps.sort_unstable();
+        crate::sort::sort(&mut caps);
         a.step_caps.push(caps);
         let field_pos = |k: &str| step_node.and_then(|n| n.get(k)).map(|n| n.pos).unwrap_or(s.pos);
         for (k, target) in [("next", &s.next), ("on_fail", &s.on_fail)] {

@@ -45,7 +45,7 @@ pub fn envelope_of(a: &Analysis) -> Option<String> {
 pub fn build(a: &Analysis) -> Node {
     let d = &a.doc;
     let mut allowlist: Vec<&str> = d.capabilities.iter().map(|c| c.name.as_str()).collect();
-    allowlist.sort_unstable_by(|x, y| crate::jcs::utf16_order(x, y));
+    crate::sort::sort_by(&mut allowlist, |x, y| crate::jcs::utf16_order(x, y));
     let capabilities = obj_owned(
         d.capabilities
             .iter()
@@ -61,7 +61,7 @@ pub fn build(a: &Analysis) -> Node {
             .enumerate()
             .map(|(i, st)| {
                 let mut tools: Vec<&str> = a.step_caps[i].iter().map(|ci| d.capabilities[*ci].name.as_str()).collect();
-                tools.sort_unstable_by(|x, y| crate::jcs::utf16_order(x, y));
+                crate::sort::sort_by(&mut tools, |x, y| crate::jcs::utf16_order(x, y));
                 (
                     st.id.clone(),
                     obj(vec![
@@ -79,7 +79,7 @@ pub fn build(a: &Analysis) -> Node {
     let undeclared = arr(a.undeclared.iter().map(|(st, t)| obj(vec![("step", s(st)), ("tool", s(t))])).collect());
     let budgets = obj_owned(d.steps.iter().filter_map(|st| st.retry.as_ref().map(|r| (format!("{}->{}", st.id, r.to), n(r.max)))).collect());
     let mut terminals: Vec<&str> = d.terminals.iter().map(|t| t.as_str()).collect();
-    terminals.sort_unstable_by(|x, y| crate::jcs::utf16_order(x, y));
+    crate::sort::sort_by(&mut terminals, |x, y| crate::jcs::utf16_order(x, y));
     let checkpoints = arr(d
         .checkpoints
         .iter()

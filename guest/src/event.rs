@@ -413,7 +413,7 @@ pub fn from_node(node: &Node) -> Result<Event, Malformed> {
                 Some(Value::Str(s)) if s == "complete" => Coverage::Complete,
                 Some(Value::Arr(_)) => {
                     let mut blind = str_list(node, "coverage")?;
-                    blind.sort_unstable();
+                    crate::sort::sort(&mut blind);
                     blind.dedup();
                     if blind.is_empty() {
                         Coverage::Complete

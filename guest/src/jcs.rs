@@ -53,6 +53,16 @@ pub fn to_string_hashing(node: &Node) -> String {
     out
 }
 
+/// Appends what [`to_string_record`] gives.
+pub fn write_record(node: &Node, out: &mut String) {
+    write_with(node, out, Mode::Record);
+}
+
+/// Appends what [`to_string_hashing`] gives.
+pub fn write_hashing(node: &Node, out: &mut String) {
+    write_with(node, out, Mode::Hashing);
+}
+
 /// Whether `node` holds a number that is not exact (9.28): the hot path's check (every `invoke`), which
 /// allocates nothing; [`first_inexact`] names where.
 pub fn has_inexact(node: &Node) -> bool {
@@ -120,7 +130,7 @@ fn write_with(node: &Node, out: &mut String, mode: Mode) {
         }
         Value::Obj(members) => {
             let mut sorted: Vec<&Member> = members.iter().collect();
-            sorted.sort_unstable_by(|a, b| utf16_order(&a.key, &b.key));
+            crate::sort::sort_by(&mut sorted, |a, b| utf16_order(&a.key, &b.key));
             out.push('{');
             for (i, m) in sorted.iter().enumerate() {
                 if i > 0 {
@@ -137,29 +147,51 @@ fn write_with(node: &Node, out: &mut String, mode: Mode) {
 
 /// RFC 8785 orders keys by their UTF-16 code units (which differs from UTF-8 byte order only past U+FFFF).
 pub fn utf16_order(a: &str, b: &str) -> std::cmp::Ordering {
-    a.encode_utf16().cmp(b.encode_utf16())
+    // UTF-8 bytes sort as code points, which differ from UTF-16 units only when a character past U+FFFF
+    // meets one in U+E000..U+FFFF: both start with a byte of at least 0xEE. Keys are almost always
+    // ASCII, and this runs on every member of every object written.
+    let (x, y) = (a.as_bytes(), b.as_bytes());
+    let at = x.iter().zip(y).position(|(p, q)| p != q);
+    // The differing characters' lead bytes are within the 3 bytes before the first difference.
+    let wide = |s: &[u8], i: usize| s[i.saturating_sub(3)..=i].iter().any(|&c| c >= 0xEE);
+    match at {
+        Some(i) if wide(x, i) || wide(y, i) => a.encode_utf16().cmp(b.encode_utf16()),
+        Some(i) => x[i].cmp(&y[i]),
+        None => x.len().cmp(&y.len()),
+    }
 }
 
 pub fn write_str(s: &str, out: &mut String) {
+    out.reserve(s.len() + 2);
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                out.push_str("\\u00");
-                out.push(HEX[(c as usize) >> 4] as char);
-                out.push(HEX[(c as usize) & 0xf] as char);
-            }
-            c => out.push(c),
+    // Runs of bytes that need no escape are copied whole: every byte to escape is ASCII, so a run always
+    // ends on a character boundary.
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &c) in bytes.iter().enumerate() {
+        let esc = match c {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0x08 => "\\b",
+            0x0c => "\\f",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            c if c < 0x20 => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        start = i + 1;
+        if esc.is_empty() {
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            out.push_str("\\u00");
+            out.push(HEX[(c as usize) >> 4] as char);
+            out.push(HEX[(c as usize) & 0xf] as char);
+        } else {
+            out.push_str(esc);
         }
     }
+    out.push_str(&s[start..]);
     out.push('"');
 }
 
@@ -208,6 +240,41 @@ mod tests {
 
     fn canon(src: &str) -> String {
         to_string(&json::parse(src).node.unwrap())
+    }
+
+    #[test]
+    fn utf16_order_matches_code_units() {
+        let words = [
+            "",
+            "a",
+            "ab",
+            "b",
+            "\u{7f}",
+            "\u{80}",
+            "\u{e9}",
+            "\u{d7ff}",
+            "\u{e000}",
+            "\u{fb33}",
+            "\u{ffff}",
+            "\u{10000}",
+            "\u{1f600}",
+            "a\u{1f600}",
+            "a\u{fb33}",
+            "\u{fb33}x",
+            "\u{1f600}x",
+        ];
+        for x in words {
+            for y in words {
+                assert_eq!(utf16_order(x, y), x.encode_utf16().cmp(y.encode_utf16()), "{x:?} {y:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn strings_escape_as_json_stringify() {
+        let mut out = String::new();
+        write_str("a\"b\\c\u{8}\u{c}\n\r\t\u{1}\u{1f}é\u{1f600}\u{7f}", &mut out);
+        assert_eq!(out, "\"a\\\"b\\\\c\\b\\f\\n\\r\\t\\u0001\\u001fé\u{1f600}\u{7f}\"");
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub mod event;
 pub mod jcs;
 pub mod json;
 pub mod predicate;
+mod sort;
 pub mod supervisor;
 #[cfg(feature = "testgen")]
 pub mod testgen;

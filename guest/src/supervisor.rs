@@ -341,7 +341,7 @@ impl Session {
                 refusals.push(Refusal::PrerequisiteUnmet);
             }
         }
-        refusals.sort_unstable();
+        crate::sort::sort(&mut refusals);
         self.start_at = at;
         self.last_at = at;
         self.claim = Some(claim);
@@ -842,7 +842,7 @@ impl Session {
             Position::Terminal(_) => (Vec::new(), false),
         };
         let mut scope = scope;
-        scope.sort_unstable_by(|x, y| crate::jcs::utf16_order(x, y));
+        crate::sort::sort_by(&mut scope, |x, y| crate::jcs::utf16_order(x, y));
         let phase = match self.phase {
             Phase::New => "new",
             Phase::Running => "running",

@@ -26,6 +26,9 @@
 //!
 //! Then share safety: reasons a bundle is `local_only` (raw arguments, results, malformed lines verbatim,
 //! an approval channel holding calls).
+//!
+//! [`Verifier`] runs them with `events.ndjson` in pieces (the CLI streams it), and [`verify`] is that with the
+//! file whole: one implementation, whose memory grows with the run's state, not with its events.
 
 use crate::audit;
 use crate::bundle::{self, RECEIPT_SCHEMA, RUN_SCHEMA, SHADOW, SIGNATURES, TRAFFIC};
@@ -34,6 +37,9 @@ use crate::jcs;
 use crate::json;
 use crate::supervisor::Session;
 use crate::value::{json_eq, Node, Value};
+use sha2::{Digest, Sha256};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
 
 pub const DERIVATION_SCHEMA: &str = "runbook-redacted-derivation/v1";
 pub const REDACTION: &str = "digest-arguments-and-results/v1";
@@ -102,17 +108,60 @@ fn fail<T>(place: impl Into<String>, message: impl Into<String>) -> Result<T, Fa
     Err((place.into(), message.into()))
 }
 
-/// Runs every check on the bundle whose top-level entries are `entries` (`name`, what it is).
+/// Runs every check on the bundle whose top-level entries are `entries` (`name`, what it is): a
+/// [`Verifier`] given the whole of `events.ndjson` at once.
 pub fn verify(entries: &[(String, Item)], options: &Options) -> Verification {
-    let mut v = Verification::default();
-    let mut cx = Cx { entries, options, v: &mut v };
-    let failure = cx.checks().err();
-    if failure.is_none() {
-        let reasons = share_safety(entries);
-        cx.v.reasons = reasons;
+    Verifier::new(Cow::Borrowed(entries), options.clone()).finish()
+}
+
+/// [`verify`] with `events.ndjson` in pieces of any size (a line may span pieces), so that a verifier
+/// holds the bundle's small files and one line of events at a time, never the events: `new` runs the
+/// checks before the events (1 to 6), `push` the events check line by line as the bytes arrive, and
+/// `finish` the rest, in order; the answer is [`verify`]'s for the same bytes. The events are the bytes of
+/// the `events.ndjson` entry (empty when the host streams them) followed by every piece pushed.
+pub struct Verifier<'a> {
+    entries: Cow<'a, [(String, Item)]>,
+    options: Options,
+    v: Verification,
+    /// What checks 1 to 6 established, or their failure.
+    seen: Result<Seen, Failure>,
+    events: Events,
+}
+
+impl<'a> Verifier<'a> {
+    pub fn new(entries: Cow<'a, [(String, Item)]>, options: Options) -> Verifier<'a> {
+        let mut v = Verification::default();
+        let mut cx = Cx { entries: &entries, options: &options, v: &mut v };
+        let seen = cx.before_events();
+        let events = match &seen {
+            Ok(s) => Events::start(&cx, s),
+            Err(_) => Events::default(),
+        };
+        let mut me = Verifier { entries, options, v, seen, events };
+        if let Some((_, Item::File(b))) = me.entries.iter().find(|(n, _)| n == "events.ndjson") {
+            me.events.push(b);
+        }
+        me
     }
-    v.failure = failure;
-    v
+
+    /// The next piece of `events.ndjson`.
+    pub fn push(&mut self, chunk: &[u8]) {
+        self.events.push(chunk);
+    }
+
+    pub fn finish(self) -> Verification {
+        let Verifier { entries, options, mut v, seen, mut events } = self;
+        let mut cx = Cx { entries: &entries, options: &options, v: &mut v };
+        let failure = match seen {
+            Ok(mut s) => cx.after_events(&mut s, &mut events).err(),
+            Err(f) => Some(f),
+        };
+        if failure.is_none() {
+            v.reasons = share_safety(&events, &entries);
+        }
+        v.failure = failure;
+        v
+    }
 }
 
 struct Cx<'a> {
@@ -313,29 +362,221 @@ pub fn parse_event_record(line: &str) -> Result<EventRecord, String> {
 
 /// Reads `events.ndjson` bytes into records; the error names the 1-based line.
 pub fn read_events(bytes: &[u8]) -> Result<Vec<EventRecord>, (usize, String)> {
-    let text = std::str::from_utf8(bytes).map_err(|e| (bytes[..e.valid_up_to()].iter().filter(|b| **b == b'\n').count() + 1, "not UTF-8".to_string()))?;
-    if text.is_empty() {
-        return Ok(Vec::new());
+    let mut records = Records::default();
+    let mut out = Vec::new();
+    records.push(bytes, &mut |_, r| out.push(r));
+    records.end().map(|_| out)
+}
+
+/// `events.ndjson` read as its bytes arrive, in pieces of any size: each whole line as a record, in order,
+/// while every line so far is one; the rules of the file as a whole (one UTF-8 text, a final newline)
+/// and which failure counts first are [`Records::end`]'s.
+#[derive(Default)]
+struct Records {
+    /// The start of a line whose newline has not arrived yet.
+    partial: Vec<u8>,
+    /// Whole lines so far.
+    lines: u64,
+    /// The first line that is not UTF-8.
+    not_utf8: Option<u64>,
+    /// The first line not in its one allowed form, and why.
+    malformed: Option<(u64, String)>,
+}
+
+impl Records {
+    /// Splits `chunk` into lines, calling `each` with every record and its line number (from 1) until
+    /// the first line that is not one.
+    fn push(&mut self, mut chunk: &[u8], each: &mut dyn FnMut(u64, EventRecord)) {
+        while let Some(i) = chunk.iter().position(|b| *b == b'\n') {
+            if self.partial.is_empty() {
+                self.line(&chunk[..i], each);
+            } else {
+                let mut line = std::mem::take(&mut self.partial);
+                line.extend_from_slice(&chunk[..i]);
+                self.line(&line, each);
+                line.clear();
+                self.partial = line;
+            }
+            chunk = &chunk[i + 1..];
+        }
+        self.partial.extend_from_slice(chunk);
     }
-    let body = text.strip_suffix('\n').ok_or((text.split('\n').count(), "the last line does not end with a newline".to_string()))?;
-    body.split('\n').enumerate().map(|(n, l)| parse_event_record(l).map_err(|e| (n + 1, e))).collect()
+
+    fn line(&mut self, bytes: &[u8], each: &mut dyn FnMut(u64, EventRecord)) {
+        self.lines += 1;
+        if self.not_utf8.is_some() {
+            return;
+        }
+        let Ok(text) = std::str::from_utf8(bytes) else {
+            self.not_utf8 = Some(self.lines);
+            return;
+        };
+        if self.malformed.is_some() {
+            return;
+        }
+        match parse_event_record(text) {
+            Ok(r) => each(self.lines, r),
+            Err(m) => self.malformed = Some((self.lines, m)),
+        }
+    }
+
+    /// How many records the file holds, or its failure and the 1-based line: bytes that are not UTF-8
+    /// anywhere come first (the file is one text), then a last line without its newline, then the first
+    /// line not in its one allowed form.
+    fn end(&mut self) -> Result<u64, (usize, String)> {
+        let last = self.lines + 1;
+        if self.not_utf8.is_none() && std::str::from_utf8(&self.partial).is_err() {
+            self.not_utf8 = Some(last);
+        }
+        if let Some(n) = self.not_utf8 {
+            return Err((n as usize, "not UTF-8".to_string()));
+        }
+        if !self.partial.is_empty() {
+            return Err((last as usize, "the last line does not end with a newline".to_string()));
+        }
+        if let Some((n, m)) = &self.malformed {
+            return Err((*n as usize, m.clone()));
+        }
+        Ok(self.lines)
+    }
+}
+
+/// What the events check keeps of `events.ndjson` as it streams past: the file's digest, the line being
+/// read, the chain's head, the replaying session and its first failure, and of particular events only
+/// what a later check needs (the approval events a signature names, the decisions a shadow run lists,
+/// whether any event holds raw text; for a redacted derivative, what its report is checked against),
+/// never the lines themselves.
+#[derive(Default)]
+struct Events {
+    /// False when a check before the events failed: the events are then not read.
+    on: bool,
+    sha: Sha256,
+    records: Records,
+    head: String,
+    /// None for a redacted derivative, which is not replayed.
+    session: Option<Session>,
+    failure: Option<Failure>,
+    /// A redacted derivative's decisions, which its report is checked against.
+    decisions_recorded: audit::Decisions,
+    /// The `seq` of every line of signatures.ndjson.
+    signed: BTreeSet<u64>,
+    /// Whether the signatures check looks at approval events at all.
+    approvals_wanted: bool,
+    /// The approval events (and decisions) at the positions signatures.ndjson names.
+    approvals: BTreeMap<u64, (Node, Node)>,
+    /// The first approval event whose decision's `seq` no signature names: that `seq`, as shown.
+    unsigned: Option<String>,
+    /// The `seq` of every line of shadow.ndjson, and the first recorded decision of each.
+    shadowed: BTreeSet<u64>,
+    decisions: BTreeMap<u64, Option<Node>>,
+    /// Share safety: raw arguments, raw results, malformed event text.
+    raw: (bool, bool, bool),
+}
+
+/// The `seq` of every line of the entry `name` that has one.
+fn seqs(entries: &[(String, Item)], name: &str) -> BTreeSet<u64> {
+    match entries.iter().find(|(n, _)| n == name) {
+        Some((_, Item::File(b))) => String::from_utf8_lossy(b).lines().filter_map(|l| u64_of(json::parse(l).node.as_ref()?.get("seq"))).collect(),
+        _ => BTreeSet::new(),
+    }
+}
+
+impl Events {
+    fn start(cx: &Cx, s: &Seen) -> Events {
+        let redacted = s.derivation.is_some();
+        let signed = seqs(cx.entries, SIGNATURES);
+        Events {
+            on: true,
+            head: s.h0.clone(),
+            session: (!redacted).then(|| Session::new(cx.file(&s.doc_file))),
+            approvals_wanted: !signed.is_empty() || signatures_required(s.run.as_ref().expect("layout")),
+            signed,
+            shadowed: seqs(cx.entries, SHADOW),
+            ..Default::default()
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        if !self.on {
+            return;
+        }
+        self.sha.update(chunk);
+        let mut records = std::mem::take(&mut self.records);
+        records.push(chunk, &mut |n, r| self.record(n, r));
+        self.records = records;
+    }
+
+    /// One record: its link (and decision, replayed), then what later checks keep of it.
+    fn record(&mut self, n: u64, r: EventRecord) {
+        if self.failure.is_some() {
+            return;
+        }
+        let place = || format!("events.ndjson:{n}");
+        match &mut self.session {
+            None => {
+                let next = crate::chain::link(&self.head, &r.event_line, &r.decision_line, true);
+                if next != r.h {
+                    self.failure = Some((place(), format!("the hash chain breaks: `h` is {}, the chain gives {next}", r.h)));
+                    return;
+                }
+                self.head = next;
+            }
+            Some(session) => {
+                let (decision_line, link) = session.replay_line(&r.event_line, &self.head);
+                if link != r.h {
+                    self.failure = Some((place(), format!("the hash chain breaks: `h` is {}, the chain gives {link}", r.h)));
+                    return;
+                }
+                self.head = link;
+                if decision_line != r.decision_line {
+                    self.failure = Some((place(), format!("the replay decides {decision_line}, the bundle records {}", r.decision_line)));
+                    return;
+                }
+            }
+        }
+        self.raw.2 |= !r.event_line.trim_start().starts_with('{');
+        // Parsing the event is most of this: only when something is still to be learnt from it.
+        let mut approval = false;
+        let mut e = None;
+        if !(self.raw.0 && self.raw.1) || self.approvals_wanted {
+            let ev = json::parse(&r.event_line).node.unwrap_or_else(null);
+            self.raw.0 |= ev.get("arguments").is_some() && !is_digest(ev.get("arguments"));
+            self.raw.1 |= ev.get("result").is_some() && !is_digest(ev.get("result"));
+            approval = self.approvals_wanted && str_at(&ev, &["type"]) == Some("approval");
+            e = Some(ev);
+        }
+        if approval || !self.shadowed.is_empty() {
+            let d = json::parse(&r.decision_line).node.unwrap_or_else(null);
+            let seq = u64_of(d.get("seq"));
+            if let Some(q) = seq.filter(|q| self.shadowed.contains(q)) {
+                self.decisions.entry(q).or_insert_with(|| d.get("decision").cloned());
+            }
+            if approval {
+                if self.unsigned.is_none() && !seq.is_some_and(|q| self.signed.contains(&q)) {
+                    self.unsigned = Some(shown(d.get("seq")));
+                }
+                if let Some(e) = e.filter(|_| self.signed.contains(&(n - 1))) {
+                    self.approvals.insert(n - 1, (e, d));
+                }
+            }
+        }
+        if self.session.is_none() {
+            self.decisions_recorded.push(&r.event_line, &r.decision_line);
+        }
+    }
 }
 
 /// What the checks have read and established so far, handed from each numbered check to the next.
+/// What the checks have read and established so far, handed from each numbered check to the next (the
+/// files' bytes stay in the entries: [`Cx::file`]).
 #[derive(Default)]
-struct Seen<'a> {
-    run_bytes: &'a [u8],
+struct Seen {
     run: Option<Node>,
     run_id: String,
     doc_file: String,
     has_envelope: bool,
-    doc: &'a [u8],
-    envelope: Option<&'a [u8]>,
     env_v: Option<Node>,
-    events_bytes: &'a [u8],
-    report_bytes: &'a [u8],
     report: Option<Node>,
-    receipt_bytes: &'a [u8],
     receipt: Option<Node>,
     derivation: Option<Node>,
     doc_sha: String,
@@ -343,12 +584,10 @@ struct Seen<'a> {
     /// The sha256 of the events the receipt pins (the source's, for a redacted derivative).
     events_source_sha: String,
     head: String,
-    /// Every event and its decision, parsed (a malformed event line is null).
-    records: Vec<(Node, Node)>,
-    lines: Vec<(String, String)>,
-    signatures: Option<&'a [u8]>,
-    shadow: Option<&'a [u8]>,
-    traffic: Option<&'a [u8]>,
+    /// Which of signatures.ndjson, shadow.ndjson and traffic.ndjson the receipt must pin.
+    signatures: bool,
+    shadow: bool,
+    traffic: bool,
 }
 
 fn null() -> Node {
@@ -372,24 +611,41 @@ impl<'a> Cx<'a> {
         }
     }
 
-    fn checks(&mut self) -> Result<(), Failure> {
+    /// The bytes of a file the checks found present (empty for anything else).
+    fn file(&self, name: &str) -> &'a [u8] {
+        match self.entry(name) {
+            Some(Item::File(b)) => b,
+            _ => &[],
+        }
+    }
+
+    fn envelope_bytes(&self, s: &Seen) -> Option<&'a [u8]> {
+        s.has_envelope.then(|| self.file("envelope.json"))
+    }
+
+    fn before_events(&mut self) -> Result<Seen, Failure> {
         let mut s = self.layout()?;
         self.presence(&mut s)?;
         self.receipt_form(&mut s)?;
         self.relative_paths_only(&mut s)?;
         self.document_sha256(&mut s)?;
         self.envelope(&mut s)?;
-        self.derivation(&mut s)?;
-        let session = self.events(&mut s)?;
-        self.report(&s, session)?;
-        self.signatures(&mut s)?;
-        self.shadow(&mut s)?;
-        self.traffic(&mut s)?;
-        self.receipt(&s)
+        Ok(s)
+    }
+
+    fn after_events(&mut self, s: &mut Seen, events: &mut Events) -> Result<(), Failure> {
+        s.events_source_sha = format!("{:x}", std::mem::take(&mut events.sha).finalize());
+        self.derivation(s)?;
+        self.events(s, events)?;
+        self.report(s, events)?;
+        self.signatures(s, events)?;
+        self.shadow(s, events)?;
+        self.traffic(s)?;
+        self.receipt(s)
     }
 
     /// 1. The manifest and its layout.
-    fn layout(&mut self) -> Result<Seen<'a>, Failure> {
+    fn layout(&mut self) -> Result<Seen, Failure> {
         let run_bytes = self.read("run.json")?;
         let run = parse("run.json", run_bytes)?;
         if str_at(&run, &["schema"]) != Some(RUN_SCHEMA) {
@@ -424,17 +680,19 @@ impl<'a> Cx<'a> {
             return fail("run.json", "`document.file` is not the document artifact");
         }
         self.pass("layout");
-        Ok(Seen { run_bytes, run: Some(run), run_id, doc_file, has_envelope, ..Default::default() })
+        Ok(Seen { run: Some(run), run_id, doc_file, has_envelope, ..Default::default() })
     }
 
     /// 2. Presence.
-    fn presence(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
-        s.doc = self.read(&s.doc_file)?;
-        s.envelope = if s.has_envelope { Some(self.read("envelope.json")?) } else { None };
-        s.events_bytes = self.read("events.ndjson")?;
+    fn presence(&mut self, s: &mut Seen) -> Result<(), Failure> {
+        self.read(&s.doc_file)?;
+        if s.has_envelope {
+            self.read("envelope.json")?;
+        }
+        self.read("events.ndjson")?;
         let run = s.run.as_ref().expect("layout");
-        s.report_bytes = match self.read("report.json") {
-            Ok(b) => b,
+        match self.read("report.json") {
+            Ok(_) => {}
             // Why there is no report, as run.json says: so an auditor tells a run its host could not end
             // (a trap, a full disk) from one still running or killed.
             Err((place, m)) if m == "missing" => {
@@ -449,8 +707,8 @@ impl<'a> Cx<'a> {
                 return fail(place, m);
             }
             Err(f) => return Err(f),
-        };
-        s.receipt_bytes = self.read("receipt.json")?;
+        }
+        self.read("receipt.json")?;
         // A redacted derivative (`export --redact`) carries derivation.json: its chain and receipt verify,
         // its events cannot be replayed.
         s.derivation = match self.entry("derivation.json") {
@@ -462,9 +720,9 @@ impl<'a> Cx<'a> {
     }
 
     /// 3. The receipt's form.
-    fn receipt_form(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
-        let text = utf8("receipt.json", s.receipt_bytes)?;
-        let receipt = parse("receipt.json", s.receipt_bytes)?;
+    fn receipt_form(&mut self, s: &mut Seen) -> Result<(), Failure> {
+        let text = utf8("receipt.json", self.file("receipt.json"))?;
+        let receipt = parse("receipt.json", self.file("receipt.json"))?;
         if jcs::to_string(&receipt) != text {
             return fail("receipt.json", "not canonical JSON (RFC 8785)");
         }
@@ -480,8 +738,8 @@ impl<'a> Cx<'a> {
     }
 
     /// 4. No absolute path in the bundle's own metadata.
-    fn relative_paths_only(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
-        s.report = Some(parse("report.json", s.report_bytes)?);
+    fn relative_paths_only(&mut self, s: &mut Seen) -> Result<(), Failure> {
+        s.report = Some(parse("report.json", self.file("report.json"))?);
         for (name, v) in [("run.json", &s.run), ("report.json", &s.report), ("receipt.json", &s.receipt)] {
             if let Some(at) = v.as_ref().and_then(|v| find_absolute(v, "")) {
                 return fail(name, format!("an absolute path at {at}"));
@@ -492,9 +750,9 @@ impl<'a> Cx<'a> {
     }
 
     /// 5. The document's hash, everywhere it is named.
-    fn document_sha256(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
-        let doc_sha = sha256_hex(s.doc);
-        s.env_v = match s.envelope {
+    fn document_sha256(&mut self, s: &mut Seen) -> Result<(), Failure> {
+        let doc_sha = sha256_hex(self.file(&s.doc_file));
+        s.env_v = match self.envelope_bytes(s) {
             Some(e) => Some(parse("envelope.json", e)?),
             None => None,
         };
@@ -531,9 +789,9 @@ impl<'a> Cx<'a> {
     }
 
     /// 6. The envelope: the module's, byte for byte, and the chain's start.
-    fn envelope(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
-        let derived = crate::envelope(s.doc);
-        let env_sha = match (s.envelope, derived) {
+    fn envelope(&mut self, s: &mut Seen) -> Result<(), Failure> {
+        let derived = crate::envelope(self.file(&s.doc_file));
+        let env_sha = match (self.envelope_bytes(s), derived) {
             (Some(e), Ok(d)) => {
                 if e != d.as_bytes() {
                     return fail("envelope.json", "not the module's envelope of the document, byte for byte");
@@ -567,8 +825,7 @@ impl<'a> Cx<'a> {
     }
 
     /// 6b. The derivation of a redacted derivative.
-    fn derivation(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
-        s.events_source_sha = sha256_hex(s.events_bytes);
+    fn derivation(&mut self, s: &mut Seen) -> Result<(), Failure> {
         let Some(d) = s.derivation.clone() else { return Ok(()) };
         self.v.redacted = true;
         if str_at(&d, &["schema"]) != Some(DERIVATION_SCHEMA) || str_at(&d, &["transformation"]) != Some(REDACTION) {
@@ -621,9 +878,13 @@ impl<'a> Cx<'a> {
                 }
             }
         }
-        let mut copied: Vec<(&str, &[u8])> =
-            vec![("run.json", s.run_bytes), (&s.doc_file, s.doc), ("report.json", s.report_bytes), ("receipt.json", s.receipt_bytes)];
-        if let Some(e) = s.envelope {
+        let mut copied: Vec<(&str, &[u8])> = vec![
+            ("run.json", self.file("run.json")),
+            (&s.doc_file, self.file(&s.doc_file)),
+            ("report.json", self.file("report.json")),
+            ("receipt.json", self.file("receipt.json")),
+        ];
+        if let Some(e) = self.envelope_bytes(s) {
             copied.push(("envelope.json", e));
         }
         for (name, bytes) in copied {
@@ -652,51 +913,30 @@ impl<'a> Cx<'a> {
         Ok(())
     }
 
-    /// 7. Events: shape, chain, replay (the link and the decision together).
-    fn events(&mut self, s: &mut Seen<'a>) -> Result<Session, Failure> {
-        let records = read_events(s.events_bytes).or_else(|(n, m)| fail(format!("events.ndjson:{n}"), m))?;
-        self.v.events = records.len() as u64;
-        let mut h = s.h0.clone();
-        let mut session = Session::new(s.doc);
-        let parsed = |line: &str| json::parse(line).node.unwrap_or_else(null);
-        for (n, r) in records.iter().enumerate() {
-            let place = format!("events.ndjson:{}", n + 1);
-            if self.v.redacted {
-                let next = crate::chain::link(&h, &r.event_line, &r.decision_line, true);
-                if next != r.h {
-                    return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {next}", r.h));
-                }
-                h = next;
-                s.lines.push((r.event_line.clone(), r.decision_line.clone()));
-            } else {
-                let (decision_line, link) = session.replay_line(&r.event_line, &h);
-                if link != r.h {
-                    return fail(place, format!("the hash chain breaks: `h` is {}, the chain gives {link}", r.h));
-                }
-                h = link;
-                if decision_line != r.decision_line {
-                    return fail(place, format!("the replay decides {decision_line}, the bundle records {}", r.decision_line));
-                }
-            }
-            s.records.push((parsed(&r.event_line), parsed(&r.decision_line)));
+    /// 7. Events: shape, chain, replay (the link and the decision together), as [`Events`] read them.
+    fn events(&mut self, s: &mut Seen, events: &mut Events) -> Result<(), Failure> {
+        self.v.events = events.records.end().or_else(|(n, m)| fail(format!("events.ndjson:{n}"), m))?;
+        if let Some(f) = events.failure.take() {
+            return Err(f);
         }
-        s.head = h;
+        s.head = std::mem::take(&mut events.head);
         self.pass("hash-chain");
-        Ok(session)
+        Ok(())
     }
 
     /// 8. The report: the replay's, byte for byte (a redacted derivative's: against its decisions).
-    fn report(&mut self, s: &Seen<'a>, session: Session) -> Result<(), Failure> {
+    fn report(&mut self, s: &Seen, events: &mut Events) -> Result<(), Failure> {
+        let report_bytes = self.file("report.json");
         if self.v.redacted {
             // A redacted derivative cannot be replayed, so its report is held against what its chained
             // lines say (the refusals, every deviation and approval, the event count, the outcome and
             // terminal): a report relabelled and its hashes fixed up, the decisions left, is refused.
-            let text = utf8("report.json", s.report_bytes)?;
-            audit::check_report(s.doc, &s.lines, text)?;
+            let text = utf8("report.json", report_bytes)?;
+            std::mem::take(&mut events.decisions_recorded).check(self.file(&s.doc_file), text)?;
             self.pass("report-decisions");
         } else {
             self.pass("replay-decisions");
-            if session.report().as_bytes() != s.report_bytes {
+            if events.session.as_ref().map(Session::report).as_deref().map(str::as_bytes) != Some(report_bytes) {
                 return fail("report.json", "not the replay's report, byte for byte");
             }
             self.pass("replay-report");
@@ -713,15 +953,15 @@ impl<'a> Cx<'a> {
     /// the module accepted (its ledger lets a request be answered once), with that event's payload (run,
     /// request, step, call, answer) and approver. A run that required signatures has one for every
     /// approval event. The signature bytes are the host's to check.
-    fn signatures(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+    fn signatures(&mut self, s: &mut Seen, events: &Events) -> Result<(), Failure> {
         let run = s.run.as_ref().expect("layout");
-        let required = matches!(get(run, &["approvals", "signed"]).map(|n| &n.value), Some(Value::Bool(true)));
+        let required = signatures_required(run);
         let bytes: &[u8] = match self.entry(SIGNATURES) {
             Some(_) => self.read(SIGNATURES)?,
             None if !required => return Ok(()),
             None => &[],
         };
-        s.signatures = Some(bytes);
+        s.signatures = true;
         if let (Some(trusted), Some(sha)) = (&self.options.signers_sha256, str_at(run, &["approvals", "allowed_signers_sha256"])) {
             if sha != trusted {
                 return fail("run.json", format!("the run's approvals were signed under another allowed_signers (sha256 {sha})"));
@@ -734,7 +974,7 @@ impl<'a> Cx<'a> {
             let place = format!("{SIGNATURES}:{}", i + 1);
             let v = parse(&place, l.as_bytes())?;
             let Some(seq) = u64_of(v.get("seq")) else { return fail(place, "no `seq`") };
-            let Some((e, d)) = usize::try_from(seq).ok().and_then(|q| s.records.get(q)).filter(|(e, _)| str_at(e, &["type"]) == Some("approval")) else {
+            let Some((e, d)) = events.approvals.get(&seq).filter(|(e, _)| str_at(e, &["type"]) == Some("approval")) else {
                 return fail(place, format!("`seq` {seq} is not an approval event"));
             };
             let granted = matches!(e.get("granted").map(|n| &n.value), Some(Value::Bool(true)));
@@ -766,12 +1006,11 @@ impl<'a> Cx<'a> {
             });
             signed_seqs.push(seq);
         }
-        if required {
-            for (e, d) in &s.records {
-                if str_at(e, &["type"]) == Some("approval") && !u64_of(d.get("seq")).is_some_and(|q| signed_seqs.contains(&q)) {
-                    return fail("events.ndjson", format!("approval event {} is not signed, and this run's approvals must be", shown(d.get("seq"))));
-                }
-            }
+        // Every line answered its event, so the lines' seqs are `events.signed`, against which the first
+        // approval event no line answers was found.
+        debug_assert!(signed_seqs.iter().all(|q| events.signed.contains(q)));
+        if let (true, Some(seq)) = (required, &events.unsigned) {
+            return fail("events.ndjson", format!("approval event {seq} is not signed, and this run's approvals must be"));
         }
         self.pass("signatures");
         Ok(())
@@ -779,7 +1018,7 @@ impl<'a> Cx<'a> {
 
     /// 10. A shadow run (`run.json` `mode: shadow`): `shadow.ndjson` is there, and each of its lines names
     /// a recorded decision that did not allow the call. An enforced run has no such file.
-    fn shadow(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+    fn shadow(&mut self, s: &mut Seen, events: &Events) -> Result<(), Failure> {
         let run = s.run.as_ref().expect("layout");
         let is_shadow = match get(run, &["mode"]).map(|m| &m.value) {
             None | Some(Value::Null) => false,
@@ -803,7 +1042,7 @@ impl<'a> Cx<'a> {
             let place = format!("{SHADOW}:{}", i + 1);
             let v = parse(&place, line.as_bytes())?;
             let Some(seq) = u64_of(v.get("seq")) else { return fail(place, "no `seq`") };
-            let recorded = s.records.iter().find(|(_, d)| u64_of(d.get("seq")) == Some(seq)).map(|(_, d)| d.get("decision"));
+            let recorded = events.decisions.get(&seq).map(Option::as_ref);
             match recorded {
                 Some(Some(d)) if d.as_str() != Some("allow") && same(Some(d), v.get("decision")) => {}
                 Some(d) => return fail(place, format!("names seq {seq} as `{}`, but its recorded decision is {}", shown(v.get("decision")), shown(d))),
@@ -811,7 +1050,7 @@ impl<'a> Cx<'a> {
             }
             n += 1;
         }
-        s.shadow = Some(bytes);
+        s.shadow = true;
         self.v.shadow = Some(n);
         Ok(())
     }
@@ -819,7 +1058,7 @@ impl<'a> Cx<'a> {
     /// 10. The traffic besides tool calls (`traffic.ndjson`, 9.29), when there is any: each line holds
     /// exactly the module's members, is numbered from 1 and continues the traffic chain from `chain_h0`
     /// (the receipt pins the file, so a line dropped from the end shows there).
-    fn traffic(&mut self, s: &mut Seen<'a>) -> Result<(), Failure> {
+    fn traffic(&mut self, s: &mut Seen) -> Result<(), Failure> {
         if self.entry(TRAFFIC).is_none() {
             return Ok(());
         }
@@ -851,18 +1090,19 @@ impl<'a> Cx<'a> {
             }
             prev = link;
         }
-        s.traffic = Some(bytes);
+        s.traffic = true;
         self.pass("traffic");
         Ok(())
     }
 
     /// 11. The receipt's content, then the pins of every file (run.json last).
-    fn receipt(&mut self, s: &Seen<'a>) -> Result<(), Failure> {
+    fn receipt(&mut self, s: &Seen) -> Result<(), Failure> {
+        let (run_bytes, report_bytes) = (self.file("run.json"), self.file("report.json"));
         let (receipt, run, report, h) = (s.receipt.as_ref().expect("form"), s.run.as_ref().expect("layout"), s.report.as_ref().expect("read"), &s.head);
-        if receipt.get("report").map(jcs::to_string).as_deref().map(str::as_bytes) != Some(s.report_bytes) {
+        if receipt.get("report").map(jcs::to_string).as_deref().map(str::as_bytes) != Some(report_bytes) {
             return fail("receipt.json", "`report` is not report.json");
         }
-        if str_at(receipt, &["report_sha256"]) != Some(sha256_hex(s.report_bytes).as_str()) {
+        if str_at(receipt, &["report_sha256"]) != Some(sha256_hex(report_bytes).as_str()) {
             return fail("receipt.json", "`report_sha256` is not report.json's sha256");
         }
         if str_at(receipt, &["chain_head"]) != Some(h.as_str()) {
@@ -881,8 +1121,8 @@ impl<'a> Cx<'a> {
             return fail("receipt.json", format!("`host` must be {{name, version}} with a name of {}", KNOWN_HOSTS.join(", ")));
         }
         let mut files: Vec<(&str, String)> =
-            vec![(&s.doc_file, sha256_hex(s.doc)), ("events.ndjson", s.events_source_sha.clone()), ("report.json", sha256_hex(s.report_bytes))];
-        if let Some(e) = s.envelope {
+            vec![(&s.doc_file, sha256_hex(self.file(&s.doc_file))), ("events.ndjson", s.events_source_sha.clone()), ("report.json", sha256_hex(report_bytes))];
+        if let Some(e) = self.envelope_bytes(s) {
             files.push(("envelope.json", sha256_hex(e)));
         }
         let pins: &[crate::value::Member] = match receipt.get("artifacts").map(|a| &a.value) {
@@ -890,16 +1130,17 @@ impl<'a> Cx<'a> {
             _ => &[],
         };
         let pin = |name: &str| pins.iter().find(|m| m.key == name).and_then(|m| m.value.as_str());
-        if let Some(b) = s.signatures {
+        if s.signatures {
+            let b = self.file(SIGNATURES);
             if !b.is_empty() || pins.iter().any(|m| m.key == SIGNATURES) {
                 files.push((SIGNATURES, sha256_hex(b)));
             }
         }
-        if let Some(b) = s.shadow {
-            files.push((SHADOW, sha256_hex(b)));
+        if s.shadow {
+            files.push((SHADOW, sha256_hex(self.file(SHADOW))));
         }
-        if let Some(b) = s.traffic {
-            files.push((TRAFFIC, sha256_hex(b)));
+        if s.traffic {
+            files.push((TRAFFIC, sha256_hex(self.file(TRAFFIC))));
         }
         if pins.len() != files.len() + 1 {
             return fail("receipt.json", "`artifacts` does not pin exactly the bundle's other files");
@@ -911,7 +1152,7 @@ impl<'a> Cx<'a> {
             }
         }
         // run.json is the receipt's: from here on, a disagreement between them is the receipt's.
-        let run_sha = sha256_hex(s.run_bytes);
+        let run_sha = sha256_hex(run_bytes);
         match pin("run.json") {
             Some(p) if p == run_sha => {}
             Some(p) => return fail("run.json", format!("its sha256 is {run_sha}, receipt.json pins {p}")),
@@ -929,9 +1170,9 @@ impl<'a> Cx<'a> {
         // The receipt's bytes are the module's composition of these very files: anything the checks above
         // do not name (an extra member, another order, another number form) is caught here.
         let hashes = jcs::obj_owned(files.iter().filter(|(n, _)| *n != "report.json").map(|(n, sha)| (n.to_string(), jcs::s(sha))).collect());
-        let run_text = String::from_utf8_lossy(s.run_bytes);
-        let report_text = String::from_utf8_lossy(s.report_bytes);
-        let receipt_text = String::from_utf8_lossy(s.receipt_bytes);
+        let run_text = String::from_utf8_lossy(run_bytes);
+        let report_text = String::from_utf8_lossy(report_bytes);
+        let receipt_text = String::from_utf8_lossy(self.file("receipt.json"));
         if let Err(why) = bundle::check_receipt(&run_text, &report_text, h, &jcs::to_string(&hashes), &receipt_text) {
             return fail("receipt.json", format!("it is not the policy module's receipt of this bundle: {why}"));
         }
@@ -951,24 +1192,19 @@ impl<'a> Cx<'a> {
     }
 }
 
+/// `run.json` says the run's approvals had to be signed.
+fn signatures_required(run: &Node) -> bool {
+    matches!(get(run, &["approvals", "signed"]).map(|n| &n.value), Some(Value::Bool(true)))
+}
+
 fn is_digest(n: Option<&Node>) -> bool {
     n.and_then(Node::as_str).is_some_and(is_hex64)
 }
 
 /// Why a verified bundle is `local_only` rather than `share_ready`.
-fn share_safety(entries: &[(String, Item)]) -> Vec<(&'static str, String)> {
+fn share_safety(events: &Events, entries: &[(String, Item)]) -> Vec<(&'static str, String)> {
     let mut reasons = Vec::new();
-    let events = entries.iter().find(|(n, _)| n == "events.ndjson").and_then(|(_, i)| if let Item::File(b) = i { Some(b.as_slice()) } else { None });
-    let records = read_events(events.unwrap_or_default()).unwrap_or_default();
-    let (mut args, mut results, mut raw) = (false, false, false);
-    for r in &records {
-        if !r.event_line.trim_start().starts_with('{') {
-            raw = true;
-        }
-        let Some(v) = json::parse(&r.event_line).node else { continue };
-        args |= v.get("arguments").is_some() && !is_digest(v.get("arguments"));
-        results |= v.get("result").is_some() && !is_digest(v.get("result"));
-    }
+    let (args, results, raw) = events.raw;
     if args {
         reasons.push(("RAW_TOOL_ARGUMENTS", "events.ndjson holds raw tool arguments".to_string()));
     }

@@ -336,6 +336,18 @@ impl Policy {
         inst.runbook_policy_policy().call_verify_bundle(&mut store, entries, module_sha256, signers_sha256).map_err(trap)
     }
 
+    /// [`Policy::verify_bundle`] with `events.ndjson` pushed in pieces (WIT `verifier`), so that the
+    /// module's memory holds a piece and a line, not the events: `entries` as for `verify_bundle`, the
+    /// `events.ndjson` file's bytes being the first piece (empty when they are all pushed).
+    pub fn verifier(&self, entries: &[(String, BundleItem)], module_sha256: &str, signers_sha256: Option<&str>) -> Result<Verifier, HostError> {
+        let bytes: usize = entries.iter().map(|(n, i)| n.len() + if let BundleItem::File(b) = i { b.len() } else { 0 }).sum();
+        // An instance of its own, as for verify_bundle.
+        let (mut store, inst) = self.instance()?;
+        store.set_fuel(self.limits.fuel_per_call.saturating_mul(1 + (bytes as u64 >> 20))).map_err(trap)?;
+        let handle = inst.runbook_policy_policy().verifier().call_constructor(&mut store, entries, module_sha256, signers_sha256).map_err(trap)?;
+        Ok(Verifier { store, inst, handle, fuel: self.limits.fuel_per_call, bytes: bytes as u64 })
+    }
+
     /// The `events.ndjson` record of an event line and its decision line (WIT `record-line`).
     pub fn record_line(&self, link: &str, event_line: &str, decision_line: &str) -> Result<String, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_record_line(store, link, event_line, decision_line))
@@ -507,6 +519,38 @@ impl Trapped {
     }
 }
 
+/// A bundle's verification in progress ([`Policy::verifier`]), in an instance of its own.
+pub struct Verifier {
+    store: Store<HostState>,
+    inst: bindings::RunbookPolicy,
+    handle: ResourceAny,
+    fuel: u64,
+    /// Bytes given so far.
+    bytes: u64,
+}
+
+impl Verifier {
+    fn refuel(&mut self) -> Result<(), HostError> {
+        count_call();
+        // A piece may end a line that began many pieces before, so fuel grows with all the bytes given so
+        // far, as verify_bundle's with the whole bundle.
+        self.store.set_fuel(self.fuel.saturating_mul(1 + (self.bytes >> 20))).map_err(trap)
+    }
+
+    /// The next piece of `events.ndjson`, of any size.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<(), HostError> {
+        self.bytes += chunk.len() as u64;
+        self.refuel()?;
+        self.inst.runbook_policy_policy().verifier().call_push(&mut self.store, self.handle, chunk).map_err(trap)
+    }
+
+    /// What every check found: exactly what `verify_bundle` finds for the same bytes.
+    pub fn finish(mut self) -> Result<Verification, HostError> {
+        self.refuel()?;
+        self.inst.runbook_policy_policy().verifier().call_finish(&mut self.store, self.handle).map_err(trap)
+    }
+}
+
 /// One supervised run. Decisions come from the component; after a trap every event answers `halt`.
 pub struct Session {
     store: Store<HostState>,
@@ -595,7 +639,8 @@ impl Session {
         self.store.set_fuel(self.fuel.saturating_mul(1 + (events.len() as u64 >> 16))).map_err(trap)?;
         let r = self.inst.runbook_policy_policy().session().call_replay_events(&mut self.store, self.handle, events, h0).map_err(trap)?;
         if let Ok(replayed) = &r {
-            self.events = replayed.events;
+            // A restored session (see `Run::resume_at`) replays only the records after its snapshot.
+            self.events += replayed.events;
         }
         Ok(r)
     }

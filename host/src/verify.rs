@@ -1,8 +1,8 @@
 //! Fail-closed verification of a run bundle (docs/spec/bundle.md#what-verify-checks, seed 002), as a library: `runbook-host verify`
 //! prints what [`verify_bundle`] finds, and the fuzz target `verify` feeds it mutated bundles.
 //!
-//! Every consistency check is the module's (WIT `verify-bundle`, `guest/src/verify.rs`), so the packages
-//! and a browser verify with the same code. The host keeps what needs a file system or a key: it reads
+//! Every consistency check is the module's (WIT `verifier`, the streaming form of `verify-bundle`,
+//! `guest/src/verify.rs`), so the packages and a browser verify with the same code. The host keeps what needs a file system or a key: it reads
 //! the bundle's top-level entries through a `cap-std` capability (no name reaches outside it; symbolic
 //! links are passed as "not a regular file", never followed), bounds how much it reads, checks the bytes
 //! of every SSH signature the module found answering a request, and the receipt's DSSE signature.
@@ -122,14 +122,24 @@ pub fn verify_bundle(dir: &Dir, signers: Option<crate::run::Signers>, keys: &[ed
     o
 }
 
-/// How much of a bundle verify reads into memory, in all (the module holds it, and its memory is capped
-/// at [`crate::MEMORY_CAP`]): a bundle is a document, its envelope, a report and one line per event;
-/// anything larger is refused, not read.
+/// How much of a bundle verify reads, in all: a bundle is a document, its envelope, a report and one line
+/// per event; anything larger is refused, not read. (`events.ndjson` is read in pieces, so what the
+/// module holds at once is the other files, a piece and a line, within [`crate::MEMORY_CAP`].)
 pub const MAX_BUNDLE_BYTES: u64 = 256 << 20;
 
 /// The bundle's top-level entries as the module's `verify-bundle` takes them: regular files with their
 /// bytes, directories with how many entries they hold, anything else (a symbolic link) unread.
 pub fn entries(dir: &Dir) -> Result<Vec<(String, BundleItem)>, Failure> {
+    list(dir, false).map(|(e, _)| e)
+}
+
+/// How much of `events.ndjson` verify reads and hands the module at a time: the module holds one piece
+/// and the line being read, never the events.
+pub const EVENTS_CHUNK: usize = 1 << 20;
+
+/// [`entries`]; with `stream`, `events.ndjson` (a regular file) is listed empty and left to be read in
+/// pieces, and the second value is how many of its bytes the bound lets verify read.
+fn list(dir: &Dir, stream: bool) -> Result<(Vec<(String, BundleItem)>, u64), Failure> {
     let mut out = Vec::new();
     let mut total = 0u64;
     let listing = dir.entries().or_else(|e| fail(".", format!("cannot be listed: {e}")))?;
@@ -142,7 +152,11 @@ pub fn entries(dir: &Dir) -> Result<Vec<(String, BundleItem)>, Failure> {
             if total > MAX_BUNDLE_BYTES {
                 return fail(&name, format!("the bundle holds more than {MAX_BUNDLE_BYTES} bytes, which verify does not read"));
             }
-            BundleItem::File(read(dir, &name)?)
+            if stream && name == "events.ndjson" {
+                BundleItem::File(Vec::new())
+            } else {
+                BundleItem::File(read(dir, &name)?)
+            }
         } else if meta.is_dir() {
             let n = dir.read_dir(&name).map(|it| it.count()).unwrap_or(0);
             BundleItem::Directory(u32::try_from(n).unwrap_or(u32::MAX))
@@ -153,7 +167,38 @@ pub fn entries(dir: &Dir) -> Result<Vec<(String, BundleItem)>, Failure> {
     }
     // The order a directory lists its entries in is the file system's; the module's answer must not be.
     out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
+    let others: u64 = out.iter().map(|(_, i)| if let BundleItem::File(b) = i { b.len() as u64 } else { 0 }).sum();
+    Ok((out, MAX_BUNDLE_BYTES.saturating_sub(others)))
+}
+
+/// The module's verification of the bundle in `dir` whose entries are `entries` (`events.ndjson` listed
+/// empty): the events read through `dir` in pieces of [`EVENTS_CHUNK`] bytes, at most `bound` of them.
+fn verification(dir: &Dir, entries: &[(String, BundleItem)], bound: u64, signers_sha256: Option<&str>) -> Result<crate::Verification, Failure> {
+    use std::io::Read;
+    let module = |e: crate::HostError| Failure { place: "(module)".into(), message: e.to_string() };
+    let policy = bundle::shared_policy().map_err(module)?;
+    let mut verifier = policy.verifier(entries, crate::module_sha256(), signers_sha256).map_err(module)?;
+    if entries.iter().any(|(n, i)| n == "events.ndjson" && matches!(i, BundleItem::File(_))) {
+        let file = dir.open("events.ndjson").or_else(|e| fail("events.ndjson", format!("cannot be read: {e}")))?;
+        // One byte past the bound shows a file that grew past it since it was listed.
+        let mut file = file.take(bound.saturating_add(1));
+        let mut piece = vec![0u8; EVENTS_CHUNK];
+        let mut read = 0u64;
+        loop {
+            let n = match file.read(&mut piece) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return fail("events.ndjson", format!("cannot be read: {e}")),
+            };
+            read += n as u64;
+            if read > bound {
+                return fail("events.ndjson", format!("the bundle holds more than {MAX_BUNDLE_BYTES} bytes, which verify does not read"));
+            }
+            verifier.push(&piece[..n]).map_err(module)?;
+        }
+    }
+    verifier.finish().map_err(module)
 }
 
 /// [`entries`] of the bundle directory at `path`.
@@ -183,17 +228,10 @@ pub fn verify_dir_with(dir: &Dir, signers: Option<crate::run::Signers>) -> Outco
         shadow: None,
         receipt_signed: None,
     };
-    let entries = match entries(dir) {
-        Ok(e) => e,
+    let v = match list(dir, true).and_then(|(entries, bound)| verification(dir, &entries, bound, signers.as_ref().map(|s| s.sha256.as_str()))) {
+        Ok(v) => v,
         Err(f) => {
             o.failure = Some(f);
-            return o;
-        }
-    };
-    let v = match bundle::shared_policy().and_then(|p| p.verify_bundle(&entries, crate::module_sha256(), signers.as_ref().map(|s| s.sha256.as_str()))) {
-        Ok(v) => v,
-        Err(e) => {
-            o.failure = Some(Failure { place: "(module)".into(), message: e.to_string() });
             return o;
         }
     };

@@ -62,9 +62,9 @@ impl Session {
             Position::Terminal(_) => (Vec::new(), false),
         };
         let mut scope: Vec<String> = idx.iter().map(|c| caps[*c].name.clone()).collect();
-        scope.sort_unstable_by(|x, y| jcs::utf16_order(x, y));
+        crate::sort::sort_by(&mut scope, |x, y| jcs::utf16_order(x, y));
         let mut tools: Vec<String> = idx.iter().map(|c| caps[*c].tool.clone()).collect();
-        tools.sort_unstable_by(|x, y| jcs::utf16_order(x, y));
+        crate::sort::sort_by(&mut tools, |x, y| jcs::utf16_order(x, y));
         tools.dedup();
         RunState {
             phase: match self.phase {
@@ -141,9 +141,9 @@ impl Session {
                 self.complete_typed(&mut ev);
                 let node = ev.to_node();
                 // 9.28: a number that is not exact is recorded as written, so the record replays as fed.
-                let line = jcs::to_string_record(&node);
+                let (line, form) = chain::record_and_form(&node);
+                drop(node);
                 let decision = if line.len() > MAX_EVENT_BYTES { self.malformed(true) } else { self.handle(ev) };
-                let form = chain::event_form_node(&node);
                 self.recorded(line, form, decision, prev, true)
             }
             Err(why) => {

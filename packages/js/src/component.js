@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = 'f096f33c58f2bf105db0721b5bb0562d7d67c0948e7e612c044450f6c93e639b';
+export const COMPONENT_SHA256 = '26dea56e06b937722e55103281d01a0f3b6b15c8c221bf294862c19b8e3cdde1';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';

@@ -57,7 +57,7 @@ from ._types import (
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "f096f33c58f2bf105db0721b5bb0562d7d67c0948e7e612c044450f6c93e639b"
+COMPONENT_SHA256 = "26dea56e06b937722e55103281d01a0f3b6b15c8c221bf294862c19b8e3cdde1"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
