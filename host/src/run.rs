@@ -23,6 +23,9 @@ use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::Arc;
 
+mod checkpoint;
+pub use checkpoint::{Checkpoint, CHECKPOINT_SCHEMA};
+
 /// Why a run cannot go on, grouped by whose fault it is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunError {

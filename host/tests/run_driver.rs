@@ -179,6 +179,18 @@ fn one_guard_for_every_adapter() {
     assert!(reason.contains("[guarded]"), "{reason}");
 }
 
+/// An R1 claim allowing every tool: what the in-process tests open their runs with.
+fn claim_r1() -> Claim {
+    Claim {
+        profile: Profile::R1,
+        allowlist: vec!["*".into()],
+        risk_ceiling: Risk::Irreversible,
+        coverage: Coverage::Complete,
+        agent: "agent-1".into(),
+        available: None,
+    }
+}
+
 fn resolved(example: &str) -> registry::Resolved {
     let p = common::document_of(example);
     registry::resolve(p.to_str().unwrap(), "unused-registry").unwrap()
@@ -191,14 +203,7 @@ fn one_event_is_one_call_into_the_component() {
     let t = Tmp::new("calls");
     let policy = Arc::clone(runbook_host::bundle::shared_policy().unwrap());
     let doc = resolved("read-only-investigation");
-    let claim = Claim {
-        profile: Profile::R1,
-        allowlist: vec!["*".into()],
-        risk_ceiling: Risk::Irreversible,
-        coverage: Coverage::Complete,
-        agent: "agent-1".into(),
-        available: None,
-    };
+    let claim = claim_r1();
     let (mut run, a) = Run::create(Arc::clone(&policy), &doc, claim, &t.0.join("runs"), "test", Guard::new(&t.0.join("runs"), None)).unwrap();
     assert!(a.allowed(), "{}", a.explanation);
     let step = run.state().unwrap().step;
@@ -256,4 +261,93 @@ fn the_explanations_are_the_modules_sentences() {
         assert_eq!(v, want);
     }
     assert!(repo().join("wit/policy.wit").is_file());
+}
+
+/// A run resumed from a checkpoint (the separated mode's service) is the run a full replay gives: same
+/// state, same report, same next records; a checkpoint that does not match the evidence is refused.
+#[test]
+fn a_checkpoint_resumes_the_run_a_full_replay_gives() {
+    use runbook_host::run::Checkpoint;
+    let t = Tmp::new("checkpoint");
+    let runs = t.0.join("runs");
+    let policy = Arc::clone(runbook_host::bundle::shared_policy().unwrap());
+    let doc = resolved("read-only-investigation");
+    let claim = claim_r1();
+    let (mut run, _) = Run::create(Arc::clone(&policy), &doc, claim, &runs, "test", Guard::new(&runs, None)).unwrap();
+    let call = |run: &mut Run, i: usize| {
+        let cmd = if i % 5 == 4 { "rm -rf /var/log".to_string() } else { format!("df -h /var/{i}") };
+        run.invoke("Bash", &json!({"command": cmd}), Some(&format!("c{i}")), None).unwrap();
+        run.result("Bash", &json!({"stdout": format!("out {i}")}), false, Some(&format!("c{i}"))).unwrap();
+    };
+    for i in 0..10 {
+        call(&mut run, i);
+    }
+    let cp = run.checkpoint().unwrap();
+    assert_eq!(Checkpoint::from_json(cp.to_json().as_bytes()).unwrap(), cp);
+    for i in 10..17 {
+        call(&mut run, i);
+    }
+    let id = run.run_id().to_string();
+    let t0 = run.t0_ms();
+    let want_state = run.state().unwrap();
+    let want_report = run.report().unwrap();
+    drop(run);
+    let (mut replayed, r) = Run::resume(Arc::clone(&policy), &runs, &id, t0, None, Guard::new(&runs, None)).unwrap();
+    let (mut resumed, c) = Run::resume_at(Arc::clone(&policy), &runs, &cp, t0, None, Guard::new(&runs, None)).unwrap();
+    assert_eq!(r.events, 1 + 34);
+    assert_eq!((c.events, c.links_checked), (r.events, 14), "only the records after the checkpoint are replayed");
+    for run in [&mut replayed, &mut resumed] {
+        assert_eq!(format!("{:?}", run.state().unwrap()), format!("{want_state:?}"));
+        assert_eq!(run.report().unwrap(), want_report);
+    }
+    // The same next records from both (append with one, put the file back, append with the other), but
+    // for the wall clock's `at` and so the links.
+    let events = runs.join(&id).join("events.ndjson");
+    let before = std::fs::read(&events).unwrap();
+    let new_records = |run: &mut Run| -> Vec<Value> {
+        call(run, 17);
+        let after = std::fs::read_to_string(&events).unwrap();
+        std::fs::write(&events, &before).unwrap();
+        after[before.len()..]
+            .lines()
+            .map(|l| {
+                let mut v: Value = serde_json::from_str(l).unwrap();
+                v.as_object_mut().unwrap().remove("h");
+                v["event"].as_object_mut().unwrap().remove("at");
+                v
+            })
+            .collect()
+    };
+    let a = new_records(&mut replayed);
+    assert_eq!(a.len(), 2);
+    assert_eq!(new_records(&mut resumed), a, "the resumed run records what the replayed one does");
+    drop((replayed, resumed));
+
+    // Checkpoints that do not fit the evidence: refused, naming why.
+    let refused = |cp: &Checkpoint| match Run::resume_at(Arc::clone(&policy), &runs, cp, t0, None, Guard::new(&runs, None)) {
+        Ok(_) => panic!("a mismatched checkpoint was used: {cp:?}"),
+        Err(e) => e.to_string(),
+    };
+    let mut past = cp.clone();
+    past.offset = before.len() as u64 + 10;
+    assert!(refused(&past).contains("is past its end"), "{}", refused(&past));
+    let mut mid = cp.clone();
+    mid.offset -= 3;
+    assert!(refused(&mid).contains("is not the end of a record"), "{}", refused(&mid));
+    let mut head = cp.clone();
+    head.head = "0".repeat(64);
+    assert!(refused(&head).contains("does not match"), "{}", refused(&head));
+    let mut count = cp.clone();
+    count.events += 1;
+    assert!(refused(&count).contains("counts"), "{}", refused(&count));
+    let mut snap = cp.clone();
+    snap.snapshot = snap.snapshot.replacen('{', "{\"x\":1,", 1);
+    assert!(refused(&snap).contains("snapshot"), "{}", refused(&snap));
+    // A record after the checkpoint edited: the replay of the tail catches it.
+    let text = String::from_utf8(before.clone()).unwrap();
+    let tampered = text.replacen("out 12", "out 13", 1);
+    assert_ne!(tampered, text);
+    std::fs::write(&events, tampered).unwrap();
+    let e = refused(&cp);
+    assert!(e.contains("after the checkpoint"), "{e}");
 }

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::hooks::{base, bash, pre, root, start, BIN};
+use common::hooks::{base, bash, post, pre, root, start, BIN};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -83,6 +83,8 @@ struct Setup {
     port: u16,
     service: Option<Child>,
     log: PathBuf,
+    /// The command `service install` printed, to start the service again.
+    start_cmd: String,
 }
 
 impl Setup {
@@ -97,7 +99,7 @@ impl Setup {
         std::fs::create_dir_all(top.join("src")).unwrap();
         std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755)).unwrap();
         let port = ports.clone().find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()).expect("a free port below 1024");
-        Setup { svc, agent, state: top.join("state"), log: top.join("service.log"), top, port, service: None }
+        Setup { svc, agent, state: top.join("state"), log: top.join("service.log"), top, port, service: None, start_cmd: String::new() }
     }
     fn st(&self) -> String {
         self.state.to_string_lossy().into_owned()
@@ -114,7 +116,12 @@ impl Setup {
         let (code, start_cmd, err) = self.install(hook);
         assert_eq!(code, 0, "{err}");
         assert!(err.contains(&format!("hook install --service {}", self.port)), "{err}");
-        let child = Command::new("sh").args(["-c", &format!("exec {}", start_cmd.trim())]).stderr(std::fs::File::create(&self.log).unwrap()).spawn().unwrap();
+        self.start_cmd = start_cmd.trim().to_string();
+        self.restart();
+    }
+    /// Starts the installed service (again), its log new.
+    fn restart(&mut self) {
+        let child = Command::new("sh").args(["-c", &format!("exec {}", self.start_cmd)]).stderr(std::fs::File::create(&self.log).unwrap()).spawn().unwrap();
         self.service = Some(child);
         wait_listening(&self.log);
     }
@@ -374,5 +381,63 @@ fn claude_code_as_the_agents_user_is_decided_by_the_service() {
     let report: Value = serde_json::from_slice(&std::fs::read(run_dir.join("report.json")).unwrap()).unwrap();
     assert_eq!(report["outcome"], "completed", "{report}");
     let (code, out, err) = rh(&["verify", &run_dir.to_string_lossy(), "--host-key", &setup.state.join("host.pub").to_string_lossy()]);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
+/// A service killed and started again resumes each open session from its checkpoint (issue 32, item 3):
+/// only the records after it are replayed. A checkpoint that does not fit the evidence is not used (the
+/// whole run is replayed), and the agent's user cannot write one.
+#[test]
+fn a_restarted_service_resumes_from_its_checkpoints() {
+    if !is_root() {
+        eprintln!("(skipped: separated mode is installed by root)");
+        return;
+    }
+    let mut setup = Setup::new("r", 1000..1024);
+    let runbook = setup.top.join("src/runbook.yaml");
+    std::fs::copy(root().join("examples/read-only-investigation/runbook.yaml"), &runbook).unwrap();
+    setup.start(&["--runbook", &runbook.to_string_lossy(), "--profile", "R1"]);
+    let (exe, port, svc, agent) = (setup.exe(), setup.port, setup.svc.clone(), setup.agent.clone());
+    let mut client = Client::start(&agent, &exe, port, &svc);
+    let s = "sess-cp";
+    assert_eq!(client.send(start(s))["code"], 0);
+    // 1 + 2 x 150 records: a checkpoint at 257, 44 records after it.
+    for i in 0..150 {
+        let id = format!("c{i}");
+        let a = client.send(pre(s, "Bash", bash("df -h /var"), &id));
+        assert!(a["code"] == 200 && !denied(&a), "{a}");
+        let a = client.send(post(s, "Bash", bash("df -h /var"), serde_json::json!({"stdout": "ok"}), &id));
+        assert_eq!(a["code"], 200, "{a}");
+    }
+    let cp = setup.state.join(format!("runs/.hook/server/checkpoints/{s}.json"));
+    let v: Value = serde_json::from_slice(&std::fs::read(&cp).unwrap()).unwrap();
+    assert_eq!(v["events"], 257, "{v}");
+
+    // The agent's user cannot plant a checkpoint.
+    let o = as_user(&agent).args([PY, "-c", &format!("open({:?}, 'w').write('{{}}')", cp.to_str().unwrap())]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("PermissionError"), "{}", String::from_utf8_lossy(&o.stderr));
+
+    setup.stop();
+    setup.restart();
+    let logged = std::fs::read_to_string(&setup.log).unwrap();
+    assert!(logged.contains(&format!("resumed session {s} (run ")) && logged.contains("301 records, 44 replayed"), "{logged}");
+    // The client's next call is decided on the resumed run.
+    let a = client.send(pre(s, "Bash", bash("rm -rf /var/log"), "d1"));
+    assert!(denied(&a), "{a}");
+
+    // A checkpoint that does not fit: not used, the run replayed whole, the session still served.
+    setup.stop();
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&cp).unwrap()).unwrap();
+    v["head"] = Value::String("0".repeat(64));
+    std::fs::write(&cp, v.to_string()).unwrap();
+    setup.restart();
+    let logged = std::fs::read_to_string(&setup.log).unwrap();
+    assert!(logged.contains("its checkpoint is not used") && logged.contains("302 records, 302 replayed"), "{logged}");
+    let a = client.send(pre(s, "Bash", bash("df -h /var"), "c-last"));
+    assert!(a["code"] == 200 && !denied(&a), "{a}");
+    let a = client.send(base(s, "SessionEnd"));
+    assert_eq!(a["code"], 200, "{a}");
+    assert!(!cp.exists(), "a finished session's checkpoint is removed");
+    let (code, out, err) = rh(&["verify", &setup.run_dir(s).to_string_lossy()]);
     assert_eq!(code, 0, "{out}{err}");
 }

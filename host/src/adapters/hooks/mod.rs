@@ -28,7 +28,7 @@ pub mod qwen;
 pub mod server;
 
 use crate::registry;
-use crate::run::{Answer as RunAnswer, Claim, ClientCall, Guard, Pin, Run, RunError, Signers};
+use crate::run::{Answer as RunAnswer, Checkpoint, Claim, ClientCall, Guard, Pin, Run, RunError, Signers};
 use crate::{bundle, Coverage, DecisionKind, EndReason, Policy, Profile, Risk};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
@@ -477,9 +477,28 @@ fn guard(cfg: &Config) -> Guard {
 
 /// Resumes the run of `session` (see [`Run::resume`]).
 pub fn resume(policy: Arc<Policy>, cfg: &Config, session: &str, timing: &mut Timing) -> Result<Run> {
+    resume_from(policy, cfg, session, None, timing)
+}
+
+/// [`resume`], from the session's checkpoint in `checkpoints` when there is a usable one (the records
+/// after it replayed), else by a full replay. Only for checkpoints out of the agent's reach (see
+/// [`crate::run::Checkpoint`]): the separated mode's service.
+pub fn resume_from(policy: Arc<Policy>, cfg: &Config, session: &str, checkpoints: Option<&Path>, timing: &mut Timing) -> Result<Run> {
     let t = Instant::now();
     let st = load_state(&cfg.runs, session)?;
-    let (mut run, r) = Run::resume(policy, &cfg.runs, &st.run_id, st.t0_ms, Some(&st.pin), guard(cfg))?;
+    let cp = checkpoints.and_then(|d| read_checkpoint(d, session)).filter(|c| c.run_id == st.run_id);
+    let from_checkpoint = cp.and_then(|cp| match Run::resume_at(policy.clone(), &cfg.runs, &cp, st.t0_ms, Some(&st.pin), guard(cfg)) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            // Not trusted blindly, not fatal either: the full replay below decides about the evidence.
+            eprintln!("runbook-host: session {session}: its checkpoint is not used ({e}); replaying the run");
+            None
+        }
+    });
+    let (mut run, r) = match from_checkpoint {
+        Some(r) => r,
+        None => Run::resume(policy, &cfg.runs, &st.run_id, st.t0_ms, Some(&st.pin), guard(cfg))?,
+    };
     if let Some(p) = &cfg.allowed_signers {
         run.require_signed_approvals(Signers::load(p, cfg.allow_software_keys)?)?;
     }
@@ -490,6 +509,31 @@ pub fn resume(policy: Arc<Policy>, cfg: &Config, session: &str, timing: &mut Tim
     timing.chain_checked = r.links_checked;
     timing.restore_us = t.elapsed().as_micros();
     Ok(run)
+}
+
+fn checkpoint_path(dir: &Path, session: &str) -> PathBuf {
+    dir.join(format!("{session}.json"))
+}
+
+fn read_checkpoint(dir: &Path, session: &str) -> Option<Checkpoint> {
+    let bytes = crate::bundle::read_path_bounded(&checkpoint_path(dir, session), crate::bundle::MAX_EVIDENCE_BYTES).ok()?;
+    Checkpoint::from_json(&bytes).map_err(|e| eprintln!("runbook-host: session {session}: its checkpoint is unreadable ({e})")).ok()
+}
+
+/// Writes the session's checkpoint into `dir` (replacing the last one by a rename). Not synced: a
+/// checkpoint lost or torn by a crash only makes the next resume replay more.
+pub fn write_checkpoint(dir: &Path, session: &str, run: &mut Run) -> Result<()> {
+    let cp = run.checkpoint()?;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let tmp = dir.join(format!(".{session}.json.tmp"));
+    std::fs::write(&tmp, cp.to_json()).with_context(|| format!("cannot write {}", tmp.display()))?;
+    std::fs::rename(&tmp, checkpoint_path(dir, session)).with_context(|| format!("cannot write the checkpoint of session {session}"))?;
+    Ok(())
+}
+
+/// Removes the session's checkpoint (its run is over).
+pub fn remove_checkpoint(dir: &Path, session: &str) {
+    let _ = std::fs::remove_file(checkpoint_path(dir, session));
 }
 
 /// Handles one event. Errors are the caller's to turn into a fail-closed answer (exit 2).
