@@ -30,11 +30,17 @@
 //! `target/release/runbook-host` (or the one under `$CARGO_TARGET_DIR/release`, or `$RUNBOOK_HOST_BIN`);
 //! a part whose prerequisites are missing is skipped with a message. `LOAD_ONLY=proxy` or `LOAD_ONLY=hook`
 //! runs one part.
+//!
+//! `LOAD_UPSTREAM` picks the proxy's server: `everything` (the default, server-everything over stdio) or
+//! `echo` (benches/src/bin/echo-upstream.rs, an rmcp `echo` over stdio that is not the bottleneck; build it
+//! with `cargo build --release -p runbook-benches --bin echo-upstream`). Before the proxied rounds the same
+//! clients call the same server directly (each client its own child over stdio, all at once: `direct`), so
+//! the proxy's throughput and latency have a ratio to the server alone; `LOAD_DIRECT=0` skips that.
 
 use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, ProtocolVersion};
 use rmcp::service::{Peer, RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::ServiceExt;
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -62,6 +68,30 @@ fn binary() -> PathBuf {
         return default;
     }
     Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("target directory").join("release").join("runbook-host")
+}
+
+/// The proxy's upstream (`LOAD_UPSTREAM`): its name for the output and its command, or why it is missing.
+fn upstream() -> Result<(&'static str, PathBuf), String> {
+    match std::env::var("LOAD_UPSTREAM").unwrap_or_default().as_str() {
+        "" | "everything" => {
+            let p = root().join("host/tests/mcp/node_modules/.bin/mcp-server-everything");
+            if p.exists() {
+                Ok(("server-everything", p))
+            } else {
+                Err("no server-everything: run `bash host/tests/mcp/setup` first".into())
+            }
+        }
+        "echo" => {
+            // Beside the bench's own build, whichever runbook-host is measured ($RUNBOOK_HOST_BIN).
+            let p = Path::new(env!("CARGO_TARGET_TMPDIR")).parent().expect("target directory").join("release").join("echo-upstream");
+            if p.is_file() {
+                Ok(("echo-upstream", p))
+            } else {
+                Err(format!("no {}: `cargo build --release -p runbook-benches --bin echo-upstream`", p.display()))
+            }
+        }
+        other => panic!("LOAD_UPSTREAM={other}: `everything` or `echo`"),
+    }
 }
 
 fn env_usize(name: &str, default: usize) -> usize {
@@ -436,6 +466,52 @@ fn proxy_round(rt: &tokio::runtime::Runtime, http: &reqwest::Client, proxy: &Pro
     Round { rss_open, rss_loaded, rss_closed, during, wall, latencies, closed_in }
 }
 
+/// The server alone: `clients` clients, each with its own child `server` over stdio, each making `calls`
+/// sequential calls, all at once (the same calls and checks as through the proxy).
+fn direct_round(rt: &tokio::runtime::Runtime, server: &Path, cwd: &Path, clients: usize, calls: usize) -> (Duration, Vec<Duration>) {
+    let sessions: Vec<Client> = rt.block_on(async {
+        let mut v = Vec::new();
+        for _ in 0..clients {
+            let mut cmd = tokio::process::Command::new(server);
+            cmd.current_dir(cwd);
+            let (transport, _) = TokioChildProcess::builder(cmd).stderr(Stdio::null()).spawn().expect("start the server");
+            v.push(ClientConfig::new(ClientCapabilities::default(), Implementation::new("load", "0")).serve(transport).await.expect("initialize"));
+        }
+        v
+    });
+    let t = Instant::now();
+    let latencies = rt.block_on(async {
+        let tasks: Vec<_> = sessions
+            .iter()
+            .enumerate()
+            .map(|(k, c)| {
+                let peer = c.peer().clone();
+                tokio::spawn(async move {
+                    let mut lat = Vec::with_capacity(calls);
+                    for i in 0..calls {
+                        let t = Instant::now();
+                        echo(&peer, k, i).await;
+                        lat.push(t.elapsed());
+                    }
+                    lat
+                })
+            })
+            .collect();
+        let mut all = Vec::with_capacity(clients * calls);
+        for task in tasks {
+            all.extend(task.await.expect("a direct client failed"));
+        }
+        all
+    });
+    let wall = t.elapsed();
+    rt.block_on(async {
+        for c in sessions {
+            c.cancel().await.ok();
+        }
+    });
+    (wall, latencies)
+}
+
 fn print_rounds(what: &str, idle: u64, per_round: usize, unit: &str, rounds: &mut [Round]) {
     eprintln!("{what}: RSS {idle} KiB before any session");
     for (r, x) in rounds.iter_mut().enumerate() {
@@ -458,14 +534,20 @@ fn print_rounds(what: &str, idle: u64, per_round: usize, unit: &str, rounds: &mu
 }
 
 fn proxy_load(bin: &Path, work: &Path, clients: usize, calls: usize, rounds: usize) {
-    let server = root().join("host/tests/mcp/node_modules/.bin/mcp-server-everything");
-    if !server.exists() {
-        eprintln!("load/proxy: SKIPPED, no server-everything: run `bash host/tests/mcp/setup` first");
-        return;
-    }
+    let (server_name, server) = match upstream() {
+        Ok(u) => u,
+        Err(why) => {
+            eprintln!("load/proxy: SKIPPED, {why}");
+            return;
+        }
+    };
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("HTTP client");
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let direct = (std::env::var("LOAD_DIRECT").as_deref() != Ok("0")).then(|| {
+        eprintln!("load/proxy: direct: {clients} clients x {calls} calls, each with its own {server_name} over stdio ...");
+        direct_round(&rt, &server, work, clients, calls)
+    });
     let runs = work.join("proxy-runs");
     let mut proxy = Proxy::start(bin, work, &runs, &server);
     eprintln!("load/proxy: listening on {}", proxy.url);
@@ -492,9 +574,24 @@ fn proxy_load(bin: &Path, work: &Path, clients: usize, calls: usize, rounds: usi
     let verified = verify_all(bin, &checked);
 
     eprintln!(
-        "\nload/proxy: `run echo-only.json --listen`, server-everything over stdio; {rounds} round(s) on one proxy, each {clients} Streamable HTTP sessions x {calls} sequential `echo` calls, all at once"
+        "\nload/proxy: `run echo-only.json --listen`, {server_name} over stdio; {rounds} round(s) on one proxy, each {clients} Streamable HTTP sessions x {calls} sequential `echo` calls, all at once"
     );
     print_rounds("proxy", rss_idle, clients, "calls", &mut results);
+    if let Some((wall, mut lat)) = direct {
+        let n = lat.len() as f64;
+        lat.sort();
+        let mut all: Vec<Duration> = results.iter().flat_map(|x| x.latencies.iter().copied()).collect();
+        all.sort();
+        let proxied_rate = all.len() as f64 / results.iter().map(|x| x.wall.as_secs_f64()).sum::<f64>();
+        eprintln!("direct ({server_name}, {clients} clients each with its own child over stdio): {:.0} calls/s", n / wall.as_secs_f64());
+        eprintln!("  {}", latency_line("latency", &mut lat));
+        eprintln!(
+            "proxied / direct: calls/s {:.2}x, p50 {:.2}x, p99 {:.2}x",
+            proxied_rate / (n / wall.as_secs_f64()),
+            pct(&all, 0.5).as_secs_f64() / pct(&lat, 0.5).as_secs_f64(),
+            pct(&all, 0.99).as_secs_f64() / pct(&lat, 0.99).as_secs_f64()
+        );
+    }
     eprintln!("proxy on SIGTERM: {exit:?}");
     eprintln!("bundles: {} checked, each {calls} invoke + {calls} result events, every call number once; other events per bundle: {others:?}", list.len());
     eprintln!("{verified}");

@@ -311,6 +311,16 @@ async fn next_exit(said: &mut mpsc::UnboundedReceiver<Said>, hub: &Hub) -> usize
     }
 }
 
+/// Runs `f`, which waits for the disk (an event is recorded, and its group commit synced, before the
+/// answer: crate::bundle::commit), without taking a runtime worker with it: the other sessions' calls go
+/// on meanwhile, and their records join the same sync instead of queueing behind the two workers.
+pub(crate) fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -333,7 +343,7 @@ impl Shared {
             return Ok(());
         }
         match st.run.as_mut() {
-            Some(run) => run.record_traffic(t).map_err(Failure::from),
+            Some(run) => off_runtime(|| run.record_traffic(t)).map_err(Failure::from),
             None => Ok(()),
         }
     }
@@ -343,7 +353,7 @@ impl Shared {
     /// answers `runbook_failed:host-error`.
     pub fn drive(&self, st: &mut RunState, f: impl FnOnce(&mut Run) -> Result<Answer, RunError>) -> Result<Dec, Failure> {
         let Some(run) = st.run.as_mut() else { return Err(Failure { code: "host-error".into(), message: "the run has not started".into() }) };
-        match f(run) {
+        match off_runtime(|| f(run)) {
             Ok(a) => Ok(Dec::from(a)),
             Err(e) => {
                 let f = Failure::from(e);
