@@ -311,9 +311,9 @@ async fn next_exit(said: &mut mpsc::UnboundedReceiver<Said>, hub: &Hub) -> usize
     }
 }
 
-/// Runs `f`, which waits for the disk (an event is recorded, and its group commit synced, before the
-/// answer: crate::bundle::commit), without taking a runtime worker with it: the other sessions' calls go
-/// on meanwhile, and their records join the same sync instead of queueing behind the two workers.
+/// Runs `f`, which waits for the disk (an event is recorded and synced before its answer), without taking
+/// a runtime worker with it: the other sessions' calls go on meanwhile, and their fdatasyncs run at the
+/// same time (ext4 joins concurrent ones into one journal commit) instead of queueing behind two workers.
 pub(crate) fn off_runtime<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => tokio::task::block_in_place(f),
