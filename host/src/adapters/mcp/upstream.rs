@@ -32,6 +32,7 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::ErrorData as McpError;
 use rmcp::{ClientHandler, Peer, ServiceError};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -60,6 +61,8 @@ struct Listener {
     said: mpsc::UnboundedSender<Said>,
     tools: Arc<RwLock<Vec<Vec<Tool>>>>,
     progress: Arc<tokio::sync::Mutex<HashMap<ProgressToken, Route>>>,
+    /// Per server: it has sent progress at least once (set first thing, before any lock).
+    sent_progress: Arc<Vec<AtomicBool>>,
     clients: Arc<Clients>,
 }
 
@@ -115,6 +118,7 @@ impl ClientHandler for Listener {
     }
 
     async fn on_progress(&self, params: ProgressNotificationParam, _context: NotificationContext<RoleClient>) {
+        self.sent_progress[self.index].store(true, Ordering::Relaxed);
         let route = self.progress.lock().await.get_mut(&params.progress_token).map(|r| {
             r.heard = true;
             r.to.clone()
@@ -207,6 +211,7 @@ pub struct Upstream {
     /// Each server's tools as it last listed them.
     tools: Arc<RwLock<Vec<Vec<Tool>>>>,
     progress: Arc<tokio::sync::Mutex<HashMap<ProgressToken, Route>>>,
+    sent_progress: Arc<Vec<AtomicBool>>,
     /// How long a forwarded call may take before it is answered as failed.
     pub call_timeout: Duration,
     /// Which server listed a resource, a template or a prompt (see [`super::passthrough`]).
@@ -317,9 +322,17 @@ impl Upstream {
         let http = if specs.iter().any(|s| s.url.is_some()) { Some(http_client(extra_roots)?) } else { None };
         let tools = Arc::new(RwLock::new(vec![Vec::new(); specs.len()]));
         let progress = Arc::new(tokio::sync::Mutex::new(HashMap::new()));
+        let sent_progress: Arc<Vec<AtomicBool>> = Arc::new(specs.iter().map(|_| AtomicBool::new(false)).collect());
         let mut servers = Vec::new();
         for (i, spec) in specs.iter().enumerate() {
-            let listener = Listener { index: i, said: said.clone(), tools: Arc::clone(&tools), progress: Arc::clone(&progress), clients: Arc::clone(&clients) };
+            let listener = Listener {
+                index: i,
+                said: said.clone(),
+                tools: Arc::clone(&tools),
+                progress: Arc::clone(&progress),
+                sent_progress: Arc::clone(&sent_progress),
+                clients: Arc::clone(&clients),
+            };
             let service = start_one(spec, &http, listener, start_timeout).await?;
             let what = spec.url.clone().unwrap_or_else(|| spec.argv[0].clone());
             let listed = if service.peer().peer_info().is_some_and(|i| i.capabilities.tools.is_some()) {
@@ -365,6 +378,7 @@ impl Upstream {
             servers,
             tools,
             progress,
+            sent_progress,
             call_timeout,
             passthrough_routes: RwLock::new(HashMap::new()),
             pass_through,
@@ -454,13 +468,14 @@ impl Upstream {
             // rmcp hands each notification to a task of its own, so a progress notification the server
             // sent before its answer may still be on its way: give those tasks their turn before the route
             // goes and the client hears the answer (the conformance suite saw the last one dropped, 1 run
-            // in 6). A mitigation, not an order rmcp guarantees. The wait is only for a call whose server
-            // did send progress: rmcp clients put a progress token on every request, so waiting always
-            // added 20 ms to every call and capped each session at ~40 calls/s.
+            // in 6). A mitigation, not an order rmcp guarantees. The wait is only for a server that has
+            // sent progress, on this call or before: rmcp clients put a progress token on every request,
+            // so waiting always added 20 ms to every call and capped each session at ~40 calls/s.
             for _ in 0..4 {
                 tokio::task::yield_now().await;
             }
-            if self.progress.lock().await.get(&token).is_some_and(|r| r.heard) {
+            let heard = self.progress.lock().await.get(&token).is_some_and(|r| r.heard);
+            if heard || self.sent_progress[server].load(Ordering::Relaxed) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
