@@ -39,12 +39,13 @@
 
 use criterion::{black_box, BatchSize, Criterion, SamplingMode};
 use runbook_benches::scratch_dir;
-use runbook_host::bundle::sha256_hex;
-use runbook_host::fetch::{self, Cache};
-use runbook_host::oci::{self, OciRef};
+use runbook_host::files::sha256_hex;
+use runbook_host::registry::https::{self as fetch, Cache};
+use runbook_host::registry::oci as oci_registry;
+use runbook_host::registry::oci::client::{self as oci, OciRef};
 use runbook_host::registry::{self, Resolved, Settings, Trust};
 use runbook_host::run::{Answer, Claim, Guard, Run};
-use runbook_host::{dsse, oci_registry};
+use runbook_host::signatures::dsse;
 use runbook_host::{Coverage, EndReason, Policy, Profile, Risk};
 use serde_json::{json, Value};
 use std::io::{Read, Write};

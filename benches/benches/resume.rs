@@ -25,7 +25,7 @@ fn root() -> PathBuf {
 /// A run of `events` records (each allowed call with its result, one call in ten denied) and checkpoints
 /// taken every 256 records: the run's id, its start and the checkpoints.
 fn grow(runs: &Path, events: u64) -> (String, u64, Vec<Checkpoint>) {
-    let policy = Arc::clone(runbook_host::bundle::shared_policy().unwrap());
+    let policy = Arc::clone(runbook_host::files::shared_policy().unwrap());
     let doc = registry::resolve(root().join("examples/read-only-investigation/runbook.yaml").to_str().unwrap(), "unused").unwrap();
     let claim = Claim {
         profile: Profile::R1,
@@ -62,7 +62,7 @@ fn resume(c: &mut Criterion) {
     let base = scratch_dir(env!("CARGO_TARGET_TMPDIR"), "resume");
     let full = std::env::args().any(|a| a == "--bench");
     let sizes: &[u64] = if full { &[50, 500, 5000] } else { &[50] };
-    let policy = Arc::clone(runbook_host::bundle::shared_policy().unwrap());
+    let policy = Arc::clone(runbook_host::files::shared_policy().unwrap());
     let mut group = c.benchmark_group("resume");
     for &events in sizes {
         let runs = base.join(format!("runs-{events}"));

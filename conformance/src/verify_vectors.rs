@@ -39,8 +39,8 @@ pub fn verification_json(
 
 /// The module's verification of the bundle in `dir` through wasmtime (the host library's reading of it).
 pub fn verify_wasmtime(dir: &Path) -> Result<Value> {
-    let entries = runbook_host::verify::entries_at(dir).map_err(|f| anyhow!("{}: {}", f.place, f.message))?;
-    let policy = runbook_host::bundle::shared_policy()?;
+    let entries = runbook_host::bundle::verify::entries_at(dir).map_err(|f| anyhow!("{}: {}", f.place, f.message))?;
+    let policy = runbook_host::files::shared_policy()?;
     let v = policy.verify_bundle(&entries, runbook_host::module_sha256(), None)?;
     let signed = v
         .signed_answers
@@ -66,7 +66,7 @@ pub fn verify_wasmtime(dir: &Path) -> Result<Value> {
 /// The same, through the core linked natively (the entries read the same way).
 pub fn verify_native(dir: &Path) -> Result<Value> {
     use runbook_policy::verify::{verify, Item, Options};
-    let entries = runbook_host::verify::entries_at(dir).map_err(|f| anyhow!("{}: {}", f.place, f.message))?;
+    let entries = runbook_host::bundle::verify::entries_at(dir).map_err(|f| anyhow!("{}: {}", f.place, f.message))?;
     let entries: Vec<(String, Item)> = entries
         .into_iter()
         .map(|(n, i)| {

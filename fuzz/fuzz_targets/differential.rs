@@ -9,7 +9,7 @@ use runbook_host::{Policy, Severity};
 
 /// The component, compiled in `init` (not counted against the first input's time).
 fn policy() -> &'static Policy {
-    runbook_host::bundle::shared_policy().expect("the embedded component loads")
+    runbook_host::files::shared_policy().expect("the embedded component loads")
 }
 
 fn findings_native(doc: &[u8]) -> Vec<String> {

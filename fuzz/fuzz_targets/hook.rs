@@ -12,7 +12,7 @@ use std::sync::Arc;
 /// The process's one policy (the bundle writer uses the same one for the receipt): compiled in `init`, so
 /// that compiling the component is not counted against the first input's time.
 fn policy() -> &'static Arc<runbook_host::Policy> {
-    runbook_host::bundle::shared_policy().expect("the embedded component loads")
+    runbook_host::files::shared_policy().expect("the embedded component loads")
 }
 
 fn handle(policy: &Arc<runbook_host::Policy>, cfg: &hook::Config, payload: &[u8]) {

@@ -52,7 +52,7 @@ fn world() -> &'static World {
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let server_log = dir.join("server-calls.ndjson");
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-        let policy = Arc::clone(runbook_host::bundle::shared_policy().expect("the embedded component loads"));
+        let policy = Arc::clone(runbook_host::files::shared_policy().expect("the embedded component loads"));
         let doc = runbook_host::registry::resolve(&repo.join("fuzz/mcp-runbook.yaml").to_string_lossy(), "unused").expect("fuzz/mcp-runbook.yaml");
         let envelope = policy.envelope(&doc.bytes).unwrap().ok().and_then(|e| serde_json::from_str(&e).ok());
         let (tx, said) = tokio::sync::mpsc::unbounded_channel();
@@ -164,7 +164,7 @@ fuzz_target!(init: { world(); }, |data: &[u8]| {
             .count();
         ALLOWED_INVOKES.fetch_add(allowed, Ordering::SeqCst);
         let d = cap_std::fs::Dir::open_ambient_dir(&dir, cap_std::ambient_authority()).unwrap();
-        let o = runbook_host::verify::verify_bundle(&d, None, &[]);
+        let o = runbook_host::bundle::verify::verify_bundle(&d, None, &[]);
         if let Some(f) = o.failure {
             panic!("the proxy's bundle does not verify: {}: {}\n{events}", f.place, f.message);
         }

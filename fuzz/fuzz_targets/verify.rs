@@ -1,4 +1,4 @@
-//! Mutated run bundles into `verify` (`runbook_host::verify::verify_bundle`, what `runbook-host verify`
+//! Mutated run bundles into `verify` (`runbook_host::bundle::verify::verify_bundle`, what `runbook-host verify`
 //! runs). The bundles are made once, at start, by the library's run driver (`Run`): an allowed run of
 //! echo-only.json, the same with a signed receipt, a run of everything-tour.yaml with a human's approval,
 //! a refused run, a shadow run, and the redacted derivatives of the signed and the shadow run. Each input picks one (first byte)
@@ -71,7 +71,7 @@ fn read_tree(dir: &Path) -> Files {
 fn bundles() -> &'static Vec<Files> {
     static B: OnceLock<Vec<Files>> = OnceLock::new();
     B.get_or_init(|| {
-        let policy = runbook_host::bundle::shared_policy().expect("the embedded component loads").clone();
+        let policy = runbook_host::files::shared_policy().expect("the embedded component loads").clone();
         let root = scratch().join("made");
         let _ = std::fs::remove_dir_all(&root);
         let runs = root.join("runs");
@@ -145,9 +145,9 @@ fn ed25519_dalek_key() -> ed25519_dalek::SigningKey {
     ed25519_dalek::SigningKey::from_bytes(&[7; 32])
 }
 
-fn verify(dir: &Path) -> runbook_host::verify::Outcome {
+fn verify(dir: &Path) -> runbook_host::bundle::verify::Outcome {
     let d = cap_std::fs::Dir::open_ambient_dir(dir, cap_std::ambient_authority()).unwrap();
-    runbook_host::verify::verify_bundle(&d, None, &[])
+    runbook_host::bundle::verify::verify_bundle(&d, None, &[])
 }
 
 /// Applies the edits `data` encodes to `files`: each edit is an op byte, a file byte (which file, by

@@ -34,3 +34,16 @@ impl Clock {
         }
     }
 }
+
+/// The wall clock's Unix time in milliseconds: for what is not a run's time (a listener's idle deadline, a
+/// cache entry's age); a run reads its own [`Clock`].
+pub fn now_ms() -> u64 {
+    Clock::system().now_ms()
+}
+
+/// Now, as UTC RFC 3339 with milliseconds (`2026-11-30T12:34:56.789Z`).
+pub fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
+    now.format(&f).unwrap_or_default()
+}

@@ -6,23 +6,21 @@
 //! module enforces its own limits first, so a backstop never changes an answer, only turns a fault into a
 //! fail-closed halt with reason `host-trap`).
 
+// The layers, lowest first; a module uses only those above it in this list (docs/layout.md):
+// files, clock, wire, faults, diag (no crate module) -> signatures, net -> registry -> bundle -> run ->
+// web, adapters, service. The CLI (src/cli/, in the binary) is on top of all of them.
 pub mod adapters;
-pub mod approvals;
 pub mod bundle;
 pub mod clock;
-pub mod dsse;
+pub mod facts;
 pub mod faults;
-pub mod fetch;
-pub mod listen;
-pub mod oci;
-pub mod oci_registry;
-pub mod passkey;
+pub mod files;
+pub mod net;
 pub mod private;
 pub mod registry;
 pub mod run;
 pub mod service;
-pub mod sshsig;
-pub mod verify;
+pub mod signatures;
 pub mod web;
 pub mod wire;
 
@@ -480,7 +478,7 @@ fn cached_code(path: &Path, digest_path: &Path) -> Result<Option<Vec<u8>>, Strin
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.to_string()),
     };
-    let actual = bundle::sha256_hex(&bytes);
+    let actual = crate::files::sha256_hex(&bytes);
     if digest != actual.as_bytes() {
         return Err(format!("`{}` hashes to {actual}, not to the digest recorded for it", path.display()));
     }
@@ -498,7 +496,7 @@ fn store_code(dir: &Path, path: &Path, digest_path: &Path, bytes: &[u8]) -> std:
         std::fs::rename(&tmp, to)
     };
     write(path, bytes)?;
-    write(digest_path, bundle::sha256_hex(bytes).as_bytes())
+    write(digest_path, crate::files::sha256_hex(bytes).as_bytes())
 }
 
 /// The module trapped (now or before): the decision the host records in its place, and the trap.

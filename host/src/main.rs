@@ -1,6 +1,6 @@
 //! `runbook-host`: the command-line face of the policy module. Every decision comes from the component.
 
-mod commands;
+mod cli;
 mod diag;
 
 use clap::{Parser, Subcommand};
@@ -16,39 +16,39 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Lint a runbook: findings with line and column (exit 1 on errors)
-    Lint(commands::lint::Args),
+    Lint(cli::lint::Args),
     /// Print the canonical policy envelope of a runbook, as JSON (`--format` only changes how findings are reported)
-    Envelope(commands::envelope::Args),
+    Envelope(cli::envelope::Args),
     /// Admission: would a run of this runbook be refused under this client's claim, and why
-    Check(commands::check::Args),
+    Check(cli::check::Args),
     /// Replay an event stream through the module: decisions as NDJSON, then the run report
-    Replay(commands::replay::Args),
+    Replay(cli::replay::Args),
     /// The embedded policy component: its sha256, its WIT, or its bytes
-    Module(commands::module::Args),
+    Module(cli::module::Args),
     /// Run a runbook as an MCP stdio proxy in front of one or more MCP servers
-    Run(commands::run::Args),
+    Run(cli::run::Args),
     /// Approve (or refuse) a gated call of a run, from a terminal the agent cannot reach
-    Approve(commands::approve::Args),
+    Approve(cli::approve::Args),
     /// The approval page: answer gated calls with a passkey, in a browser on this machine
-    Approvals(commands::approvals::ApprovalsArgs),
+    Approvals(cli::approvals::ApprovalsArgs),
     /// Approvers' passkeys: register one into an allowed-signers file
-    Approvers(commands::approvals::ApproversArgs),
+    Approvers(cli::approvals::ApproversArgs),
     /// Verify a run bundle: files, hashes, hash chain, and a replay through the module
-    Verify(commands::verify::Args),
+    Verify(cli::verify::Args),
     /// Add runbooks to a directory registry, or list it
-    Registry(commands::registry::Args),
+    Registry(cli::registry::Args),
     /// Write a redacted derivative of a run bundle (digests in place of raw arguments and results)
-    Export(commands::verify::ExportArgs),
+    Export(cli::export::ExportArgs),
     /// Serve the envelope playground on 127.0.0.1
-    Playground(commands::playground::Args),
+    Playground(cli::playground::Args),
     /// The tool-call hook for agent CLIs (Claude Code): one process per hook event
-    Hook(commands::hook::Args),
+    Hook(cli::hook::Args),
     /// Separated mode: the enforcement as its own system user (install, run, status, uninstall)
-    Service(commands::service::Args),
+    Service(cli::service::Args),
     /// Make an ed25519 key pair for signing documents, the component and receipts
-    Keygen(commands::sign::KeygenArgs),
+    Keygen(cli::keygen::KeygenArgs),
     /// Sign a runbook document (or the component) with a DSSE envelope beside it, `<FILE>.dsse.json`
-    Sign(commands::sign::SignArgs),
+    Sign(cli::sign::SignArgs),
 }
 
 /// Output format shared by the commands.
@@ -61,23 +61,23 @@ pub enum Format {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Lint(a) => commands::lint::run(a),
-        Command::Envelope(a) => commands::envelope::run(a),
-        Command::Check(a) => commands::check::run(a),
-        Command::Replay(a) => commands::replay::run(a),
-        Command::Module(a) => commands::module::run(a),
-        Command::Run(a) => commands::run::run(a),
-        Command::Approve(a) => commands::approve::run(a),
-        Command::Approvals(a) => commands::approvals::approvals(a),
-        Command::Approvers(a) => commands::approvals::approvers(a),
-        Command::Verify(a) => commands::verify::run(a),
-        Command::Registry(a) => commands::registry::run(a),
-        Command::Export(a) => commands::verify::export(a),
-        Command::Playground(a) => commands::playground::run(a),
-        Command::Hook(a) => commands::hook::run(a),
-        Command::Service(a) => commands::service::run_command(a),
-        Command::Keygen(a) => commands::sign::keygen(a),
-        Command::Sign(a) => commands::sign::sign(a),
+        Command::Lint(a) => cli::lint::run(a),
+        Command::Envelope(a) => cli::envelope::run(a),
+        Command::Check(a) => cli::check::run(a),
+        Command::Replay(a) => cli::replay::run(a),
+        Command::Module(a) => cli::module::run(a),
+        Command::Run(a) => cli::run::run(a),
+        Command::Approve(a) => cli::approve::run(a),
+        Command::Approvals(a) => cli::approvals::approvals(a),
+        Command::Approvers(a) => cli::approvals::approvers(a),
+        Command::Verify(a) => cli::verify::run(a),
+        Command::Registry(a) => cli::registry::run(a),
+        Command::Export(a) => cli::export::export(a),
+        Command::Playground(a) => cli::playground::run(a),
+        Command::Hook(a) => cli::hook::run(a),
+        Command::Service(a) => cli::service::run_command(a),
+        Command::Keygen(a) => cli::keygen::keygen(a),
+        Command::Sign(a) => cli::sign::sign(a),
     };
     match result {
         Ok(code) => code,

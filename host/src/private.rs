@@ -67,7 +67,7 @@ pub fn read_own(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(path)?;
     check_file(path, &f).map_err(|m| std::io::Error::new(std::io::ErrorKind::PermissionDenied, m))?;
-    crate::bundle::read_file_bounded(f, &path.display().to_string(), max)
+    crate::files::read_file_bounded(f, &path.display().to_string(), max)
 }
 
 #[cfg(test)]

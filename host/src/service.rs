@@ -152,7 +152,7 @@ impl Config {
 
     pub fn read(layout: &Layout) -> Result<Config> {
         let p = layout.config();
-        let bytes = crate::bundle::read_path_bounded(&p, crate::bundle::MAX_SMALL_FILE_BYTES)
+        let bytes = crate::files::read_path_bounded(&p, crate::files::MAX_SMALL_FILE_BYTES)
             .with_context(|| format!("cannot read {} (is the service installed? `runbook-host service install`)", p.display()))?;
         let v: Value = serde_json::from_slice(&bytes).with_context(|| format!("{} is not JSON", p.display()))?;
         let bad = |what: &str| anyhow!("{}: {what}", p.display());

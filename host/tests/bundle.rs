@@ -6,9 +6,9 @@
 
 mod common;
 use common::{all_streams, document_of, event_lines, repo, Tmp};
-use runbook_host::approvals;
 use runbook_host::bundle::{self, Bundle};
 use runbook_host::registry;
+use runbook_host::run::approvals;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -17,14 +17,14 @@ use std::process::{Command, Output, Stdio};
 const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
 
 fn policy() -> &'static runbook_host::Policy {
-    bundle::shared_policy().expect("load the policy module")
+    runbook_host::files::shared_policy().expect("load the policy module")
 }
 
 /// Writes a bundle for a replay of `lines` against `doc`, the way an adapter does; returns its directory.
 fn write_bundle(runs: &Path, doc: &Path, lines: &[String]) -> PathBuf {
     let p = policy();
     let resolved = registry::resolve(doc.to_str().unwrap(), "unused").unwrap();
-    let run_id = bundle::new_run_id().unwrap();
+    let run_id = runbook_host::files::new_run_id().unwrap();
     let mut b = Bundle::create(runs, &run_id, &resolved, runbook_host::module_sha256(), "replay").unwrap();
     assert_eq!(b.dir(), runs.join(&run_id));
     let mut session = p.session(&resolved.bytes).unwrap();
@@ -96,7 +96,7 @@ fn every_example_stream_verifies() {
         assert_eq!(receipt["host"]["name"], "runbook-host");
         let report = std::fs::read(dir.join("report.json")).unwrap();
         assert_eq!(receipt["report"], serde_json::from_slice::<Value>(&report).unwrap());
-        assert_eq!(receipt["report_sha256"], bundle::sha256_hex(&report));
+        assert_eq!(receipt["report_sha256"], runbook_host::files::sha256_hex(&report));
         let records = runbook_policy::verify::read_events(&std::fs::read(dir.join("events.ndjson")).unwrap()).unwrap();
         assert_eq!(receipt["chain_head"], records.last().unwrap().h.as_str());
     }
@@ -116,7 +116,7 @@ fn events_ndjson_line_shape_and_chain() {
     let dir = write_bundle(&runs, &doc, &lines);
     let raw = std::fs::read_to_string(dir.join("events.ndjson")).unwrap();
     let envelope = std::fs::read_to_string(dir.join("envelope.json")).unwrap();
-    let mut h = bundle::sha256_hex(envelope.as_bytes());
+    let mut h = runbook_host::files::sha256_hex(envelope.as_bytes());
     assert_eq!(raw.lines().count(), lines.len());
     for (i, (stored, fed)) in raw.lines().zip(&lines).enumerate() {
         let v: Value = serde_json::from_str(stored).unwrap();
@@ -254,7 +254,7 @@ fn latest_and_history() {
     assert!(history.iter().all(|h| h["schema"] == "runbook-run-history-entry/v1" && !h["path"].as_str().unwrap().contains('/')));
     assert_eq!(history[1]["outcome"], "completed");
     // A run id is fresh each time, and a taken one is refused.
-    assert_ne!(bundle::new_run_id().unwrap(), bundle::new_run_id().unwrap());
+    assert_ne!(runbook_host::files::new_run_id().unwrap(), runbook_host::files::new_run_id().unwrap());
     let r = registry::resolve(document_of("read-only-investigation").to_str().unwrap(), "unused").unwrap();
     assert!(Bundle::create(&runs, b_id, &r, runbook_host::module_sha256(), "replay").is_err());
     assert!(Bundle::create(&runs, "../escape", &r, runbook_host::module_sha256(), "replay").is_err());
@@ -264,7 +264,7 @@ fn latest_and_history() {
 fn gated_run(runs: &Path) -> (PathBuf, runbook_host::Session, Bundle, String, String) {
     let p = policy();
     let resolved = registry::resolve(document_of("rotate-credentials").to_str().unwrap(), "unused").unwrap();
-    let run_id = bundle::new_run_id().unwrap();
+    let run_id = runbook_host::files::new_run_id().unwrap();
     let mut b = Bundle::create(runs, &run_id, &resolved, runbook_host::module_sha256(), "hook").unwrap();
     let mut s = p.session(&resolved.bytes).unwrap();
     let lines = event_lines(&repo().join("examples/rotate-credentials/events.ndjson"));
@@ -519,7 +519,7 @@ fn rename_host(dir: &Path, name: &str) {
     std::fs::write(dir.join("run.json"), &run_text).unwrap();
     let mut receipt: Value = serde_json::from_slice(&std::fs::read(dir.join("receipt.json")).unwrap()).unwrap();
     receipt["host"]["name"] = name.into();
-    receipt["artifacts"]["run.json"] = bundle::sha256_hex(run_text.as_bytes()).into();
+    receipt["artifacts"]["run.json"] = runbook_host::files::sha256_hex(run_text.as_bytes()).into();
     let text = policy().canonicalize(&receipt.to_string()).unwrap().unwrap();
     std::fs::write(dir.join("receipt.json"), text).unwrap();
 }

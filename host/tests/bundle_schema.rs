@@ -24,9 +24,9 @@
 mod common;
 use common::{all_streams, document_of, event_lines, repo, Tmp};
 use jsonschema::{Draft, Validator};
-use runbook_host::approvals;
 use runbook_host::bundle::{self, Bundle};
 use runbook_host::registry;
+use runbook_host::run::approvals;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -102,13 +102,13 @@ fn assert_invalid(v: &Validator, instance: &Value, what: &str) {
 // Making real artifacts.
 
 fn policy() -> &'static runbook_host::Policy {
-    bundle::shared_policy().expect("load the policy module")
+    runbook_host::files::shared_policy().expect("load the policy module")
 }
 
 /// Writes a finished bundle for `lines` against a resolved document, the way an adapter does.
 fn write_bundle(runs: &Path, resolved: &registry::Resolved, lines: &[String], adapter: &str) -> PathBuf {
     let p = policy();
-    let mut b = Bundle::create(runs, &bundle::new_run_id().unwrap(), resolved, runbook_host::module_sha256(), adapter).unwrap();
+    let mut b = Bundle::create(runs, &runbook_host::files::new_run_id().unwrap(), resolved, runbook_host::module_sha256(), adapter).unwrap();
     let mut session = p.session(&resolved.bytes).unwrap();
     for (i, line) in lines.iter().enumerate() {
         let d = session.handle_line(line);
@@ -223,7 +223,7 @@ impl Produced {
 fn gated_bundle(runs: &Path) -> PathBuf {
     let p = policy();
     let resolved = local(&document_of("rotate-credentials"));
-    let mut b = Bundle::create(runs, &bundle::new_run_id().unwrap(), &resolved, runbook_host::module_sha256(), "hook").unwrap();
+    let mut b = Bundle::create(runs, &runbook_host::files::new_run_id().unwrap(), &resolved, runbook_host::module_sha256(), "hook").unwrap();
     let dir = b.dir().to_path_buf();
     let mut s = p.session(&resolved.bytes).unwrap();
     let lines = event_lines(&repo().join("examples/rotate-credentials/events.ndjson"));
@@ -299,7 +299,7 @@ fn produce(root: &Path) -> Produced {
     // A run that ended without a report (the module trapped): it never verifies.
     {
         let resolved = local(&document_of("read-only-investigation"));
-        let mut b = Bundle::create(&runs, &bundle::new_run_id().unwrap(), &resolved, runbook_host::module_sha256(), "someday-adapter").unwrap();
+        let mut b = Bundle::create(&runs, &runbook_host::files::new_run_id().unwrap(), &resolved, runbook_host::module_sha256(), "someday-adapter").unwrap();
         let mut s = policy().session(&resolved.bytes).unwrap();
         let first = &event_lines(&repo().join("examples/read-only-investigation/events.ndjson"))[0];
         let d = s.handle_line(first);
@@ -674,7 +674,7 @@ fn rejects_missing_and_extra_no_schema(name: &str, val: &Validator, inst: &Value
 
 #[test]
 fn safe_names_agree_with_the_host() {
-    // run ids, latest/history paths: the schemas' safe-name pattern is exactly bundle::is_safe_name.
+    // run ids, latest/history paths: the schemas' safe-name pattern is exactly runbook_host::files::is_safe_name.
     let v = validator("latest-run");
     let base = json!({"schema": "runbook-latest-run/v1", "run_id": "r-1", "path": "r-1", "updated_at": "2026-11-30T12:34:56.789Z"});
     assert_valid(&v, &base, "a latest.json");
@@ -684,10 +684,10 @@ fn safe_names_agree_with_the_host() {
         ["r-20261130T123456Z-3fa9c1", "r-1", "a", "_x", "-x", "x.y", ".hidden", "", "a/b", "..", "a b", "ü", long.as_str(), too_long.as_str(), "a\\b", "C:x"]
     {
         let schema_ok = v.is_valid(&with(&base, "/run_id", json!(name)));
-        assert_eq!(schema_ok, bundle::is_safe_name(name), "run id {name:?}: schema {schema_ok}");
+        assert_eq!(schema_ok, runbook_host::files::is_safe_name(name), "run id {name:?}: schema {schema_ok}");
     }
     // A fresh run id always fits.
-    assert!(v.is_valid(&with(&base, "/run_id", json!(bundle::new_run_id().unwrap()))));
+    assert!(v.is_valid(&with(&base, "/run_id", json!(runbook_host::files::new_run_id().unwrap()))));
     // A reference as the host writes it: a file is named by its name only.
     let v = validator("run-history-entry");
     let created = json!({"schema": "runbook-run-history-entry/v1", "event": "created", "run_id": "r-1", "at": "2026-11-30T12:34:56.789Z", "path": "r-1",

@@ -8,9 +8,9 @@ mod common;
 use common::mcp::{everything, text, work, Client, BIN};
 use common::oci_registry::{make_certificates, Registry, PASSWORD, USER};
 use common::repo;
-use runbook_host::dsse;
-use runbook_host::fetch::Cache;
+use runbook_host::registry::https::Cache;
 use runbook_host::registry::{self, Settings, Trust};
+use runbook_host::signatures::dsse;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output};
@@ -130,7 +130,7 @@ fn a_required_signature_on_a_local_file_and_in_a_directory_registry() {
     assert_eq!(e.code, "signature-mismatch", "{e}");
     // Expired: signed with a lifetime already past (made with the library: the CLI takes only a duration ahead).
     let key = dsse::read_private(&std::fs::read_to_string(&k).unwrap()).unwrap();
-    let sha = runbook_host::bundle::sha256_hex(&b);
+    let sha = runbook_host::files::sha256_hex(&b);
     let env = dsse::sign_statement(
         &key,
         &[dsse::Subject { name: "rotate.yaml".into(), sha256: sha }],
@@ -263,14 +263,14 @@ fn an_https_registry_with_its_cache_offline_and_the_transport_rules() {
     // planted document without `requires_approval`. While the registry answers, neither is used: the
     // registry's own index pins the registry's document.
     let index_url = format!("{url}/index.json");
-    let entry_path = cache.join("urls").join(format!("{}.json", runbook_host::bundle::sha256_hex(index_url.as_bytes())));
+    let entry_path = cache.join("urls").join(format!("{}.json", runbook_host::files::sha256_hex(index_url.as_bytes())));
     let entry: Value = serde_json::from_slice(&std::fs::read(&entry_path).unwrap()).unwrap();
     let real = example("rotate-credentials");
     let planted_doc = String::from_utf8(real.clone()).unwrap().replace("requires_approval: true", "requires_approval: false");
     assert_ne!(planted_doc.as_bytes(), &real[..]);
     let planted_sha = c_put(&cache, planted_doc.as_bytes());
     let real_index = std::fs::read_to_string(reg.join("index.json")).unwrap();
-    let planted_index = real_index.replace(&runbook_host::bundle::sha256_hex(&real), &planted_sha);
+    let planted_index = real_index.replace(&runbook_host::files::sha256_hex(&real), &planted_sha);
     assert_ne!(planted_index, real_index);
     let planted_index_sha = c_put(&cache, planted_index.as_bytes());
     let planted_entry = json!({"url": index_url, "etag": entry["etag"], "sha256": planted_index_sha, "fetched_at": entry["fetched_at"]});
@@ -314,7 +314,7 @@ fn an_https_registry_with_its_cache_offline_and_the_transport_rules() {
     let srv = Https::start(&reg);
     let mut s = settings(&format!("{}/base", srv.base), &cache);
     s.ca_pem = vec![srv.ca.clone()];
-    let blob = cache.join("blobs/sha256").join(runbook_host::bundle::sha256_hex(&example("rotate-credentials")));
+    let blob = cache.join("blobs/sha256").join(runbook_host::files::sha256_hex(&example("rotate-credentials")));
     std::fs::write(&blob, b"steps: []\n").unwrap();
     let r = registry::resolve_with("rotate-credentials@1.3.0", &s).unwrap();
     assert_eq!(r.bytes, example("rotate-credentials"), "fetched again, not read from the altered cache");
@@ -363,7 +363,7 @@ fn an_oci_registry_push_pull_index_moved_tag_tamper_auth_tls_and_down() {
     let o = cli(&["registry", "push", doc.to_str().unwrap(), "--registry", &prefix, "--registry-ca", ca.to_str().unwrap(), "--format", "json"], &creds);
     assert!(o.status.success(), "{}", out(&o));
     let pushed: Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(pushed["sha256"], runbook_host::bundle::sha256_hex(&example("rotate-credentials")));
+    assert_eq!(pushed["sha256"], runbook_host::files::sha256_hex(&example("rotate-credentials")));
     let r = registry::resolve_with("rotate-credentials@1.3.0", &s).unwrap();
     assert_eq!((r.trust, r.provenance.kind, r.bytes.clone()), (Trust::T2, "oci", example("rotate-credentials")));
     // By digest (pinned) and by tag (not a pin).
@@ -375,7 +375,7 @@ fn an_oci_registry_push_pull_index_moved_tag_tamper_auth_tls_and_down() {
     // its digest, then the layer it names): the planted pair is never used, online or with the registry down.
     let planted = String::from_utf8(example("rotate-credentials")).unwrap().replace("requires_approval: true", "requires_approval: false");
     let planted_sha = c_put(&cache, planted.as_bytes());
-    Cache { root: cache.clone() }.put_url_entry(&by_digest, None, &planted_sha, runbook_host::fetch::now_unix()).unwrap();
+    Cache { root: cache.clone() }.put_url_entry(&by_digest, None, &planted_sha, runbook_host::registry::https::now_unix()).unwrap();
     assert_eq!(registry::resolve_with(&by_digest, &s).unwrap().bytes, example("rotate-credentials"));
     let by_tag = format!("oci://{}/runbooks/rotate-credentials:1.3.0", reg.addr);
     let r = registry::resolve_with(&by_tag, &s).unwrap();
@@ -405,7 +405,7 @@ fn an_oci_registry_push_pull_index_moved_tag_tamper_auth_tls_and_down() {
 
     // Tampered in the registry's storage: the layer no longer hashes to its digest. A fresh cache, so the
     // bytes must come from the registry.
-    let blob = runbook_host::bundle::sha256_hex(&example("rotate-credentials"));
+    let blob = runbook_host::files::sha256_hex(&example("rotate-credentials"));
     let data = reg.storage.join("docker/registry/v2/blobs/sha256").join(&blob[..2]).join(&blob).join("data");
     std::fs::write(&data, String::from_utf8(example("rotate-credentials")).unwrap().replace("1.3.0", "1.3.1")).unwrap();
     let mut fresh = s.clone();
@@ -523,7 +523,7 @@ fn a_signed_document_from_oci_runs_and_its_signed_receipt_verifies() {
     assert_eq!(o.status.code(), Some(1), "{}", out(&o));
     // The receipt altered in the registry's storage: refused before anything is verified.
     let receipt = std::fs::read(redacted.join(run_dir.file_name().unwrap()).join("receipt.json")).unwrap();
-    let sha = runbook_host::bundle::sha256_hex(&receipt);
+    let sha = runbook_host::files::sha256_hex(&receipt);
     let data = reg.storage.join("docker/registry/v2/blobs/sha256").join(&sha[..2]).join(&sha).join("data");
     let mut altered = receipt.clone();
     altered[10] ^= 1;

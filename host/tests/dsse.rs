@@ -6,7 +6,7 @@ use std::process::Command;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
 use ed25519_dalek::{Signer, SigningKey};
-use runbook_host::dsse::*;
+use runbook_host::signatures::dsse::*;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 

@@ -523,7 +523,7 @@ fn a_client_that_leaves_while_its_call_waits_for_approval() {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     // The waiting request is withdrawn: a human arriving now finds nothing to answer, and nothing ran.
-    assert!(runbook_host::approvals::pending(&run).unwrap().is_empty());
+    assert!(runbook_host::run::approvals::pending(&run).unwrap().is_empty());
     let (code, said) = mcp::approve_on_a_terminal(&w, &run, "add", false, std::time::Duration::from_millis(800));
     assert_ne!(code, Some(0), "an approval after the run ended was taken: {said}");
     let lines = event_records(&run);

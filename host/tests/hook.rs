@@ -2,7 +2,7 @@
 //! process per hook event, the documented JSON payload on stdin), through the bundled P2 credential
 //! rotation (examples/rotate-credentials: a destructive, approval-gated step and Bash `when` constraints).
 
-use runbook_host::approvals;
+use runbook_host::run::approvals;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::oci_registry::{hang_server, Registry, PASSWORD, USER};
-use runbook_host::oci::{pull, push, resolve_digest, Artifact, OciError, OciRef, Options};
+use runbook_host::registry::oci::client::{pull, push, resolve_digest, Artifact, OciError, OciRef, Options};
 use sha2::{Digest as _, Sha256};
 
 const ARTIFACT_TYPE: &str = "application/vnd.runbook-host.runbook.v1";

@@ -97,7 +97,7 @@ fn a_client_that_leaves_mid_call_is_client_closed() {
     assert_eq!(ev[2].1["decision"], "needs-approval");
     assert_eq!(ev[3].0["reason"], "client-closed");
     // Nothing is left for a human to approve in a run that ended.
-    assert!(runbook_host::approvals::pending(&run).unwrap().is_empty());
+    assert!(runbook_host::run::approvals::pending(&run).unwrap().is_empty());
     w.verify_all();
 }
 
@@ -129,7 +129,7 @@ fn bundled_registry_runs_pinned_documents() {
         for (_, entry) in versions.as_object().unwrap() {
             let path = entry["path"].as_str().unwrap();
             let bytes = std::fs::read(reg.join(path)).unwrap();
-            assert_eq!(runbook_host::bundle::sha256_hex(&bytes), entry["sha256"], "{path}");
+            assert_eq!(runbook_host::files::sha256_hex(&bytes), entry["sha256"], "{path}");
             let ext = Path::new(path).extension().unwrap().to_string_lossy().into_owned();
             assert_eq!(bytes, std::fs::read(runbook(&format!("{id}.{ext}"))).unwrap(), "{path} differs from runbooks/{id}.{ext}");
         }
@@ -185,7 +185,7 @@ fn gated_call_approved_by_a_human_then_the_run_completes() {
     assert_eq!(rep["terminal"], "done");
     let a = &rep["approvals"][0];
     assert_eq!(a["step"], "add");
-    assert_eq!(a["approver"], runbook_host::approvals::operator());
+    assert_eq!(a["approver"], runbook_host::run::approvals::operator());
     assert_eq!(a["granted"], true);
     assert_eq!(a["accepted"], true);
     assert_eq!(a["call_sha256"], call_sha256("get-sum", &args));
@@ -211,7 +211,7 @@ fn gated_call_refused_timed_out_then_retried() {
     assert_eq!(st["awaiting_approval"][0]["tool"], "get-sum");
     // A human refuses it: the retry of that call is refused, and it never ran.
     let p = pending_request(&run);
-    runbook_host::approvals::answer(&run, &p.id, "alice", false, &p.call_sha256).unwrap();
+    runbook_host::run::approvals::answer(&run, &p.id, "alice", false, &p.call_sha256).unwrap();
     let r = c.call("get-sum", json!({"a": 1, "b": 1}));
     assert_blocked(&r, "needs-approval");
     assert!(text(&r).contains("alice") && text(&r).contains("refused"), "{r}");
@@ -219,7 +219,7 @@ fn gated_call_refused_timed_out_then_retried() {
     assert_blocked(&c.call("get-sum", json!({"a": 2, "b": 2})), "needs-approval");
     let p = pending_request(&run);
     assert_eq!(p.call_sha256, call_sha256("get-sum", &json!({"a": 2, "b": 2})));
-    runbook_host::approvals::answer(&run, &p.id, "alice", true, &p.call_sha256).unwrap();
+    runbook_host::run::approvals::answer(&run, &p.id, "alice", true, &p.call_sha256).unwrap();
     let r = c.call("get-sum", json!({"a": 2, "b": 2}));
     assert_eq!(r["is_error"], false, "{r}");
     assert_eq!(text(&r), "The sum of 2 and 2 is 4.");
@@ -251,7 +251,7 @@ fn one_approval_admits_one_call() {
     let p = pending_request(&run);
     c.write(json!({"op": "call", "tool": "get-sum", "args": {"a": 2, "b": 3}}));
     std::thread::sleep(Duration::from_millis(500));
-    runbook_host::approvals::answer(&run, &p.id, "alice", true, &p.call_sha256).unwrap();
+    runbook_host::run::approvals::answer(&run, &p.id, "alice", true, &p.call_sha256).unwrap();
     let r = c.read();
     assert_eq!(r["ok"], true);
     std::thread::sleep(Duration::from_millis(500));
@@ -281,7 +281,7 @@ fn a_number_rfc_8785_would_change_never_reaches_the_server() {
         assert_blocked(&r, "inexact-number");
         assert!(text(&r).contains("not forwarded"), "{r}");
     }
-    assert!(runbook_host::approvals::pending(&run).unwrap().is_empty(), "no approval was asked for a call that cannot run");
+    assert!(runbook_host::run::approvals::pending(&run).unwrap().is_empty(), "no approval was asked for a call that cannot run");
     assert_eq!(c.close(), Some(1));
     let ev = events(&run);
     let denied: Vec<&Value> = ev.iter().filter(|(_, d)| d["reason"] == "inexact-number").map(|(e, _)| &e["arguments"]["a"]).collect();
@@ -300,7 +300,7 @@ fn a_number_rfc_8785_would_change_never_reaches_the_server() {
 fn an_agent_cannot_approve_itself() {
     let w = work("self");
     // The client's name is the operator's: the human at the terminal is the agent's own identity.
-    let me = runbook_host::approvals::operator();
+    let me = runbook_host::run::approvals::operator();
     let mut c = Client::proxy(&w, &me, &runbook("everything-tour.yaml"), &["--approval-timeout", "60s"], &[everything()]);
     c.init();
     assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
@@ -324,7 +324,7 @@ fn an_agent_cannot_approve_itself() {
     let run = w.latest();
     c.write(json!({"op": "call", "tool": "get-sum", "args": {"a": 2, "b": 3}}));
     let p = pending_request(&run);
-    runbook_host::approvals::answer(&run, &p.id, "bot-7", true, &p.call_sha256).unwrap();
+    runbook_host::run::approvals::answer(&run, &p.id, "bot-7", true, &p.call_sha256).unwrap();
     let r = c.read();
     assert!(text(&r).contains("self-approval"), "{r}");
     assert_eq!(c.close(), Some(1));
@@ -447,7 +447,7 @@ fn a_gated_call_approved_through_the_clients_elicitation() {
     assert_eq!(code, Some(0), "{said}");
     assert_eq!(text(&c.read()), "The sum of 2 and 3 is 5.");
     c.close();
-    assert_eq!(report(&run)["approvals"][0]["approver"], runbook_host::approvals::operator());
+    assert_eq!(report(&run)["approvals"][0]["approver"], runbook_host::run::approvals::operator());
     w.verify_all();
 
     // Where approvals must be signed, or elicitation is withheld, the run is refused before anything starts.
@@ -564,7 +564,7 @@ fn make_registry(w: &Work) -> PathBuf {
     std::fs::create_dir_all(reg.join("everything-tour/1.0.0")).unwrap();
     let bytes = std::fs::read(runbook("everything-tour.yaml")).unwrap();
     std::fs::write(reg.join("everything-tour/1.0.0/runbook.yaml"), &bytes).unwrap();
-    let sha = runbook_host::bundle::sha256_hex(&bytes);
+    let sha = runbook_host::files::sha256_hex(&bytes);
     let index = json!({"schema": "runbook-registry-index/v1", "runbooks": {"everything-tour": {"1.0.0": {"sha256": sha, "path": "everything-tour/1.0.0/runbook.yaml"}}}});
     std::fs::write(reg.join("index.json"), index.to_string()).unwrap();
     reg

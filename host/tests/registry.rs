@@ -246,10 +246,10 @@ fn an_http_registry_resolves_pinned() {
     // With a cache, the pinned bytes fetched before are used (by their sha256): the tampered copy is never read.
     let cache = t.0.join("cache");
     let mut cached = registry::Settings::new(&url);
-    cached.cache = Some(runbook_host::fetch::Cache { root: cache.clone() });
+    cached.cache = Some(runbook_host::registry::https::Cache { root: cache.clone() });
     let mut original = b.clone();
     original[3] ^= 0x20;
-    assert_eq!(runbook_host::fetch::Cache { root: cache.clone() }.put_blob(&original).unwrap(), runbook_host::bundle::sha256_hex(&original));
+    assert_eq!(runbook_host::registry::https::Cache { root: cache.clone() }.put_blob(&original).unwrap(), runbook_host::files::sha256_hex(&original));
     assert_eq!(registry::resolve_with("hello@1.0.0", &cached).unwrap().bytes, original);
     // An HTTP registry without an index is unreachable.
     let url = serve(t.0.join("nothing-here"), false);

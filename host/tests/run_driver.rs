@@ -167,7 +167,7 @@ fn one_guard_for_every_adapter() {
     ];
     for (tool, args, want) in &cases {
         // The module's one matching rule (docs/spec/run.md#guarded-calls) over the host's needles.
-        assert_eq!(runbook_host::bundle::shared_policy().unwrap().guard_names(tool, &args.to_string(), g.needles()).unwrap(), *want, "{tool} {args}");
+        assert_eq!(runbook_host::files::shared_policy().unwrap().guard_names(tool, &args.to_string(), g.needles()).unwrap(), *want, "{tool} {args}");
     }
     // The same guard through the hook, end to end: the module denies the call with `guarded`.
     let doc = copy_example(&t.0, "read-only-investigation");
@@ -201,7 +201,7 @@ fn resolved(example: &str) -> registry::Resolved {
 #[test]
 fn one_event_is_one_call_into_the_component() {
     let t = Tmp::new("calls");
-    let policy = Arc::clone(runbook_host::bundle::shared_policy().unwrap());
+    let policy = Arc::clone(runbook_host::files::shared_policy().unwrap());
     let doc = resolved("read-only-investigation");
     let claim = claim_r1();
     let (mut run, a) = Run::create(Arc::clone(&policy), &doc, claim, &t.0.join("runs"), "test", Guard::new(&t.0.join("runs"), None)).unwrap();
@@ -245,7 +245,7 @@ fn a_hook_pretooluse_costs_one_call_after_restore() {
 
 #[test]
 fn the_explanations_are_the_modules_sentences() {
-    let policy = runbook_host::bundle::shared_policy().unwrap();
+    let policy = runbook_host::files::shared_policy().unwrap();
     assert!(policy.explain("refusal", "coverage-incomplete").unwrap().unwrap().contains("cannot see every invocation"));
     assert!(policy.explain("lint", "unanchored-when").unwrap().is_some());
     assert_eq!(policy.explain("reason", "no-such-code").unwrap(), None);
@@ -270,7 +270,7 @@ fn a_checkpoint_resumes_the_run_a_full_replay_gives() {
     use runbook_host::run::Checkpoint;
     let t = Tmp::new("checkpoint");
     let runs = t.0.join("runs");
-    let policy = Arc::clone(runbook_host::bundle::shared_policy().unwrap());
+    let policy = Arc::clone(runbook_host::files::shared_policy().unwrap());
     let doc = resolved("read-only-investigation");
     let claim = claim_r1();
     let (mut run, _) = Run::create(Arc::clone(&policy), &doc, claim, &runs, "test", Guard::new(&runs, None)).unwrap();

@@ -2,7 +2,7 @@
 //! it: an agent that can write files in the project (one broad shell step is enough) and tries to turn
 //! that into a destructive call no human approved. Each test fails on the host before the fix.
 
-use runbook_host::approvals;
+use runbook_host::run::approvals;
 use serde_json::{json, Value};
 use std::path::Path;
 use std::process::Command;
@@ -48,7 +48,7 @@ fn a_forged_session_snapshot_changes_no_decision() {
     let s = "sess-forged-snapshot";
     let w = at_rotate("forged-snapshot", s);
     // The module's own snapshot of this very run, forged three ways, where the old hook read it.
-    let policy = runbook_host::bundle::shared_policy().unwrap();
+    let policy = runbook_host::files::shared_policy().unwrap();
     let doc = std::fs::read(w.0.join("runbook.yaml")).unwrap();
     let mut session = policy.session(&doc).unwrap();
     for e in w.events(s) {
@@ -82,7 +82,7 @@ fn the_agent_cannot_approve_a_request_the_host_never_issued() {
     let w = at_rotate("self-approval", s);
     let dir = w.run_dir(s);
     let run_id = dir.file_name().unwrap().to_string_lossy().to_string();
-    let policy = runbook_host::bundle::shared_policy().unwrap();
+    let policy = runbook_host::files::shared_policy().unwrap();
     let args = bash(ROTATE).to_string();
     let sha = policy.call_sha256("Bash", &args).unwrap().unwrap();
     // Before the host ever asked: a forged request and a forged grant for the exact call.
@@ -115,7 +115,7 @@ fn a_swapped_document_is_tampering() {
         let sha = hex(doc.as_bytes());
         run["document"]["sha256"] = json!(sha);
         if also_h0 {
-            let policy = runbook_host::bundle::shared_policy().unwrap();
+            let policy = runbook_host::files::shared_policy().unwrap();
             let env = policy.envelope(doc.as_bytes()).unwrap().unwrap();
             std::fs::write(dir.join("envelope.json"), &env).unwrap();
             run["chain_h0"] = json!(hex(env.as_bytes()));
@@ -251,7 +251,7 @@ fn a_relabelled_redacted_report_does_not_verify() {
 /// receipt's embedded report, `report_sha256` and artifacts, run.json's outcome, the derivation's
 /// records), as the adversarial review did.
 fn forge_report(dir: &Path, edit: &dyn Fn(&mut Value)) {
-    let policy = runbook_host::bundle::shared_policy().unwrap();
+    let policy = runbook_host::files::shared_policy().unwrap();
     let canon = |v: &Value| policy.canonicalize(&v.to_string()).unwrap().unwrap();
     let mut report: Value = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
     edit(&mut report);
@@ -339,7 +339,7 @@ fn signed_approvals_are_a_humans() {
     let events_path = dir.join("events.ndjson");
     let honest = std::fs::read(&events_path).unwrap();
     {
-        let policy = runbook_host::bundle::shared_policy().unwrap();
+        let policy = runbook_host::files::shared_policy().unwrap();
         let doc = std::fs::read(dir.join("runbook.yaml")).unwrap();
         let mut session = policy.session(&doc).unwrap();
         let mut head = run["chain_h0"].as_str().unwrap().to_string();
@@ -353,7 +353,7 @@ fn signed_approvals_are_a_humans() {
         let (decision, link) = session.replay_line(&forged, &head).unwrap();
         assert!(decision.starts_with("{\"decision\":\"allow\""), "{decision}");
         let mut f = std::fs::OpenOptions::new().append(true).open(&events_path).unwrap();
-        std::io::Write::write_all(&mut f, runbook_host::bundle::shared_policy().unwrap().record_line(&link, &forged, &decision).unwrap().as_bytes()).unwrap();
+        std::io::Write::write_all(&mut f, runbook_host::files::shared_policy().unwrap().record_line(&link, &forged, &decision).unwrap().as_bytes()).unwrap();
     }
     let o = hook(pre(s, "Bash", bash(ROTATE), "t3b"));
     assert_eq!(o.code, 2, "{}", o.stdout);
@@ -371,7 +371,7 @@ fn signed_approvals_are_a_humans() {
     // (docs/spec/run.md#approvals-bound-to-a-call).
     let request = w.events(s).iter().find(|e| e["decision"]["decision"] == "needs-approval").unwrap()["decision"]["seq"].as_u64().unwrap();
     let msg = approvals::signed_message(&run_id, request, p.step.as_deref(), &p.call_sha256, true).unwrap();
-    let forged = runbook_host::sshsig::sign_with_ssh_keygen(&agent_key, approvals::SIGNATURE_NAMESPACE, msg.as_bytes()).unwrap();
+    let forged = runbook_host::signatures::sshsig::sign_with_ssh_keygen(&agent_key, runbook_host::signatures::SIGNATURE_NAMESPACE, msg.as_bytes()).unwrap();
     approvals::answer_signed(&dir, &p.id, "alice@example.com", true, &p.call_sha256, Some(&forged)).unwrap();
     let o = hook(pre(s, "Bash", bash(ROTATE), "t5"));
     assert!(o.denied().is_some(), "{}", o.stdout);
@@ -457,7 +457,7 @@ fn approvals_take_only_keys_that_need_a_touch() {
     std::fs::remove_file(&alice).unwrap();
     let through_agent = |msg: &str| {
         let mut c = Command::new("ssh-keygen")
-            .args(["-Y", "sign", "-n", approvals::SIGNATURE_NAMESPACE, "-f"])
+            .args(["-Y", "sign", "-n", runbook_host::signatures::SIGNATURE_NAMESPACE, "-f"])
             .arg(alice.with_extension("pub"))
             .env("SSH_AUTH_SOCK", &sock)
             .stdin(std::process::Stdio::piped())
@@ -542,7 +542,7 @@ fn one_signature_answers_one_request() {
 
     // The attack: the approval event and its signature line, copied.
     let events_path = dir.join("events.ndjson");
-    let policy = runbook_host::bundle::shared_policy().unwrap();
+    let policy = runbook_host::files::shared_policy().unwrap();
     let run: Value = serde_json::from_slice(&std::fs::read(dir.join("run.json")).unwrap()).unwrap();
     let doc = std::fs::read(dir.join("runbook.yaml")).unwrap();
     let mut session = policy.session(&doc).unwrap();
@@ -556,7 +556,7 @@ fn one_signature_answers_one_request() {
     let (decision, link) = session.replay_line(&copy, &head).unwrap();
     assert!(decision.contains(r#""decision":"deny""#) && decision.contains(r#""reason":"no-pending""#), "the module refuses the copy: {decision}");
     let mut f = std::fs::OpenOptions::new().append(true).open(&events_path).unwrap();
-    std::io::Write::write_all(&mut f, runbook_host::bundle::shared_policy().unwrap().record_line(&link, &copy, &decision).unwrap().as_bytes()).unwrap();
+    std::io::Write::write_all(&mut f, runbook_host::files::shared_policy().unwrap().record_line(&link, &copy, &decision).unwrap().as_bytes()).unwrap();
     let sig_path = dir.join("signatures.ndjson");
     let sig_text = std::fs::read_to_string(&sig_path).unwrap();
     let mut sig: Value = serde_json::from_str(sig_text.lines().next().unwrap()).unwrap();

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use base64ct::{Base64, Encoding};
-use runbook_host::sshsig::{self, AllowedSigners, SigError, Verified};
+use runbook_host::signatures::sshsig::{self, AllowedSigners, SigError, Verified};
 use ssh_key::sha2::{Digest, Sha256, Sha512};
 use tempfile::TempDir;
 

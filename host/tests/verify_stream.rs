@@ -11,14 +11,14 @@ use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
 fn policy() -> &'static Policy {
-    bundle::shared_policy().expect("load the policy module")
+    runbook_host::files::shared_policy().expect("load the policy module")
 }
 
 /// Writes a bundle for a replay of `lines` against `doc`, the way an adapter does; returns its directory.
 fn write_bundle(runs: &Path, doc: &Path, lines: &[String]) -> PathBuf {
     let p = policy();
     let resolved = registry::resolve(doc.to_str().unwrap(), "unused").unwrap();
-    let run_id = bundle::new_run_id().unwrap();
+    let run_id = runbook_host::files::new_run_id().unwrap();
     let mut b = Bundle::create(runs, &run_id, &resolved, runbook_host::module_sha256(), "replay").unwrap();
     let mut session = p.session(&resolved.bytes).unwrap();
     for (i, line) in lines.iter().enumerate() {
@@ -120,7 +120,7 @@ fn streaming_answers_what_verify_bundle_answers() {
     let mut verified = 0;
     for (doc, stream) in all_streams() {
         let dir = write_bundle(&runs, &doc, &event_lines(&stream));
-        let entries = runbook_host::verify::entries(&cap_std::fs::Dir::open_ambient_dir(&dir, cap_std::ambient_authority()).unwrap()).unwrap();
+        let entries = runbook_host::bundle::verify::entries(&cap_std::fs::Dir::open_ambient_dir(&dir, cap_std::ambient_authority()).unwrap()).unwrap();
         let answer = same(&stream.display().to_string(), &entries);
         verified += usize::from(answer.contains("failure: None"));
     }
@@ -132,7 +132,7 @@ fn streaming_answers_what_verify_bundle_answers_for_broken_bundles() {
     let t = Tmp::new("stream-broken");
     let runs = t.0.join("runs");
     let dir = write_bundle(&runs, &document_of("rotate-credentials"), &event_lines(&repo().join("examples/rotate-credentials/events-deviations.ndjson")));
-    let open = |d: &Path| runbook_host::verify::entries(&cap_std::fs::Dir::open_ambient_dir(d, cap_std::ambient_authority()).unwrap()).unwrap();
+    let open = |d: &Path| runbook_host::bundle::verify::entries(&cap_std::fs::Dir::open_ambient_dir(d, cap_std::ambient_authority()).unwrap()).unwrap();
     let entries = open(&dir);
     assert!(same("as written", &entries).contains("failure: None"));
 

@@ -12,7 +12,7 @@ use super::*;
 /// the module's (WIT `bundle-redact`); the host lists the source's entries, passes the time and carries
 /// the effects out.
 pub fn export_redacted(run_dir: &Path, out_root: &Path) -> io::Result<PathBuf> {
-    let entries = crate::verify::entries_at(run_dir).map_err(|f| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {}", f.place, f.message)))?;
+    let entries = crate::bundle::verify::entries_at(run_dir).map_err(|f| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {}", f.place, f.message)))?;
     let policy = shared_policy().map_err(io_other)?;
     let effects =
         policy.bundle_redact(&entries, crate::clock::Clock::system().now_ms()).map_err(io_other)?.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;

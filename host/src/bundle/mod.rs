@@ -12,7 +12,7 @@
 //!     report.json                    the module's runbook-run-report/v1, byte for byte
 //!     receipt.json                   runbook-receipt/v1, canonical JSON
 //!     pending/<id>.json, approvals/<id>.json, consumed/<id>.json
-//!                                    the approval channel (see [`crate::approvals`]); not part of the evidence
+//!                                    the approval channel (see [`crate::run::approvals`]); not part of the evidence
 //! ```
 //!
 //! The bundle directory is opened as a `cap-std` capability directory: nothing written or read here can
@@ -64,14 +64,14 @@
 //! clean|dirty|not-a-checkout|unavailable, staged, unstaged, untracked, total}}` (counts only).
 
 use crate::clock::Clock;
+use crate::files::*;
 use crate::registry::Resolved;
 use crate::{Effect, EffectOp, HostError, Policy};
 use cap_std::fs::{Dir, File, OpenOptions};
 use serde_json::{json, Map, Value};
-use sha2::{Digest, Sha256};
+
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
 
 /// The schema names this module writes.
 pub const RUN_SCHEMA: &str = "runbook-run-bundle/v1";
@@ -91,13 +91,10 @@ pub const HOST_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 mod chain;
 mod export;
-mod files;
-mod git;
+pub mod verify;
 
 pub use chain::*;
 pub use export::*;
-pub use files::*;
-pub use git::*;
 
 // ---------------------------------------------------------------------------------------------------
 // The bundle.
@@ -142,7 +139,7 @@ pub struct BundleFacts {
 }
 
 /// The signed receipt's file: a DSSE envelope whose in-toto Statement names `receipt.json` and
-/// `report.json` by sha256 (crate::dsse, predicate [`crate::dsse::RECEIPT_PREDICATE`]).
+/// `report.json` by sha256 (crate::signatures::dsse, predicate [`crate::signatures::dsse::RECEIPT_PREDICATE`]).
 pub const RECEIPT_SIGNATURE: &str = "receipt.dsse.json";
 
 fn module_refused(e: String) -> io::Error {
@@ -181,7 +178,7 @@ fn apply(root: &Dir, effects: &[Effect], key: Option<&ed25519_dalek::SigningKey>
             }
             EffectOp::Sign => {
                 let key = key.ok_or_else(|| fail(io::Error::other("run.json names a receipt key, and this host holds none")))?;
-                write_atomic(dir, name, &crate::dsse::sign_payload(key, &e.bytes)).map_err(fail)?;
+                write_atomic(dir, name, &crate::signatures::dsse::sign_payload(key, &e.bytes)).map_err(fail)?;
             }
             EffectOp::CreateDir => unreachable!(),
         }
@@ -208,7 +205,7 @@ impl Bundle {
             Some(g) => g.clone(),
             None => {
                 // Measured before the bundle exists, so the run's own files do not count.
-                let (code, porcelain) = git_status();
+                let (code, porcelain) = crate::facts::git_status();
                 serde_json::from_str(&policy.git_state(code, &porcelain).map_err(io_other)?)?
             }
         };
@@ -313,7 +310,7 @@ impl Bundle {
     }
 
     /// The run directory (`runs_root/run_id`, as the caller named `runs_root`): the `run_dir` of
-    /// [`crate::approvals`].
+    /// [`crate::run::approvals`].
     pub fn dir(&self) -> &Path {
         &self.path
     }
@@ -401,13 +398,13 @@ impl Bundle {
     /// and public key), so a bundle whose signature was removed is refused even by a `verify` given no key.
     pub fn sign_receipts_with(&mut self, key: ed25519_dalek::SigningKey) -> io::Result<()> {
         let public = key.verifying_key();
-        let key_id = crate::dsse::key_id(&public);
+        let key_id = crate::signatures::dsse::key_id(&public);
         self.receipt_key = Some(key);
         if self.manifest.get("receipt_signature").is_some_and(|r| r["key_id"] == key_id.as_str()) {
             // Reopened by another process of the same run (the hook): run.json already names this key.
             return Ok(());
         }
-        self.change(json!({"receipt_key": {"key_id": key_id, "public_key": crate::dsse::public_pem(&public)}}))
+        self.change(json!({"receipt_key": {"key_id": key_id, "public_key": crate::signatures::dsse::public_pem(&public)}}))
     }
 
     /// Marks the run as shadow (`--mode shadow`): run.json's `mode` says so from the start, and

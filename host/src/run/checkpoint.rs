@@ -70,7 +70,7 @@ impl Checkpoint {
             last_at: n("last_at")?,
             snapshot: s("snapshot")?,
         };
-        if !bundle::is_safe_name(&c.run_id) || c.head.len() != 64 || !c.head.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !crate::files::is_safe_name(&c.run_id) || c.head.len() != 64 || !c.head.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err("`run_id` or `head` is malformed".into());
         }
         Ok(c)
@@ -176,7 +176,7 @@ fn read_around(path: &Path, offset: u64) -> std::io::Result<Around> {
     if len < offset {
         return Ok(Err("is past its end"));
     }
-    if len > bundle::MAX_EVIDENCE_BYTES {
+    if len > crate::files::MAX_EVIDENCE_BYTES {
         return Ok(Err("is in a file larger than any run's evidence"));
     }
     let mut tail = Vec::with_capacity((len - offset) as usize);
@@ -206,7 +206,7 @@ fn read_around(path: &Path, offset: u64) -> std::io::Result<Around> {
             line.pop();
             return Ok(Ok((Some(line), tail)));
         }
-        if line.len() as u64 > bundle::MAX_EVIDENCE_BYTES {
+        if line.len() as u64 > crate::files::MAX_EVIDENCE_BYTES {
             return Ok(Err("ends a record larger than any run's evidence"));
         }
         end = start;

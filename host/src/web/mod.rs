@@ -9,16 +9,16 @@
 //! (docs/spec/run.md#approvals-bound-to-a-call) by a passkey of the allowed-signers file: there is no
 //! unsigned approve on the page, so a script that opens it without the person's authenticator answers
 //! nothing. The answer is written to the run's approval channel with the assertion as its signature, and
-//! the run's own driver checks it again before feeding it (crate::passkey, crate::run::Run::apply_grant).
+//! the run's own driver checks it again before feeding it (crate::signatures::passkey, crate::run::Run::apply_grant).
 //!
 //! Requests are accepted only with the page's own `Host` (`localhost:PORT`, `127.0.0.1:PORT`) and, for a
 //! POST, its own `Origin`: another site in the same browser, or a DNS-rebound name, can neither read the
 //! pending calls nor post an answer.
 
-use crate::approvals;
-use crate::passkey::{self, Assertion};
+use crate::run::approvals;
 use crate::run::{Guard, Run};
-use crate::sshsig::AllowedSigners;
+use crate::signatures::passkey::{self, Assertion};
+use crate::signatures::sshsig::AllowedSigners;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
@@ -132,17 +132,17 @@ struct Issued {
 }
 
 fn read_small(path: &Path) -> Option<Vec<u8>> {
-    crate::bundle::read_path_bounded(path, crate::bundle::MAX_SMALL_FILE_BYTES).ok()
+    crate::files::read_path_bounded(path, crate::files::MAX_SMALL_FILE_BYTES).ok()
 }
 
 /// The requests of one run that the module's ledger names (others are listed as refused, never answerable).
 fn issued(runs: &Path, run_id: &str) -> Result<(Vec<Issued>, Vec<Value>, Value), String> {
     let run_dir = runs.join(run_id);
     let pending = approvals::pending(&run_dir).map_err(|e| format!("run {run_id}: {e}"))?;
-    let policy = crate::bundle::shared_policy().map_err(|e| e.to_string())?.clone();
+    let policy = crate::files::shared_policy().map_err(|e| e.to_string())?.clone();
     let manifest: Value = read_small(&run_dir.join("run.json")).and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or(Value::Null);
     let doc_file = manifest["document"]["file"].as_str().unwrap_or("");
-    let prose: Value = (crate::bundle::is_safe_name(doc_file))
+    let prose: Value = (crate::files::is_safe_name(doc_file))
         .then(|| read_small(&run_dir.join(doc_file)))
         .flatten()
         .and_then(|d| policy.prose(&d).ok().flatten())
@@ -217,7 +217,7 @@ fn passkeys(page: &ApprovalPage) -> Result<(String, Vec<(Vec<u8>, String)>), Str
 fn open_runs(runs: &Path) -> Vec<String> {
     let mut ids: Vec<String> =
         std::fs::read_dir(runs).map(|rd| rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().into_string().ok()).collect()).unwrap_or_default();
-    ids.retain(|id| crate::bundle::is_safe_name(id) && !id.starts_with('.') && approvals::pending(&runs.join(id)).is_ok_and(|p| !p.is_empty()));
+    ids.retain(|id| crate::files::is_safe_name(id) && !id.starts_with('.') && approvals::pending(&runs.join(id)).is_ok_and(|p| !p.is_empty()));
     ids.sort();
     ids
 }
@@ -266,7 +266,7 @@ fn field_bytes(v: &Value, k: &str) -> Result<Vec<u8>, Refusal> {
 fn take_answer(page: &ApprovalPage, body: &[u8]) -> Result<Value, Refusal> {
     let bad = |m: String| (StatusCode::BAD_REQUEST, m);
     let v: Value = serde_json::from_slice(body).map_err(|e| bad(format!("the answer is not JSON: {e}")))?;
-    let run_id = v["run_id"].as_str().filter(|r| crate::bundle::is_safe_name(r)).ok_or_else(|| bad("`run_id` is missing".into()))?;
+    let run_id = v["run_id"].as_str().filter(|r| crate::files::is_safe_name(r)).ok_or_else(|| bad("`run_id` is missing".into()))?;
     let id = v["id"].as_str().ok_or_else(|| bad("`id` is missing".into()))?;
     let granted = v["granted"].as_bool().ok_or_else(|| bad("`granted` is missing".into()))?;
     let credential_id = field_bytes(&v, "credential_id")?;
@@ -288,8 +288,7 @@ fn take_answer(page: &ApprovalPage, body: &[u8]) -> Result<Value, Refusal> {
     };
     let armored = assertion.armor();
     let allowed = AllowedSigners::parse(&text).map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-    let now = crate::clock::Clock::system().now_ms() / 1000;
-    let verified = crate::sshsig::verify(&allowed, None, approvals::SIGNATURE_NAMESPACE, message.as_bytes(), &armored, now)
+    let verified = crate::signatures::check_approval(&allowed, None, message.as_bytes(), &armored, &crate::clock::Clock::system())
         .map_err(|e| (StatusCode::FORBIDDEN, format!("the passkey's answer is refused: {e}")))?;
     match approvals::answer_signed(&req.run_dir, &req.id, &verified.principal, granted, &req.call_sha256, Some(&armored)) {
         Ok(()) => Ok(json!({

@@ -165,7 +165,7 @@ pub fn approve_when_asked(project: &Path, step: &str, go: &Path) -> String {
             .into_iter()
             .flatten()
             .flatten()
-            .find(|d| d.file_name().to_string_lossy().starts_with("r-") && runbook_host::approvals::pending(&d.path()).is_ok_and(|p| !p.is_empty()));
+            .find(|d| d.file_name().to_string_lossy().starts_with("r-") && runbook_host::run::approvals::pending(&d.path()).is_ok_and(|p| !p.is_empty()));
         if let Some(d) = asked {
             break d.file_name().to_string_lossy().into_owned();
         }

@@ -161,6 +161,6 @@ pub fn approve_on_a_terminal(runs: &Path, run_id: &str, step: &str) {
     drop(stdin);
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "approve on a terminal: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    let p = runbook_host::approvals::pending(&runs.join(run_id)).unwrap();
+    let p = runbook_host::run::approvals::pending(&runs.join(run_id)).unwrap();
     assert!(p.is_empty(), "the request is still pending after the human's yes: {p:?}");
 }

@@ -298,10 +298,10 @@ pub fn assert_blocked(r: &Value, class: &str) {
 }
 
 /// Waits until the run has a pending approval request; its id.
-pub fn pending_request(run_dir: &Path) -> runbook_host::approvals::Pending {
+pub fn pending_request(run_dir: &Path) -> runbook_host::run::approvals::Pending {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(p) = runbook_host::approvals::pending(run_dir) {
+        if let Ok(p) = runbook_host::run::approvals::pending(run_dir) {
             if let Some(first) = p.into_iter().next() {
                 return first;
             }

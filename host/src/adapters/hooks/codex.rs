@@ -98,7 +98,7 @@ pub fn trusted_hash(event: &str, command: &str, timeout: u64) -> String {
     let s = |v: &str| Value::String(v.to_string()).to_string();
     let identity =
         format!(r#"{{"event_name":{},"hooks":[{{"async":false,"command":{},"timeout":{timeout},"type":"command"}}]}}"#, s(&label(event)), s(command));
-    format!("sha256:{}", crate::bundle::sha256_hex(identity.as_bytes()))
+    format!("sha256:{}", crate::files::sha256_hex(identity.as_bytes()))
 }
 
 /// The trust entries of our handlers in a hooks document whose file is `path` (canonical, as Codex sees

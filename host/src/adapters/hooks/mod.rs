@@ -28,13 +28,13 @@ pub mod qwen;
 pub mod server;
 
 use crate::registry;
-use crate::run::{Answer as RunAnswer, Checkpoint, Claim, ClientCall, Guard, Pin, Run, RunError, Signers};
-use crate::{bundle, Coverage, DecisionKind, EndReason, Policy, Profile, Risk};
+use crate::run::{Answer as RunAnswer, Checkpoint, Claim, ClientCall, Guard, Pin, Run, RunError};
+use crate::signatures::Signers;
+use crate::{Coverage, DecisionKind, EndReason, Policy, Profile, Risk};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -345,9 +345,9 @@ impl Config {
             (
                 &self.runbook,
                 &self.registry.registry,
-                self.registry.ca_pem.iter().map(|c| crate::bundle::sha256_hex(c)).collect::<Vec<_>>(),
-                self.registry.require_signature.iter().map(crate::dsse::key_id).collect::<Vec<_>>(),
-                self.receipt_key.as_ref().map(|k| crate::dsse::key_id(&k.verifying_key())),
+                self.registry.ca_pem.iter().map(|c| crate::files::sha256_hex(c)).collect::<Vec<_>>(),
+                self.registry.require_signature.iter().map(crate::signatures::dsse::key_id).collect::<Vec<_>>(),
+                self.receipt_key.as_ref().map(|k| crate::signatures::dsse::key_id(&k.verifying_key())),
                 &self.runs,
                 self.profile,
                 self.keep_working,
@@ -419,25 +419,10 @@ fn lock(runs: &Path, session: &str, create: bool, timeout: Duration) -> Result<F
     }
 }
 
-/// Writes `path` through a new temporary file (created exclusively, so a planted file or symlink at its
-/// name is refused) and a rename (which replaces a symlink at `path` itself, never its target).
+/// [`crate::files::write_atomic_path`]: a new temporary file created exclusively (a planted file or symlink
+/// at its name is refused) and a rename (which replaces a symlink at `path` itself, never its target).
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    crate::faults::write_point(&name, "before")?;
-    let written = OpenOptions::new().write(true).create_new(true).custom_flags(libc::O_NOFOLLOW).open(&tmp).and_then(|mut f| {
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        crate::faults::write_point(&name, "synced-before-rename")?;
-        std::fs::rename(&tmp, path)
-    });
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e.into());
-    }
-    crate::faults::point(&name, "renamed");
-    Ok(())
+    crate::files::write_atomic_path(path, bytes, Some(0o600)).with_context(|| format!("cannot write {}", path.display()))
 }
 
 struct SessionState {
@@ -448,13 +433,13 @@ struct SessionState {
 
 fn load_state(runs: &Path, session: &str) -> Result<SessionState> {
     let p = state_path(runs, session);
-    let bytes = crate::bundle::read_path_bounded(&p, crate::bundle::MAX_SMALL_FILE_BYTES)
+    let bytes = crate::files::read_path_bounded(&p, crate::files::MAX_SMALL_FILE_BYTES)
         .with_context(|| format!("no hook state for session `{session}` (was SessionStart run?)"))?;
     let v: Value = serde_json::from_slice(&bytes).context("the hook state file is not JSON")?;
     if v["schema"] != STATE_SCHEMA || v["session_id"] != session {
         bail!("the hook state file of session `{session}` is not a {STATE_SCHEMA} of this session");
     }
-    let run_id = v["run_id"].as_str().filter(|r| bundle::is_safe_name(r)).ok_or_else(|| anyhow!("the hook state names no usable run"))?.to_string();
+    let run_id = v["run_id"].as_str().filter(|r| crate::files::is_safe_name(r)).ok_or_else(|| anyhow!("the hook state names no usable run"))?.to_string();
     let t0_ms = v["t0_ms"].as_u64().ok_or_else(|| anyhow!("the hook state has no t0_ms"))?;
     let hex =
         |k: &str| v[k].as_str().filter(|h| h.len() == 64).map(str::to_string).ok_or_else(|| anyhow!("the hook state of session `{session}` has no {k} pin"));
@@ -516,7 +501,7 @@ fn checkpoint_path(dir: &Path, session: &str) -> PathBuf {
 }
 
 fn read_checkpoint(dir: &Path, session: &str) -> Option<Checkpoint> {
-    let bytes = crate::bundle::read_path_bounded(&checkpoint_path(dir, session), crate::bundle::MAX_EVIDENCE_BYTES).ok()?;
+    let bytes = crate::files::read_path_bounded(&checkpoint_path(dir, session), crate::files::MAX_EVIDENCE_BYTES).ok()?;
     Checkpoint::from_json(&bytes).map_err(|e| eprintln!("runbook-host: session {session}: its checkpoint is unreadable ({e})")).ok()
 }
 
@@ -555,7 +540,7 @@ pub fn handle_all(policy: Arc<Policy>, cfg: &Config, evs: &[HookEvent], timing: 
             first.session()
         }
     };
-    if !bundle::is_safe_name(session) {
+    if !crate::files::is_safe_name(session) {
         bail!("`{session}` is not a usable session id");
     }
     check_not_broken(&cfg.runs, session)?;
@@ -759,7 +744,7 @@ pub fn sessions(runs: &Path) -> Vec<String> {
     let mut v: Vec<String> = std::fs::read_dir(hook_dir(runs))
         .map(|d| {
             d.flatten()
-                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).filter(|s| crate::bundle::is_safe_name(s)).map(str::to_string))
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".json")).filter(|s| crate::files::is_safe_name(s)).map(str::to_string))
                 .filter(|s| has_state(runs, s))
                 .collect()
         })

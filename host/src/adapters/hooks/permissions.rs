@@ -28,7 +28,7 @@ pub fn settings_files(project: &Path, home: Option<&Path>) -> Vec<PathBuf> {
 pub fn deny_rules(files: &[PathBuf]) -> Result<Vec<String>, String> {
     let mut rules = Vec::new();
     for f in files {
-        let bytes = match crate::bundle::read_path_bounded(f, crate::bundle::MAX_SMALL_FILE_BYTES) {
+        let bytes = match crate::files::read_path_bounded(f, crate::files::MAX_SMALL_FILE_BYTES) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(format!("cannot read the client's settings `{}`: {e}", f.display())),

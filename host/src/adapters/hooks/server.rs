@@ -19,7 +19,7 @@
 use super::peer;
 use super::{check_not_broken, claude, create, decide, has_state, hook_dir, lock, open_nofollow, Answer, Config, HookEvent, Timing};
 use crate::run::Run;
-use crate::{bundle, Policy};
+use crate::Policy;
 use anyhow::{anyhow, bail, Context, Result};
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, State};
@@ -110,7 +110,7 @@ pub struct Info {
 }
 
 pub fn read_info(runs: &Path) -> Option<Info> {
-    let bytes = crate::bundle::read_path_bounded(&server_dir(runs).join("server.json"), crate::bundle::MAX_SMALL_FILE_BYTES).ok()?;
+    let bytes = crate::files::read_path_bounded(&server_dir(runs).join("server.json"), crate::files::MAX_SMALL_FILE_BYTES).ok()?;
     let v: Value = serde_json::from_slice(&bytes).ok()?;
     (v["schema"] == SERVER_SCHEMA).then_some(())?;
     Some(Info { pid: v["pid"].as_u64()? as u32, port: u16::try_from(v["port"].as_u64()?).ok()? })
@@ -213,11 +213,11 @@ struct Shared {
     /// This server's user.
     uid: u32,
     /// Who was found behind each connection so far (a connection's socket does not change hands).
-    known: Mutex<HashMap<crate::listen::ConnId, Who>>,
+    known: Mutex<HashMap<crate::net::listen::ConnId, Who>>,
 }
 
 fn log(msg: impl std::fmt::Display) {
-    eprintln!("{} runbook-host hook serve: {msg}", crate::bundle::now_rfc3339());
+    eprintln!("{} runbook-host hook serve: {msg}", crate::clock::now_rfc3339());
 }
 
 /// A slot whose holder panicked: its run may be half-way through an event, so it is dropped and the
@@ -278,7 +278,7 @@ impl Shared {
     /// Asked once per connection (reading `/proc/net/tcp` costs about a millisecond whatever it holds);
     /// later requests on a kept-alive connection reuse the answer.
     /// `admin`: the request is for the server itself (status, shutdown) rather than an event.
-    fn who(&self, peer: std::net::SocketAddr, conn: crate::listen::ConnId, admin: bool) -> std::result::Result<Who, (StatusCode, String)> {
+    fn who(&self, peer: std::net::SocketAddr, conn: crate::net::listen::ConnId, admin: bool) -> std::result::Result<Who, (StatusCode, String)> {
         let known = self.known.lock().unwrap_or_else(|p| p.into_inner()).get(&conn).copied();
         let who = match known {
             Some(w) => w,
@@ -320,7 +320,7 @@ impl Shared {
     /// refusal (403): the request is not the session's client's, and nothing is decided or recorded.
     fn handle(&self, ev: &HookEvent, who: Who) -> Result<std::result::Result<Answer, String>> {
         let session = ev.session();
-        if !bundle::is_safe_name(session) {
+        if !crate::files::is_safe_name(session) {
             bail!("`{session}` is not a usable session id");
         }
         if who.proc.is_none() {
@@ -445,7 +445,7 @@ impl Shared {
         let mut n = 0;
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let Some(session) = name.strip_suffix(".json").filter(|s| bundle::is_safe_name(s)) else {
+            let Some(session) = name.strip_suffix(".json").filter(|s| crate::files::is_safe_name(s)) else {
                 continue;
             };
             if !has_state(&self.cfg.runs, session) {
@@ -562,7 +562,7 @@ fn json_answer(v: Option<Value>) -> Response {
 async fn on_hook(
     State(sh): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Extension(conn): Extension<crate::listen::ConnId>,
+    Extension(conn): Extension<crate::net::listen::ConnId>,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
@@ -616,7 +616,7 @@ async fn on_hook(
 
 /// The checks every request but an event's passes before it is answered: [`Shared::admit`], then who
 /// asks ([`Shared::who`], off the runtime: it reads `/proc`).
-async fn admitted(sh: &Arc<Shared>, peer: SocketAddr, conn: crate::listen::ConnId, uri: &Uri, headers: &HeaderMap) -> std::result::Result<(), Response> {
+async fn admitted(sh: &Arc<Shared>, peer: SocketAddr, conn: crate::net::listen::ConnId, uri: &Uri, headers: &HeaderMap) -> std::result::Result<(), Response> {
     sh.admit(uri, headers).map_err(refused)?;
     let worker = sh.clone();
     match tokio::task::spawn_blocking(move || worker.who(peer, conn, true)).await {
@@ -629,7 +629,7 @@ async fn admitted(sh: &Arc<Shared>, peer: SocketAddr, conn: crate::listen::ConnI
 async fn on_status(
     State(sh): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Extension(conn): Extension<crate::listen::ConnId>,
+    Extension(conn): Extension<crate::net::listen::ConnId>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
@@ -648,7 +648,7 @@ async fn on_status(
 async fn on_shutdown(
     State(sh): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    Extension(conn): Extension<crate::listen::ConnId>,
+    Extension(conn): Extension<crate::net::listen::ConnId>,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
@@ -688,7 +688,7 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Dura
             access,
             port,
             runs,
-            started: crate::bundle::now_rfc3339(),
+            started: crate::clock::now_rfc3339(),
             sessions: Mutex::new(HashMap::new()),
             shutdown: tokio::sync::Notify::new(),
             decided: Default::default(),
@@ -737,7 +737,7 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Dura
             });
         }
         let sh = shared.clone();
-        crate::listen::serve(listener, app, crate::listen::Limits::default(), async move { sh.shutdown.notified().await }).await?;
+        crate::net::listen::serve(listener, app, crate::net::listen::Limits::default(), async move { sh.shutdown.notified().await }).await?;
         let sh = shared.clone();
         tokio::task::spawn_blocking(move || sh.checkpoint_all()).await?;
         let _ = std::fs::remove_file(dir.join("server.json"));

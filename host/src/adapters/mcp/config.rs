@@ -88,15 +88,10 @@ fn string_map(server: &serde_json::Map<String, Value>, key: &str, at: &str, look
     Ok(out)
 }
 
-/// A server's URL: `http://` or `https://`, with a host. Plain `http` is allowed (a server on loopback);
-/// the client's own credentials never travel to it (the proxy sends only the headers given here).
+/// A server's URL, by [`crate::net::check_url`]: `https://`, or `http://` to loopback only (a token in
+/// `headers` never crosses a network in the clear); never credentials in the URL itself.
 pub fn check_url(url: &str) -> Result<(), String> {
-    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://")).ok_or_else(|| format!("`{url}` is not an http:// or https:// URL"))?;
-    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
-    if host.is_empty() || host.contains('@') {
-        return Err(format!("`{url}` names no host (or carries credentials in it: put a token in `headers`)"));
-    }
-    Ok(())
+    crate::net::check_url(url).map(|_| ()).map_err(|e| e.0)
 }
 
 /// A header the proxy may send: a valid name and value, and none that HTTP or MCP's transport sets itself.
@@ -193,10 +188,14 @@ mod tests {
             (r#"{"mcpServers": {}}"#, "names no server"),
             (r#"{"mcpServers": {"r": {"type": "sse", "url": "https://x/sse"}}}"#, "mcpServers.r.type: `sse` servers are not supported"),
             (r#"{"mcpServers": {"r": {"type": "http", "command": "x"}}}"#, "mcpServers.r.command: not a key of an http server"),
-            (r#"{"mcpServers": {"r": {"type": "http", "url": "ftp://x/mcp"}}}"#, "mcpServers.r.url: `ftp://x/mcp` is not an http"),
+            (r#"{"mcpServers": {"r": {"type": "http", "url": "ftp://x/mcp"}}}"#, "mcpServers.r.url: `ftp://x/mcp`: the scheme `ftp` is not supported"),
+            (
+                r#"{"mcpServers": {"r": {"type": "http", "url": "http://tools.example/mcp"}}}"#,
+                "mcpServers.r.url: `http://tools.example/mcp`: plain http:// is only allowed to a loopback",
+            ),
             (
                 r#"{"mcpServers": {"r": {"type": "http", "url": "https://u:p@x/mcp"}}}"#,
-                "mcpServers.r.url: `https://u:p@x/mcp` names no host (or carries credentials",
+                "mcpServers.r.url: `https://u:p@x/mcp`: credentials in a URL are refused",
             ),
             (
                 r#"{"mcpServers": {"r": {"type": "http", "url": "https://x/mcp", "headers": {"Mcp-Session-Id": "1"}}}}"#,

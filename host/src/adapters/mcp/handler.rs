@@ -3,7 +3,7 @@
 
 use super::passthrough::Kind;
 use super::{Dec, Failure, Shared};
-use crate::approvals;
+use crate::run::approvals;
 use crate::Profile;
 use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
@@ -1004,7 +1004,7 @@ impl ServerHandler for Proxy {
 
     async fn list_tools(&self, _request: Option<PaginatedRequestParams>, context: RequestContext<RoleServer>) -> Result<ListToolsResult, McpError> {
         self.s().requests_begun.fetch_add(1, Ordering::SeqCst);
-        self.s().last_request_ms.store(crate::run::now_ms(), Ordering::SeqCst);
+        self.s().last_request_ms.store(crate::clock::now_ms(), Ordering::SeqCst);
         let answered = Answered(&self.s(), false);
         if let Err(f) = self.started(&context) {
             answered.done();
@@ -1159,7 +1159,7 @@ impl ServerHandler for Proxy {
 
     async fn call_tool(&self, request: CallToolRequestParams, context: RequestContext<RoleServer>) -> Result<CallToolResponse, McpError> {
         self.s().requests_begun.fetch_add(1, Ordering::SeqCst);
-        self.s().last_request_ms.store(crate::run::now_ms(), Ordering::SeqCst);
+        self.s().last_request_ms.store(crate::clock::now_ms(), Ordering::SeqCst);
         let answered = Answered(&self.s(), false);
         if let Err(f) = self.started(&context) {
             answered.done();
@@ -1187,7 +1187,7 @@ impl Drop for Proxy {
             if let Some(s) = mine.get() {
                 // A session closed for being idle is a client that went away, not a clean shutdown: no
                 // final output (which could complete a run the agent abandoned).
-                let idle = crate::run::now_ms().saturating_sub(s.last_request_ms.load(Ordering::SeqCst));
+                let idle = crate::clock::now_ms().saturating_sub(s.last_request_ms.load(Ordering::SeqCst));
                 let (reason, final_output) =
                     if idle + 1000 >= s.session_idle.as_millis() as u64 { (crate::EndReason::ClientClosed, false) } else { s.leave_reason() };
                 s.end_run(reason, final_output);

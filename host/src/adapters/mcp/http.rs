@@ -91,8 +91,8 @@ pub async fn serve(hub: Arc<Hub>, bound: Bound, mut said: mpsc::UnboundedReceive
     // pieces, and with Nagle's algorithm the last one waits for the client's delayed ACK (about 40 ms a
     // call on Linux loopback; benches/RESULTS.md section 10). No idle deadline: an SSE stream may be
     // quiet for as long as a tool runs (rmcp's keep-alive events aside).
-    let limits = crate::listen::Limits { idle_timeout: None, nodelay: true, ..Default::default() };
-    let server = crate::listen::serve(bound.listener, app, limits, stop.clone().cancelled_owned());
+    let limits = crate::net::listen::Limits { idle_timeout: None, nodelay: true, ..Default::default() };
+    let server = crate::net::listen::serve(bound.listener, app, limits, stop.clone().cancelled_owned());
     let mut server = tokio::spawn(async move { server.await });
     let upstream = &hub.base.upstream;
     let reason = tokio::select! {

@@ -20,7 +20,8 @@ mod status;
 mod upstream;
 
 use crate::registry::{self, Resolved};
-use crate::run::{Answer, Claim, Guard, Run, RunError, Signers};
+use crate::run::{Answer, Claim, Guard, Run, RunError};
+use crate::signatures::Signers;
 use crate::{wire, Coverage, EndReason, Phase, Policy, Profile, Risk};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
@@ -242,7 +243,7 @@ impl Hub {
             client: Mutex::new(None),
             requests_begun: AtomicU64::new(0),
             requests_answered: AtomicU64::new(0),
-            last_request_ms: AtomicU64::new(crate::run::now_ms()),
+            last_request_ms: AtomicU64::new(crate::clock::now_ms()),
             initialized: AtomicBool::new(false),
             last_call_timed_out: AtomicBool::new(false),
             applied: Mutex::new(Default::default()),
@@ -492,7 +493,7 @@ impl Shared {
                     me.deadline_changed.notified().await;
                     continue;
                 };
-                let wait = Duration::from_millis(at.saturating_sub(crate::run::now_ms()));
+                let wait = Duration::from_millis(at.saturating_sub(crate::clock::now_ms()));
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {
                         let ticked = {
@@ -690,7 +691,7 @@ pub async fn main(config: Config) -> u8 {
             return refuse(listen, Failure { code: "approval-channel-refused".into(), message }).await;
         }
     }
-    let policy = match tokio::task::spawn_blocking(|| crate::bundle::shared_policy().map(Arc::clone)).await {
+    let policy = match tokio::task::spawn_blocking(|| crate::files::shared_policy().map(Arc::clone)).await {
         Ok(Ok(p)) => p,
         Ok(Err(e)) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
         Err(e) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,

@@ -4,8 +4,8 @@
 //! and marked untrusted (docs/spec/registry.md#trust-levels), never as instructions.
 
 use super::Shared;
-use crate::approvals;
 use crate::registry::Trust;
+use crate::run::approvals;
 use serde_json::{json, Value};
 
 /// The runbook's prose and the current step's, from the module's `prose` (JSON and YAML documents alike).

@@ -228,7 +228,7 @@ pub struct Upstream {
     watches: Mutex<HashMap<(usize, String), tokio::task::AbortHandle>>,
 }
 
-use crate::fetch::chain;
+use crate::registry::https::chain;
 
 fn sanitize(name: &str) -> String {
     let last = name.rsplit('/').next().unwrap_or(name);
@@ -241,21 +241,10 @@ fn sanitize(name: &str) -> String {
     }
 }
 
-/// The HTTP client for servers given by URL: rustls (ring), the system's roots plus the user's CA.
+/// The HTTP client for servers given by URL: [`crate::net::http_client`] without redirects (they would
+/// carry the configured headers to another origin: a server's URL is where it is).
 pub fn http_client(extra_roots: &[Vec<u8>]) -> Result<reqwest::Client, String> {
-    // One process-wide provider: rustls is built without a default one (no aws-lc, no cmake).
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut certs = Vec::new();
-    for pem in extra_roots {
-        certs.extend(reqwest::Certificate::from_pem_bundle(pem).map_err(|e| format!("the CA file is not PEM certificates: {e}"))?);
-    }
-    reqwest::Client::builder()
-        .tls_certs_merge(certs)
-        // Redirects would carry the configured headers to another origin: a server's URL is where it is.
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(Duration::from_secs(20))
-        .build()
-        .map_err(|e| format!("cannot set up the HTTP client: {e}"))
+    crate::net::http_client(extra_roots, crate::net::Redirects::Refuse, Duration::from_secs(20), None)
 }
 
 /// 2026-07-28 when the server speaks it (`server/discover`), else the `initialize` handshake on 2025-11-25.

@@ -1,28 +1,18 @@
-//! `runbook-host keygen` and `runbook-host sign`: ed25519 keys and DSSE signatures (crate::dsse) for
+//! `runbook-host sign`: DSSE signatures (crate::signatures::dsse) for
 //! runbook documents and the policy component.
 //!
-//! `keygen --out KEY` writes the private key (PKCS#8 PEM, mode 0600, never overwritten) and `KEY.pub` (SPKI
-//! PEM): the formats `openssl genpkey -algorithm ed25519` and `openssl pkey -pubout` write, so a key made by
-//! either tool works with the other. `sign FILE --key KEY` writes `FILE.dsse.json` beside it: an in-toto
+//! `sign FILE --key KEY` writes `FILE.dsse.json` beside it: an in-toto
 //! Statement naming the file's sha256, signed in a DSSE envelope. A run or a registry that requires a
 //! signature (`--require-signature KEY.pub`) refuses a document without a valid one before any tool runs.
 
 use crate::Format;
-use anyhow::{bail, Context, Result};
-use runbook_host::{bundle::sha256_hex, dsse, fetch, registry};
+use anyhow::{Context, Result};
+use runbook_host::files::sha256_hex;
+use runbook_host::registry::{self, https};
+use runbook_host::signatures::dsse;
 use serde_json::json;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
-
-#[derive(clap::Args)]
-pub struct KeygenArgs {
-    /// Where to write the private key (its public key goes to `<FILE>.pub`); an existing file is never overwritten
-    #[arg(long, value_name = "FILE")]
-    pub out: PathBuf,
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
-}
 
 #[derive(clap::Args)]
 pub struct SignArgs {
@@ -41,42 +31,11 @@ pub struct SignArgs {
     pub format: Format,
 }
 
-pub fn keygen(a: KeygenArgs) -> Result<ExitCode> {
-    let public = PathBuf::from(format!("{}.pub", a.out.display()));
-    for p in [&a.out, &public] {
-        if p.exists() {
-            bail!("`{}` already exists: a key is never overwritten (remove it first if you mean to)", p.display());
-        }
-    }
-    let key = dsse::generate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    write_new(&a.out, dsse::private_pem(&key).as_bytes(), 0o600)?;
-    write_new(&public, dsse::public_pem(&key.verifying_key()).as_bytes(), 0o644)?;
-    let id = dsse::key_id(&key.verifying_key());
-    if a.format == Format::Json {
-        outln!("{}", json!({"ok": true, "private": a.out, "public": public, "key_id": id}));
-    } else {
-        outln!("wrote {} (private, keep it off the agent's reach) and {} (public)\nkey id {id}", a.out.display(), public.display());
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Creates `path` (never replacing one) with `mode` on Unix, its bytes synced.
-fn write_new(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    let mut o = std::fs::OpenOptions::new();
-    o.write(true).create_new(true);
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut o, mode);
-    let mut f = o.open(path).with_context(|| format!("cannot create `{}`", path.display()))?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    Ok(())
-}
-
 pub fn sign(a: SignArgs) -> Result<ExitCode> {
     let bytes = std::fs::read(&a.file).with_context(|| format!("cannot read `{}`", a.file.display()))?;
     let pem = std::fs::read_to_string(&a.key).with_context(|| format!("cannot read the key `{}`", a.key.display()))?;
     let key = dsse::read_private(&pem).map_err(|e| anyhow::anyhow!("`{}`: {e}", a.key.display()))?;
-    let now = fetch::now_unix();
+    let now = https::now_unix();
     let mut predicate = json!({"signed_at": dsse::rfc3339(now)});
     if let Some(d) = &a.expires {
         let secs = dsse::parse_duration(d).map_err(|e| anyhow::anyhow!("--expires: {e}"))?;

@@ -37,12 +37,16 @@ pub fn receipt_signature(dir: &Dir, keys: &[ed25519_dalek::VerifyingKey]) -> Res
             place: "run.json".into(),
             message: format!("{} is present but run.json names no `receipt_signature.public_key`", bundle::RECEIPT_SIGNATURE),
         })?;
-        (vec![crate::dsse::read_public(pem).map_err(|e| Failure { place: "run.json".into(), message: format!("`receipt_signature.public_key`: {e}") })?], false)
+        (
+            vec![crate::signatures::dsse::read_public(pem)
+                .map_err(|e| Failure { place: "run.json".into(), message: format!("`receipt_signature.public_key`: {e}") })?],
+            false,
+        )
     } else {
         (keys.to_vec(), true)
     };
     let receipt = read(dir, "receipt.json")?;
-    let v = crate::dsse::verify_envelope(&envelope, &trusted, &sha256_hex(&receipt), crate::dsse::RECEIPT_PREDICATE, i64::MIN)
+    let v = crate::signatures::dsse::verify_envelope(&envelope, &trusted, &sha256_hex(&receipt), crate::signatures::dsse::RECEIPT_PREDICATE, i64::MIN)
         .map_err(|e| Failure { place: bundle::RECEIPT_SIGNATURE.into(), message: format!("{}: {}", e.code, e.message) })?;
     if let Some(id) = announced["key_id"].as_str() {
         if id != v.key_id {
@@ -100,7 +104,7 @@ pub struct Signer {
     /// The answer's line (`signatures.ndjson:N`).
     pub place: String,
     pub principal: String,
-    /// `passkey` (a WebAuthn assertion, crate::passkey) or `ssh` (an SSH signature).
+    /// `passkey` (a WebAuthn assertion, crate::signatures::passkey) or `ssh` (an SSH signature).
     pub kind: &'static str,
     pub fingerprint: String,
 }
@@ -108,7 +112,7 @@ pub struct Signer {
 /// Everything `runbook-host verify` checks: [`verify_dir_with`] and then, when that passed, the receipt's
 /// signature ([`receipt_signature`]; listed as the check `receipt-signature` only where there is one to
 /// check or `keys` asked for one).
-pub fn verify_bundle(dir: &Dir, signers: Option<crate::run::Signers>, keys: &[ed25519_dalek::VerifyingKey]) -> Outcome {
+pub fn verify_bundle(dir: &Dir, signers: Option<crate::signatures::Signers>, keys: &[ed25519_dalek::VerifyingKey]) -> Outcome {
     let mut o = verify_dir_with(dir, signers);
     if o.failure.is_none() {
         match receipt_signature(dir, keys) {
@@ -213,7 +217,7 @@ pub fn verify_dir(dir: &Dir) -> Outcome {
 }
 
 /// [`verify_dir`], checking signed approvals against the signers the verifier trusts.
-pub fn verify_dir_with(dir: &Dir, signers: Option<crate::run::Signers>) -> Outcome {
+pub fn verify_dir_with(dir: &Dir, signers: Option<crate::signatures::Signers>) -> Outcome {
     let mut o = Outcome {
         checks: Vec::new(),
         failure: None,
@@ -262,7 +266,7 @@ pub fn verify_dir_with(dir: &Dir, signers: Option<crate::run::Signers>) -> Outco
             .map(|a| Signer {
                 place: a.place.clone(),
                 principal: a.principal.clone(),
-                kind: if crate::passkey::is_armored(&a.signature) { "passkey" } else { "ssh" },
+                kind: if crate::signatures::passkey::is_armored(&a.signature) { "passkey" } else { "ssh" },
                 fingerprint: a.fingerprint.clone(),
             })
             .collect();
@@ -272,17 +276,18 @@ pub fn verify_dir_with(dir: &Dir, signers: Option<crate::run::Signers>) -> Outco
 
 /// One signed answer's SSH signature: by the key it carries (whose fingerprint the line records) and,
 /// with `--allowed-signers`, by a key of that file for that principal.
-fn signature_bytes(a: &SignedAnswer, signers: Option<&crate::run::Signers>) -> Result<(), Failure> {
-    use crate::{approvals, sshsig};
+fn signature_bytes(a: &SignedAnswer, signers: Option<&crate::signatures::Signers>) -> Result<(), Failure> {
+    use crate::signatures::sshsig;
     let own = sshsig::signer_of(&a.signature).and_then(|key| sshsig::AllowedSigners::parse(&format!("\"{}\" {key}", a.principal.replace('"', ""))));
-    let checked = own.and_then(|s| sshsig::verify(&s, None, approvals::SIGNATURE_NAMESPACE, a.message.as_bytes(), &a.signature, u64::MAX / 2));
+    // The key the answer carries is checked without a validity window (it has none); the allowed
+    // signers' windows are checked at `clock`'s time.
+    let checked = own.and_then(|s| sshsig::verify(&s, None, crate::signatures::SIGNATURE_NAMESPACE, a.message.as_bytes(), &a.signature, u64::MAX / 2));
     let checked = checked.or_else(|e| fail(&a.place, format!("the signature does not verify: {e}")))?;
     if a.fingerprint != checked.fingerprint {
         return fail(&a.place, "`fingerprint` is not the signing key's");
     }
     if let Some(t) = signers {
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_secs();
-        sshsig::verify(&t.set, Some(&a.principal), approvals::SIGNATURE_NAMESPACE, a.message.as_bytes(), &a.signature, now)
+        t.check(Some(&a.principal), a.message.as_bytes(), &a.signature, &crate::clock::Clock::system())
             .or_else(|e| fail(&a.place, format!("not signed by a key of --allowed-signers: {e}")))?;
     }
     Ok(())

@@ -21,7 +21,8 @@
 //! (docs/spec/run.md#approvals-bound-to-a-call, [`crate::run::Run::request_for`]): the files here only carry answers in. A key the agent cannot use (a FIDO `-sk` key wants a touch) is what
 //! makes an approval a human's.
 
-use crate::bundle::{is_safe_name, now_rfc3339, open_or_create_dir, unique_hex};
+use crate::clock::now_rfc3339;
+use crate::files::{is_safe_name, open_or_create_dir, unique_hex};
 use cap_std::fs::{Dir, OpenOptions};
 use serde_json::{json, Value};
 use std::io::{self, Write};
@@ -50,16 +51,12 @@ pub struct Grant {
     pub signature: Option<String>,
 }
 
-/// The SSH signature namespace of approvals (`ssh-keygen -Y sign -n`): a signature made for anything else
-/// (a git commit, a file) never counts as an approval.
-pub const SIGNATURE_NAMESPACE: &str = "runbook-approval@runbook-host";
-
 /// The exact text a human signs to answer the module's approval request `request` (the `seq` of its
 /// `needs-approval` decision) of run `run_id`: the module's `approval-payload` (docs/spec/run.md#approvals-bound-to-a-call), naming the
 /// run, the request, the step, the call's canonical hash and the answer, so that a signature answers that
 /// one request of that one run and nothing else.
 pub fn signed_message(run_id: &str, request: u64, step: Option<&str>, call_sha256: &str, granted: bool) -> io::Result<String> {
-    let policy = crate::bundle::shared_policy().map_err(|e| io::Error::other(e.to_string()))?;
+    let policy = crate::files::shared_policy().map_err(|e| io::Error::other(e.to_string()))?;
     policy.approval_payload(run_id, request, step, call_sha256, granted).map_err(|e| io::Error::other(e.to_string()))
 }
 
@@ -97,7 +94,7 @@ pub fn request(run_dir: &Path, step: Option<&str>, tool: &str, arguments_json: &
     let _ = open_or_create_dir(run_dir)?;
     let dir = sub(run_dir, "pending")?;
     let arguments: Value = serde_json::from_str(arguments_json).unwrap_or_else(|_| Value::String(arguments_json.to_string()));
-    let millis = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+    let millis = crate::clock::now_ms();
     loop {
         let id = format!("a-{millis}-{}", unique_hex(12)?);
         let body = json!({
@@ -119,9 +116,9 @@ pub fn request_record(run_dir: &Path, id: &str) -> io::Result<Value> {
     check_id(id)?;
     let d = run_dir_cap(run_dir)?;
     let name = format!("pending/{id}.json");
-    let bytes = match crate::bundle::read_bounded(&d, &name, crate::bundle::MAX_SMALL_FILE_BYTES) {
+    let bytes = match crate::files::read_bounded(&d, &name, crate::files::MAX_SMALL_FILE_BYTES) {
         Ok(b) => b,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => crate::bundle::read_bounded(&d, &format!("consumed/{id}.json"), crate::bundle::MAX_SMALL_FILE_BYTES)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => crate::files::read_bounded(&d, &format!("consumed/{id}.json"), crate::files::MAX_SMALL_FILE_BYTES)?,
         Err(e) => return Err(e),
     };
     serde_json::from_slice(&bytes).map_err(|e| invalid(format!("{name}: {e}")))
@@ -144,7 +141,7 @@ fn parse_grant(v: &Value) -> io::Result<Grant> {
 pub fn poll(run_dir: &Path, id: &str) -> io::Result<Option<Grant>> {
     check_id(id)?;
     let d = run_dir_cap(run_dir)?;
-    let bytes = match crate::bundle::read_bounded(&d, &format!("approvals/{id}.json"), crate::bundle::MAX_SMALL_FILE_BYTES) {
+    let bytes = match crate::files::read_bounded(&d, &format!("approvals/{id}.json"), crate::files::MAX_SMALL_FILE_BYTES) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
@@ -169,7 +166,7 @@ fn list_requests(run_dir: &Path) -> io::Result<Vec<Value>> {
         if !is_safe_name(id) {
             continue;
         }
-        let Ok(bytes) = crate::bundle::read_bounded(&pd, &name, crate::bundle::MAX_SMALL_FILE_BYTES) else { continue };
+        let Ok(bytes) = crate::files::read_bounded(&pd, &name, crate::files::MAX_SMALL_FILE_BYTES) else { continue };
         let Ok(v) = serde_json::from_slice::<Value>(&bytes) else { continue };
         if v["schema"] == REQUEST_SCHEMA && v["id"] == id {
             out.push(v);

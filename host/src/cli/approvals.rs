@@ -1,6 +1,6 @@
 //! `runbook-host approvals serve`: the approval page on 127.0.0.1 for runs whose host serves none of its
 //! own (stdio proxies, command hooks); `runbook-host approvers add NAME`: registers a passkey for an
-//! approver, in the browser, into the allowed-signers file (runbook_host::web, runbook_host::passkey).
+//! approver, in the browser, into the allowed-signers file (runbook_host::web, runbook_host::signatures::passkey).
 
 use anyhow::{bail, Context, Result};
 use runbook_host::web::{self, ApprovalPage, Registration};
@@ -73,7 +73,7 @@ pub fn approvals(args: ApprovalsArgs) -> Result<ExitCode> {
     let ApprovalsCommand::Serve(a) = args.command;
     // The page answers only with passkeys of this file: refuse to start on one that does not parse.
     if a.allowed_signers.exists() {
-        runbook_host::sshsig::AllowedSigners::load(&a.allowed_signers).map_err(|e| anyhow::anyhow!("{e}"))?;
+        runbook_host::signatures::sshsig::AllowedSigners::load(&a.allowed_signers).map_err(|e| anyhow::anyhow!("{e}"))?;
     }
     runtime()?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, a.port))
@@ -85,8 +85,8 @@ pub fn approvals(args: ApprovalsArgs) -> Result<ExitCode> {
         std::io::stdout().flush()?;
         eprintln!("serving the approval page for the runs in {}; Ctrl-C stops", a.runs.display());
         let app = web::approvals_router(page);
-        let limits = runbook_host::listen::Limits { max_connections: 64, idle_timeout: Some(Duration::from_secs(30)), ..Default::default() };
-        runbook_host::listen::serve(listener, app, limits, std::future::pending()).await.context("serving the approval page")?;
+        let limits = runbook_host::net::listen::Limits { max_connections: 64, idle_timeout: Some(Duration::from_secs(30)), ..Default::default() };
+        runbook_host::net::listen::serve(listener, app, limits, std::future::pending()).await.context("serving the approval page")?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -98,9 +98,9 @@ pub fn approvers(args: ApproversArgs) -> Result<ExitCode> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", a.allowed_signers.display())),
     };
-    runbook_host::sshsig::AllowedSigners::parse(&existing).map_err(|e| anyhow::anyhow!("{}: {e}", a.allowed_signers.display()))?;
+    runbook_host::signatures::sshsig::AllowedSigners::parse(&existing).map_err(|e| anyhow::anyhow!("{}: {e}", a.allowed_signers.display()))?;
     // The principal is checked before any page is served.
-    runbook_host::passkey::check_principal(&a.name).map_err(|e| anyhow::anyhow!(e))?;
+    runbook_host::signatures::passkey::check_principal(&a.name).map_err(|e| anyhow::anyhow!(e))?;
     let random = |n: usize| -> Result<Vec<u8>> {
         let mut v = vec![0u8; n];
         getrandom::fill(&mut v).map_err(|e| anyhow::anyhow!("the system's random source: {e}"))?;
@@ -118,9 +118,9 @@ pub fn approvers(args: ApproversArgs) -> Result<ExitCode> {
         outln!("http://localhost:{port}/register");
         std::io::stdout().flush()?;
         eprintln!("open the page above in a browser with your passkey's authenticator, to register a passkey for {name}");
-        let limits = runbook_host::listen::Limits { max_connections: 16, idle_timeout: Some(Duration::from_secs(30)), ..Default::default() };
+        let limits = runbook_host::net::listen::Limits { max_connections: 16, idle_timeout: Some(Duration::from_secs(30)), ..Default::default() };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(runbook_host::listen::serve(listener, web::register_router(reg), limits, async move {
+        let server = tokio::spawn(runbook_host::net::listen::serve(listener, web::register_router(reg), limits, async move {
             let _ = stop_rx.await;
         }));
         let line = tokio::time::timeout(Duration::from_secs(timeout), rx.recv()).await;
@@ -144,15 +144,11 @@ pub fn approvers(args: ApproversArgs) -> Result<ExitCode> {
     }
     text.push_str(&line);
     text.push('\n');
-    runbook_host::sshsig::AllowedSigners::parse(&text).map_err(|e| anyhow::anyhow!("the new line does not parse: {e}"))?;
-    let dir = a.allowed_signers.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).with_context(|| format!("cannot write beside {}", a.allowed_signers.display()))?;
-    if let Ok(meta) = std::fs::metadata(&a.allowed_signers) {
-        let _ = std::fs::set_permissions(tmp.path(), meta.permissions());
-    }
-    tmp.write_all(text.as_bytes())?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(&a.allowed_signers).map_err(|e| e.error).with_context(|| format!("cannot replace {}", a.allowed_signers.display()))?;
+    runbook_host::signatures::sshsig::AllowedSigners::parse(&text).map_err(|e| anyhow::anyhow!("the new line does not parse: {e}"))?;
+    // The new file keeps the old one's permissions (an allowed_signers file is often root's, 0644).
+    let mode = std::fs::metadata(&a.allowed_signers).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777).unwrap_or(0o644);
+    runbook_host::files::write_atomic_path(&a.allowed_signers, text.as_bytes(), Some(mode))
+        .with_context(|| format!("cannot replace {}", a.allowed_signers.display()))?;
     outln!("{line}");
     eprintln!("added a passkey for {} to {}", a.name, a.allowed_signers.display());
     Ok(ExitCode::SUCCESS)

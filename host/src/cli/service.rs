@@ -261,14 +261,14 @@ fn install(i: &InstallArgs) -> Result<ExitCode> {
     mkdir(&layout.keys(), 0o700, user.uid, user.gid)?;
     let key = match std::fs::read_to_string(layout.private_key()) {
         // A reinstall keeps the key: receipts already signed stay provable by the same public key.
-        Ok(pem) => runbook_host::dsse::read_private(&pem).map_err(|e| anyhow::anyhow!("`{}`: {e}", layout.private_key().display()))?,
+        Ok(pem) => runbook_host::signatures::dsse::read_private(&pem).map_err(|e| anyhow::anyhow!("`{}`: {e}", layout.private_key().display()))?,
         Err(_) => {
-            let k = runbook_host::dsse::generate().map_err(|e| anyhow::anyhow!("{e}"))?;
-            write_file(&layout.private_key(), runbook_host::dsse::private_pem(&k).as_bytes(), 0o600, user.uid, user.gid)?;
+            let k = runbook_host::signatures::dsse::generate().map_err(|e| anyhow::anyhow!("{e}"))?;
+            write_file(&layout.private_key(), runbook_host::signatures::dsse::private_pem(&k).as_bytes(), 0o600, user.uid, user.gid)?;
             k
         }
     };
-    write_file(&layout.public_key(), runbook_host::dsse::public_pem(&key.verifying_key()).as_bytes(), 0o644, 0, 0)?;
+    write_file(&layout.public_key(), runbook_host::signatures::dsse::public_pem(&key.verifying_key()).as_bytes(), 0o644, 0, 0)?;
     mkdir(&layout.runs(), 0o750, user.uid, user.gid)?;
     mkdir(&layout.cache(), 0o700, user.uid, user.gid)?;
     let config = svc::Config { user: user.name.clone(), port: i.port, clients: clients.clone(), hook_args: hook };
@@ -284,7 +284,7 @@ fn install(i: &InstallArgs) -> Result<ExitCode> {
         if created { ", made now" } else { "" },
         i.port
     );
-    eprintln!("runbook-host service: host key {} (public: {})", runbook_host::dsse::key_id(&key.verifying_key()), layout.public_key().display());
+    eprintln!("runbook-host service: host key {} (public: {})", runbook_host::signatures::dsse::key_id(&key.verifying_key()), layout.public_key().display());
     let start = svc::start_command(&layout, &user.name);
     if svc::systemd_running() {
         write_file(&unit_path(&user.name), svc::systemd_unit(&layout, &user.name).as_bytes(), 0o644, 0, 0)?;

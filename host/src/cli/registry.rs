@@ -88,7 +88,7 @@ pub fn guard_paths(ca: &[PathBuf], require_signature: &[PathBuf], signing_key: O
 pub fn signing_key(path: Option<&std::path::Path>) -> Result<Option<ed25519_dalek::SigningKey>> {
     let Some(p) = path else { return Ok(None) };
     let pem = std::fs::read_to_string(p).with_context(|| format!("cannot read the signing key `{}`", p.display()))?;
-    runbook_host::dsse::read_private(&pem).map(Some).map_err(|e| anyhow::anyhow!("`{}`: {e}", p.display()))
+    runbook_host::signatures::dsse::read_private(&pem).map(Some).map_err(|e| anyhow::anyhow!("`{}`: {e}", p.display()))
 }
 
 fn fail(e: &registry::RegistryError, format: Format) -> Result<ExitCode> {
@@ -121,14 +121,20 @@ pub fn run(args: Args) -> Result<ExitCode> {
                         format,
                     );
                 };
-                let sha = runbook_host::bundle::sha256_hex(&bytes);
-                if let Err(e) = runbook_host::dsse::verify_envelope(env, &keys, &sha, runbook_host::dsse::DOCUMENT_PREDICATE, runbook_host::fetch::now_unix()) {
+                let sha = runbook_host::files::sha256_hex(&bytes);
+                if let Err(e) = runbook_host::signatures::dsse::verify_envelope(
+                    env,
+                    &keys,
+                    &sha,
+                    runbook_host::signatures::dsse::DOCUMENT_PREDICATE,
+                    runbook_host::registry::https::now_unix(),
+                ) {
                     return fail(&registry::RegistryError { code: e.code, message: format!("`{}`: {}", sidecar.display(), e.message) }, format);
                 }
             }
             let pushed = match (&target, &prefix) {
-                (Some(t), None) => runbook_host::oci_registry::push_document(&bytes, t, signature.as_deref(), &settings),
-                (None, Some(p)) => runbook_host::oci_registry::publish(&bytes, p, signature.as_deref(), &settings),
+                (Some(t), None) => runbook_host::registry::oci::push_document(&bytes, t, signature.as_deref(), &settings),
+                (None, Some(p)) => runbook_host::registry::oci::publish(&bytes, p, signature.as_deref(), &settings),
                 _ => anyhow::bail!("give either a target `oci://HOST/REPO:TAG` or `--registry oci://HOST/PREFIX`, not both or neither"),
             };
             match pushed {

@@ -1,4 +1,4 @@
-//! `runbook-host verify RUN_DIR [--format json]` and `export`: what [`runbook_host::verify`] finds about a
+//! `runbook-host verify RUN_DIR [--format json]`: what [`runbook_host::bundle::verify`] finds about a
 //! bundle, as text or JSON (`runbook-verify-result/v1`). Exit 0 when verified, 1 when not, 2 when the
 //! directory cannot be opened.
 
@@ -6,7 +6,7 @@ use crate::Format;
 use anyhow::Result;
 use cap_std::fs::Dir;
 use runbook_host::bundle;
-use runbook_host::verify::{verify_bundle, verify_dir, VERIFY_SCHEMA};
+use runbook_host::bundle::verify::{verify_bundle, VERIFY_SCHEMA};
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,7 +40,7 @@ pub struct Args {
 
 /// The run a command was given (see [`bundle::resolve_run`]): a run id (or `latest`) names a run under
 /// .runbook/runs when no such directory exists here. Naming the runs folder itself is a usage error.
-fn resolve(arg: &std::path::Path) -> Result<std::path::PathBuf> {
+pub(crate) fn resolve(arg: &std::path::Path) -> Result<std::path::PathBuf> {
     bundle::resolve_run(&arg.to_string_lossy(), std::path::Path::new(".runbook/runs")).map_err(|e| {
         if e.kind() == std::io::ErrorKind::InvalidInput {
             anyhow::anyhow!("{e}")
@@ -57,7 +57,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let run_dir = if given.starts_with("oci://") || given.starts_with("oci+http://") {
         let settings = super::registry::settings("", &args.registry_ca, &[])?;
         let d = tempfile::tempdir()?;
-        let digest = runbook_host::oci_registry::pull_evidence(&given, d.path(), &settings).map_err(|e| anyhow::anyhow!("{}: {}", e.code, e.message))?;
+        let digest = runbook_host::registry::oci::pull_evidence(&given, d.path(), &settings).map_err(|e| anyhow::anyhow!("{}: {}", e.code, e.message))?;
         if args.format == Format::Text {
             outln!("pulled {given} (manifest {digest})");
         }
@@ -72,7 +72,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         Err(e) => anyhow::bail!("cannot open the run directory `{}`: {e}", args.run_dir.display()),
     };
     let signers = match &args.allowed_signers {
-        Some(p) => Some(runbook_host::run::Signers::load(p, args.allow_software_keys).map_err(anyhow::Error::msg)?),
+        Some(p) => Some(runbook_host::signatures::Signers::load(p, args.allow_software_keys).map_err(anyhow::Error::msg)?),
         None => None,
     };
     let keys = super::sign::read_keys(&args.key)?;
@@ -158,75 +158,6 @@ pub fn run(args: Args) -> Result<ExitCode> {
         outln!("share safety: {status}");
         for (c, m) in &o.reasons {
             outln!("  {c}: {m}");
-        }
-    }
-    Ok(if o.failure.is_none() { ExitCode::SUCCESS } else { ExitCode::from(1) })
-}
-
-/// `runbook-host export RUN [--redact] [--out DIR]` (docs/spec/bundle.md#share-safety-and-redaction): see [`export`].
-#[derive(clap::Args)]
-pub struct ExportArgs {
-    /// The run: its bundle directory, its id, `latest`, or .runbook/runs/latest
-    pub run_dir: PathBuf,
-    /// Accepted and implied: export only ever writes a redacted derivative (arguments and results
-    /// replaced by their digests), never a copy of the raw bundle
-    #[arg(long)]
-    pub redact: bool,
-    /// Where the derivative goes: `<out>/<run-id>/`
-    #[arg(long, default_value = ".runbook/redacted")]
-    pub out: PathBuf,
-    /// Also push the verified derivative (its receipt signature included) to an OCI registry as one
-    /// artifact, a file a layer: `oci://HOST/REPO:TAG`; `verify oci://HOST/REPO@sha256:...` pulls and
-    /// verifies it. Credentials: RUNBOOK_REGISTRY_USERNAME/_PASSWORD
-    #[arg(long, value_name = "OCI_REF")]
-    pub to: Option<String>,
-    /// With --to: PEM certificates to trust, beside the system's roots
-    #[arg(long, value_name = "FILE")]
-    pub registry_ca: Vec<PathBuf>,
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
-}
-
-/// Verifies the source bundle (refusing one that does not verify), writes its redacted derivative
-/// (`runbook_host::bundle::export_redacted`) and verifies that: exit 0 when it verifies.
-pub fn export(args: ExportArgs) -> Result<ExitCode> {
-    // `--redact` changes nothing: a redacted derivative is the only thing export writes.
-    let _ = args.redact;
-    let run_dir = resolve(&args.run_dir)?;
-    let src = Dir::open_ambient_dir(&run_dir, cap_std::ambient_authority())
-        .map_err(|e| anyhow::anyhow!("cannot open the run directory `{}`: {e}", args.run_dir.display()))?;
-    if let Some(f) = verify_dir(&src).failure {
-        if args.format == Format::Json {
-            outln!("{}", json!({"ok": false, "failure": {"place": f.place, "message": f.message}}));
-        } else {
-            outln!("NOT EXPORTED: the bundle does not verify: {}: {}", f.place, f.message);
-        }
-        return Ok(ExitCode::from(1));
-    }
-    let out = bundle::export_redacted(&run_dir, &args.out)?;
-    let o = verify_dir(&Dir::open_ambient_dir(&out, cap_std::ambient_authority())?);
-    let status = match (&o.failure, o.reasons.is_empty()) {
-        (Some(_), _) => "blocked",
-        (None, true) => "share_ready",
-        (None, false) => "local_only",
-    };
-    // Only a derivative that verifies leaves the machine.
-    let pushed = match (&args.to, &o.failure) {
-        (Some(target), None) => {
-            let settings = super::registry::settings("", &args.registry_ca, &[])?;
-            Some(runbook_host::oci_registry::push_evidence(&out, target, &settings).map_err(|e| anyhow::anyhow!("export --to: {}: {}", e.code, e.message))?)
-        }
-        _ => None,
-    };
-    if args.format == Format::Json {
-        outln!(
-            "{}",
-            json!({"ok": o.failure.is_none(), "run_id": o.run_id, "share_safety": {"status": status}, "pushed": pushed.as_ref().map(|p| p.reference.clone())})
-        );
-    } else {
-        outln!("wrote the redacted derivative of run {} under {}; share safety: {status}", o.run_id.as_deref().unwrap_or("?"), args.out.display());
-        if let Some(p) = &pushed {
-            outln!("pushed it to {}", p.reference);
         }
     }
     Ok(if o.failure.is_none() { ExitCode::SUCCESS } else { ExitCode::from(1) })

@@ -53,18 +53,18 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let signature = match &args.sign {
             Some(k) => {
                 let key = super::registry::signing_key(Some(k))?.expect("a key path was given");
-                let subject = runbook_host::dsse::Subject { name: "policy.wasm".into(), sha256: runbook_host::module_sha256().to_string() };
-                let now = runbook_host::fetch::now_unix();
-                Some(runbook_host::dsse::sign_statement(
+                let subject = runbook_host::signatures::dsse::Subject { name: "policy.wasm".into(), sha256: runbook_host::module_sha256().to_string() };
+                let now = runbook_host::registry::https::now_unix();
+                Some(runbook_host::signatures::dsse::sign_statement(
                     &key,
                     &[subject],
-                    runbook_host::dsse::MODULE_PREDICATE,
-                    serde_json::json!({"signed_at": runbook_host::dsse::rfc3339(now)}),
+                    runbook_host::signatures::dsse::MODULE_PREDICATE,
+                    serde_json::json!({"signed_at": runbook_host::signatures::dsse::rfc3339(now)}),
                 ))
             }
             None => None,
         };
-        let p = runbook_host::oci_registry::push_module(runbook_host::COMPONENT, target, signature.as_deref(), &settings)
+        let p = runbook_host::registry::oci::push_module(runbook_host::COMPONENT, target, signature.as_deref(), &settings)
             .map_err(|e| anyhow::anyhow!("module --push: {}: {}", e.code, e.message))?;
         outln!("pushed {} (sha256 {})", p.reference, p.sha256);
         if let Some(d) = &p.signature_digest {

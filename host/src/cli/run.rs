@@ -200,7 +200,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         upstream_ca.push(std::fs::read(p).with_context(|| format!("cannot read the CA file `{}`", p.display()))?);
     }
     let signers = match &args.allowed_signers {
-        Some(p) => Some(runbook_host::run::Signers::load(p, args.allow_software_keys).map_err(anyhow::Error::msg)?),
+        Some(p) => Some(runbook_host::signatures::Signers::load(p, args.allow_software_keys).map_err(anyhow::Error::msg)?),
         None => None,
     };
     let settings = super::registry::settings(&args.registry, &args.registry_ca, &args.require_signature)?;

@@ -351,8 +351,8 @@ fn is_supported(key: &KeyData) -> bool {
 /// `namespace`, and checks that `allowed` lets the key sign as `principal`
 /// (any listed principal when None) at time `now_unix`.
 pub fn verify(allowed: &AllowedSigners, principal: Option<&str>, namespace: &str, message: &[u8], armored: &str, now_unix: u64) -> Result<Verified, SigError> {
-    if crate::passkey::is_armored(armored) {
-        return crate::passkey::verify(allowed, principal, namespace, message, armored, now_unix);
+    if crate::signatures::passkey::is_armored(armored) {
+        return crate::signatures::passkey::verify(allowed, principal, namespace, message, armored, now_unix);
     }
     let sig = SshSig::from_pem(armored.trim()).map_err(|e| SigError::NotArmored(e.to_string()))?;
     if sig.namespace() != namespace {
@@ -450,8 +450,8 @@ pub fn sign_with_ssh_keygen(key_path: &Path, namespace: &str, message: &[u8]) ->
 /// The public key (`keytype base64`, as an `allowed_signers` line takes it) inside an armored signature:
 /// for checking a recorded signature by the key that made it, before asking whether that key is trusted.
 pub fn signer_of(armored: &str) -> Result<String, SigError> {
-    if crate::passkey::is_armored(armored) {
-        return crate::passkey::signer_of(armored);
+    if crate::signatures::passkey::is_armored(armored) {
+        return crate::signatures::passkey::signer_of(armored);
     }
     let sig = ssh_key::SshSig::from_pem(armored.trim()).map_err(|e| SigError::NotArmored(e.to_string()))?;
     ssh_key::PublicKey::from(sig.public_key().clone()).to_openssh().map_err(|e| SigError::NotArmored(e.to_string()))

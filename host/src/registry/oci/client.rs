@@ -11,7 +11,6 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::io;
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -168,7 +167,7 @@ impl OciRef {
 
     /// Whether the registry host is 127.0.0.0/8, ::1 or localhost.
     pub fn is_loopback(&self) -> bool {
-        split_host_port(&self.registry).is_ok_and(|(host, _)| is_loopback_host(host))
+        split_host_port(&self.registry).is_ok_and(|(host, _)| crate::net::is_loopback_host(host))
     }
 
     /// Checks every part; fields are public, so operations re-check rather than trust `parse` ran.
@@ -237,10 +236,6 @@ fn split_host_port(registry: &str) -> Result<(&str, Option<&str>), String> {
             None => Ok((registry, None)),
         }
     }
-}
-
-fn is_loopback_host(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost") || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn check_registry(registry: &str) -> Result<(), String> {

@@ -11,7 +11,7 @@
 //!
 //! An answer carries an armored assertion ([`ARMOR_BEGIN`]): the key, the authenticator data, the client
 //! data and the signature, exactly as the browser returned them. [`verify`] checks it the way
-//! [`crate::sshsig::verify`] checks an SSH signature (the two share the allowed-signers rules) plus what
+//! [`crate::signatures::sshsig::verify`] checks an SSH signature (the two share the allowed-signers rules) plus what
 //! WebAuthn adds (Level 3, §7.2): the client data is a `webauthn.get` whose challenge is the payload's
 //! bytes, from an origin of the relying party and not cross-origin; the authenticator data names that
 //! relying party; the user was present **and verified** (a PIN or a biometric, not only a touch); the
@@ -22,7 +22,7 @@
 //! without a person. The file must be out of the agent's reach (separated mode), and the registered
 //! passkey one that lives in an authenticator the agent cannot drive.
 
-use crate::sshsig::{SigError, Verified};
+use crate::signatures::sshsig::{SigError, Verified};
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
 use serde_json::{json, Value};
@@ -199,7 +199,7 @@ pub fn check_ceremony(a: &Assertion, kind: &str, challenge: &[u8]) -> Result<Key
 /// Verifies a passkey answer (`armored`) to `message` in `namespace` against the allowed signers, with the
 /// same rules (principal, `namespaces=`, validity) as an SSH signature.
 pub fn verify(
-    allowed: &crate::sshsig::AllowedSigners,
+    allowed: &crate::signatures::sshsig::AllowedSigners,
     principal: Option<&str>,
     namespace: &str,
     message: &[u8],
@@ -207,8 +207,8 @@ pub fn verify(
     now_unix: u64,
 ) -> Result<Verified, SigError> {
     // A passkey signs only approvals: the payload's first line names what it is.
-    if namespace != crate::approvals::SIGNATURE_NAMESPACE {
-        return Err(SigError::WrongNamespace { expected: namespace.into(), found: crate::approvals::SIGNATURE_NAMESPACE.into() });
+    if namespace != crate::signatures::SIGNATURE_NAMESPACE {
+        return Err(SigError::WrongNamespace { expected: namespace.into(), found: crate::signatures::SIGNATURE_NAMESPACE.into() });
     }
     let a = Assertion::parse(armored)?;
     let key = check_ceremony(&a, "webauthn.get", message)?;
@@ -256,7 +256,7 @@ pub fn check_principal(principal: &str) -> Result<(), String> {
 pub fn signers_line(principal: &str, key: &KeyData, credential_id: &[u8]) -> Result<String, String> {
     check_principal(principal)?;
     let key = PublicKey::from(key.clone()).to_openssh().map_err(|e| e.to_string())?;
-    Ok(format!("{principal} namespaces=\"{}\" {key} {CREDENTIAL_PREFIX}{}", crate::approvals::SIGNATURE_NAMESPACE, URL_SAFE_NO_PAD.encode(credential_id)))
+    Ok(format!("{principal} namespaces=\"{}\" {key} {CREDENTIAL_PREFIX}{}", crate::signatures::SIGNATURE_NAMESPACE, URL_SAFE_NO_PAD.encode(credential_id)))
 }
 
 /// The passkeys of an allowed-signers text: (credential id, `keytype base64`) of each line whose comment
@@ -309,13 +309,13 @@ mod tests {
         let mut signed = ad.clone();
         signed.extend_from_slice(&Sha256::digest(&cd));
         let sig: p256::ecdsa::Signature = sk.sign(&signed);
-        let line = format!("alice namespaces=\"{}\" {public_key} passkey:AQID", crate::approvals::SIGNATURE_NAMESPACE);
+        let line = format!("alice namespaces=\"{}\" {public_key} passkey:AQID", crate::signatures::SIGNATURE_NAMESPACE);
         (Assertion { public_key, authenticator_data: ad, client_data_json: cd, signature: sig.to_der().as_bytes().to_vec() }, line)
     }
 
     fn check(a: &Assertion, line: &str, message: &[u8]) -> Result<Verified, SigError> {
-        let allowed = crate::sshsig::AllowedSigners::parse(line).unwrap();
-        crate::sshsig::verify(&allowed, None, crate::approvals::SIGNATURE_NAMESPACE, message, &a.armor(), 0)
+        let allowed = crate::signatures::sshsig::AllowedSigners::parse(line).unwrap();
+        crate::signatures::sshsig::verify(&allowed, None, crate::signatures::SIGNATURE_NAMESPACE, message, &a.armor(), 0)
     }
 
     #[test]
@@ -347,10 +347,10 @@ mod tests {
         assert_eq!(check(&b, &line, msg), Err(SigError::BadSignature));
         // A passkey not in the file; a file that limits it to another namespace.
         assert!(matches!(check(&a, "# empty\n", msg), Err(SigError::UnknownKey { .. })));
-        let other_ns = line.replace(crate::approvals::SIGNATURE_NAMESPACE, "file");
+        let other_ns = line.replace(crate::signatures::SIGNATURE_NAMESPACE, "file");
         assert!(matches!(check(&a, &other_ns, msg), Err(SigError::NamespaceNotAllowed { .. })));
         // A passkey signs approvals only.
-        let allowed = crate::sshsig::AllowedSigners::parse(&line).unwrap();
-        assert!(matches!(crate::sshsig::verify(&allowed, None, "git", msg, &a.armor(), 0), Err(SigError::WrongNamespace { .. })));
+        let allowed = crate::signatures::sshsig::AllowedSigners::parse(&line).unwrap();
+        assert!(matches!(crate::signatures::sshsig::verify(&allowed, None, "git", msg, &a.armor(), 0), Err(SigError::WrongNamespace { .. })));
     }
 }

@@ -12,7 +12,7 @@
 //! With `--runs DIR` it also serves, read-only, the run bundles under DIR for the run viewer
 //! (docs/viewer.md#open-a-local-run): `GET /runs/index.json` lists the runs (a folder holding a regular
 //! `run.json`), newest first, with each one's top-level entries; `GET /runs/<run-id>/<file>` is one of a
-//! bundle's top-level regular files. Both names must be safe names (`runbook_host::bundle::is_safe_name`:
+//! bundle's top-level regular files. Both names must be safe names (`runbook_host::files::is_safe_name`:
 //! no `..`, no slash, no hidden name), and a symbolic link is never followed: not a run folder, not a file.
 
 use anyhow::{Context, Result};
@@ -104,8 +104,8 @@ pub fn run(args: Args) -> Result<ExitCode> {
             eprintln!("serving the runs under {} read-only at /runs/index.json", r.display());
         }
         let app = Router::new().fallback(serve).with_state(Arc::new(Site { root, port, runs })).layer(CompressionLayer::new());
-        let limits = runbook_host::listen::Limits { max_connections: 64, idle_timeout: Some(args.open_timeout), ..Default::default() };
-        runbook_host::listen::serve(listener, app, limits, std::future::pending()).await.context("serving the playground")?;
+        let limits = runbook_host::net::listen::Limits { max_connections: 64, idle_timeout: Some(args.open_timeout), ..Default::default() };
+        runbook_host::net::listen::serve(listener, app, limits, std::future::pending()).await.context("serving the playground")?;
         Ok(ExitCode::SUCCESS)
     })
 }
@@ -226,7 +226,7 @@ const MAX_RUNS: usize = 1000;
 /// symbolic link, a folder, a missing file). Read through a cap-std capability of `runs`, so no name reaches
 /// outside it.
 fn run_file(runs: &Path, rest: &str) -> Option<(Vec<u8>, &'static str)> {
-    use runbook_host::bundle::is_safe_name;
+    use runbook_host::files::is_safe_name;
     let dir = cap_std::fs::Dir::open_ambient_dir(runs, cap_std::ambient_authority()).ok()?;
     if rest == "index.json" {
         return Some((runs_index(&dir).into_bytes(), "application/json"));
@@ -247,7 +247,7 @@ fn run_file(runs: &Path, rest: &str) -> Option<(Vec<u8>, &'static str)> {
 /// folders under `dir` that hold a regular `run.json`, newest (`run.json` last modified) first, each with
 /// its top-level entries (safe names only) as the viewer gives them to the module's `verify-bundle`.
 fn runs_index(dir: &cap_std::fs::Dir) -> String {
-    use runbook_host::bundle::is_safe_name;
+    use runbook_host::files::is_safe_name;
     use serde_json::{json, Value};
     let mut runs: Vec<(u128, String, Vec<Value>)> = Vec::new();
     for entry in dir.entries().into_iter().flatten().flatten() {

@@ -1,7 +1,13 @@
-//! Small file and name helpers shared by the bundle, the registry, the approval channel and `verify`.
+//! Files written and read by every part of the host: atomic writes, reads bounded in size, hashing, safe
+//! names and random ids. The one place a file is replaced (`write_atomic`), so a crash point of the
+//! robustness tests (crate::faults) covers every such write.
 
-#[allow(unused_imports)]
-use super::*;
+use crate::{HostError, Policy};
+use cap_std::fs::{Dir, OpenOptions};
+use sha2::{Digest, Sha256};
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 /// Lowercase hex sha256 of bytes.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -67,13 +73,6 @@ pub(crate) fn io_other(e: impl std::fmt::Display) -> io::Error {
     io::Error::other(e.to_string())
 }
 
-/// Now, as UTC RFC 3339 with milliseconds (`2026-11-30T12:34:56.789Z`).
-pub fn now_rfc3339() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    let f = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
-    now.format(&f).unwrap_or_default()
-}
-
 /// `n` hex digits from the operating system's random source (run ids, approval ids, tokens): never
 /// guessable from the time, the pid or an address. Fails closed: no randomness, no id.
 pub(crate) fn unique_hex(n: usize) -> io::Result<String> {
@@ -98,11 +97,24 @@ pub fn is_safe_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 128 && !name.starts_with('.') && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
-/// Writes `bytes` to `name` in `dir` atomically (a temporary file, fsync, rename).
+/// Writes `bytes` to `name` in `dir` atomically (a temporary file, fsync, rename): the one way the host
+/// replaces a file. The temporary file is created exclusively (a file or symlink planted at its name is
+/// refused, never written through) and the rename replaces a symlink at `name` itself, never its target.
 pub(crate) fn write_atomic(dir: &Dir, name: &str, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_mode(dir, name, bytes, None)
+}
+
+/// [`write_atomic`], the new file created with Unix permissions `mode` (e.g. `0o600` for a token) when
+/// given, so it is never readable by others for a moment.
+pub fn write_atomic_mode(dir: &Dir, name: &str, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
     let tmp = format!(".{name}.{}.tmp", unique_hex(8)?);
     crate::faults::write_point(name, "before")?;
-    let written = dir.open_with(&tmp, OpenOptions::new().write(true).create_new(true)).and_then(|mut f| {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    if let Some(m) = mode {
+        cap_std::fs::OpenOptionsExt::mode(&mut options, m);
+    }
+    let written = dir.open_with(&tmp, &options).and_then(|mut f| {
         f.write_all(bytes)?;
         f.sync_all()?;
         crate::faults::write_point(name, "synced-before-rename")?;
@@ -115,6 +127,16 @@ pub(crate) fn write_atomic(dir: &Dir, name: &str, bytes: &[u8]) -> io::Result<()
     }
     crate::faults::point(name, "renamed");
     Ok(())
+}
+
+/// [`write_atomic_mode`] of a path outside any capability directory (the hook's session state, a client's
+/// settings, the registry cache, an `allowed_signers` file): its directory must exist.
+pub fn write_atomic_path(path: &Path, bytes: &[u8], mode: Option<u32>) -> io::Result<()> {
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name =
+        path.file_name().and_then(|n| n.to_str()).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, format!("`{}` names no file", path.display())))?;
+    let dir = Dir::open_ambient_dir(parent, cap_std::ambient_authority())?;
+    write_atomic_mode(&dir, name, bytes, mode)
 }
 
 /// Opens (creating it and its parents when missing) an ambient directory as a capability directory.

@@ -14,7 +14,7 @@
 //! human (`script` gives any process one): where that matters, approvals are signed (`--sign`).
 
 use anyhow::{Context, Result};
-use runbook_host::approvals;
+use runbook_host::run::approvals;
 use runbook_host::run::{Guard, Run};
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -54,7 +54,7 @@ pub fn shown(text: &str) -> String {
     out
 }
 
-pub use runbook_host::approvals::pretty;
+pub use runbook_host::run::approvals::pretty;
 
 pub const NO_TERMINAL: &str = "approve needs a terminal: it is the channel the agent cannot reach";
 
@@ -79,7 +79,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::from(1));
     }
     let policy = super::policy()?;
-    let signed_required = runbook_host::bundle::read_path_bounded(&run_dir.join("run.json"), runbook_host::bundle::MAX_SMALL_FILE_BYTES)
+    let signed_required = runbook_host::files::read_path_bounded(&run_dir.join("run.json"), runbook_host::files::MAX_SMALL_FILE_BYTES)
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
         .is_some_and(|m| m["approvals"]["signed"] == true);
@@ -146,7 +146,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         let signature = match &args.sign {
             Some(key) => {
                 let message = approvals::signed_message(&run_id, request, p.step.as_deref(), &p.call_sha256, !args.deny)?;
-                match runbook_host::sshsig::sign_with_ssh_keygen(key, approvals::SIGNATURE_NAMESPACE, message.as_bytes()) {
+                match runbook_host::signatures::sshsig::sign_with_ssh_keygen(key, runbook_host::signatures::SIGNATURE_NAMESPACE, message.as_bytes()) {
                     Ok(sig) => Some(sig),
                     Err(e) => {
                         writeln!(out, "not signed ({e}); left unanswered")?;

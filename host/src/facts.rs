@@ -1,7 +1,7 @@
-//! The working directory's git state: the host runs git; the module keeps counts only.
+//! Facts about the run's surroundings that the host gathers and passes in: the working directory's git
+//! state (the host runs git; the module keeps counts only).
 
-#[allow(unused_imports)]
-use super::*;
+use std::io;
 
 /// Runs `git status --porcelain=v1 -z` in the working directory, bounded in time: its exit code (None when
 /// it could not run or did not finish) and its output, which the module turns into counts only

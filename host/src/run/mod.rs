@@ -14,15 +14,17 @@
 use crate::bundle::{self, Bundle, BundleFacts};
 use crate::clock::Clock;
 use crate::registry::Resolved;
+use crate::signatures::Signers;
 use crate::{
-    approvals, Approval, Coverage, Decision, DecisionKind, EndReason, Event, EventKind, Invoke, Outcome, Phase, Policy, Profile, Recorded, Risk, RunState,
-    Session, StartClaim, ToolResult, Verdict,
+    Approval, Coverage, Decision, DecisionKind, EndReason, Event, EventKind, Invoke, Outcome, Phase, Policy, Profile, Recorded, Risk, RunState, Session,
+    StartClaim, ToolResult, Verdict,
 };
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::Arc;
 
+pub mod approvals;
 mod checkpoint;
 pub use checkpoint::{Checkpoint, CHECKPOINT_SCHEMA};
 
@@ -167,11 +169,6 @@ pub struct ClientCall {
     pub arguments: Option<Value>,
 }
 
-/// Unix time in milliseconds (the run's clock counts from the `start` event's wall time).
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as u64
-}
-
 /// What a resumed run must still be, kept by the adapter outside the bundle when the run began (the
 /// hook's session state): the document's sha256 and the chain's `h0`. A bundle whose document was
 /// swapped, even with `run.json` edited to match, is refused as tampered.
@@ -234,48 +231,6 @@ pub struct Traffic<'a> {
     pub answer: Result<&'a Value, i64>,
 }
 
-/// The keys whose SSH signatures make an approval a human's: an `allowed_signers` file (ssh-keygen's
-/// format) that the agent cannot write (docs/security.md), and its sha256, which the run records.
-#[derive(Clone, Debug)]
-pub struct Signers {
-    pub set: Arc<crate::sshsig::AllowedSigners>,
-    pub sha256: String,
-    /// Where it was read from (the approval page reads it again for the passkeys it may ask for).
-    pub path: std::path::PathBuf,
-}
-
-impl Signers {
-    /// Loads an `allowed_signers` file. A software key in it is refused unless `allow_software_keys`
-    /// (issue 28, F4: with the human's key in an ssh-agent the agent can reach, `ssh-keygen -Y sign` made
-    /// an approval accepted as theirs); when allowed, it is said on stderr each time the file is loaded.
-    pub fn load(path: &Path, allow_software_keys: bool) -> Result<Signers, RunError> {
-        let bytes = std::fs::read(path).map_err(|e| RunError::Evidence(format!("cannot read the allowed signers {}: {e}", path.display())))?;
-        let text = String::from_utf8(bytes.clone()).map_err(|_| RunError::Evidence(format!("{}: not UTF-8", path.display())))?;
-        let set = crate::sshsig::AllowedSigners::parse(&text).map_err(|e| RunError::Evidence(format!("{}: {e}", path.display())))?;
-        if set.is_empty() {
-            return Err(RunError::Evidence(format!("{} lists no key: no approval could ever be signed", path.display())));
-        }
-        let software = set.software_keys();
-        if let Some((line, kind)) = software.first() {
-            let lines = software.iter().map(|(l, _)| l.to_string()).collect::<Vec<_>>().join(", ");
-            if !allow_software_keys {
-                return Err(RunError::Evidence(format!(
-                    "{}:{line}: a software key ({kind}) signs without a human: whoever can read its private file, or reach an ssh-agent \
-                     holding it (`SSH_AUTH_SOCK`, `ssh -A`), signs as its principal. List FIDO keys (`ssh-keygen -t ed25519-sk`), which \
-                     sign only on a touch, or pass --allow-software-keys to accept this explicitly",
-                    path.display()
-                )));
-            }
-            eprintln!(
-                "runbook-host: --allow-software-keys: {} lists {} software key(s) (line {lines}); an approval they sign does not prove a human was present",
-                path.display(),
-                software.len()
-            );
-        }
-        Ok(Signers { set: Arc::new(set), sha256: hex::encode(Sha256::digest(&bytes)), path: path.to_path_buf() })
-    }
-}
-
 impl Run {
     /// Creates the bundle under `runs` and feeds the `start` claim. A refused run is a run too: its bundle
     /// is finished (outcome `refused`) and the returned answer is the `halt` with the refusals; nothing
@@ -310,7 +265,7 @@ impl Run {
     ) -> Result<(Run, Answer), RunError> {
         let run_id = match opts.run_id {
             Some(id) => id,
-            None => bundle::new_run_id().map_err(|e| RunError::Evidence(e.to_string()))?,
+            None => crate::files::new_run_id().map_err(|e| RunError::Evidence(e.to_string()))?,
         };
         let clock = opts.facts.clock.clone();
         let mut bundle = Bundle::create_with(runs, &run_id, doc, crate::module_sha256(), adapter, &opts.facts)
@@ -418,7 +373,8 @@ impl Run {
         // it judged them); the signature bytes are checked here, against the allowed signers.
         let answers = self.policy.signed_history(self.run_id(), &bytes, &signatures)?.map_err(|(place, why)| tampered(format!("{place}: {why}")))?;
         for a in answers {
-            crate::sshsig::verify(&signers.set, Some(&a.principal), approvals::SIGNATURE_NAMESPACE, a.message.as_bytes(), &a.signature, now_ms() / 1000)
+            signers
+                .check(Some(&a.principal), a.message.as_bytes(), &a.signature, &self.clock)
                 .map_err(|_| tampered(format!("{}: an approval no key of the allowed signers signed", a.place)))?;
         }
         Ok(())
@@ -796,7 +752,7 @@ impl Run {
         Ok(self.session.exit_code(shadow)?)
     }
 
-    // The approval channel of this run's bundle (see [`crate::approvals`]).
+    // The approval channel of this run's bundle (see [`crate::run::approvals`]).
 
     /// When a human answered an approval request for this exact call, feeds that answer (an `approval`
     /// event) and consumes the request, so the call that follows is decided with it.
@@ -857,7 +813,8 @@ impl Run {
                         crate::invocation()
                     ))
                 })?;
-                let v = crate::sshsig::verify(&signers.set, None, approvals::SIGNATURE_NAMESPACE, message.as_bytes(), sig, now_ms() / 1000)
+                let v = signers
+                    .check(None, message.as_bytes(), sig, &self.clock)
                     .map_err(|e| RunError::Refused(format!("the answer to request {id} is refused: {e}")))?;
                 Some((message, sig.to_string(), v))
             }

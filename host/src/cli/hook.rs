@@ -283,7 +283,7 @@ fn hook_command(a: &Args) -> Result<String> {
 /// Reads a settings file: `{}` when it is missing or blank (None when missing and `must_exist`).
 fn read_settings(path: &Path, must_exist: bool) -> Result<Option<Value>> {
     let shown = path.display();
-    match runbook_host::bundle::read_path_bounded(path, runbook_host::bundle::MAX_SMALL_FILE_BYTES) {
+    match runbook_host::files::read_path_bounded(path, runbook_host::files::MAX_SMALL_FILE_BYTES) {
         Ok(b) if !b.iter().all(u8::is_ascii_whitespace) => Ok(Some(serde_json::from_slice(&b).with_context(|| format!("`{shown}` is not JSON"))?)),
         Ok(_) => Ok(Some(serde_json::json!({}))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && must_exist => Ok(None),
@@ -306,11 +306,10 @@ fn write_settings(path: &Path, settings: &Value, private: bool) -> Result<&'stat
     }
     let mut text = serde_json::to_string_pretty(settings)?;
     text.push('\n');
-    std::fs::write(path, text).with_context(|| format!("cannot write `{shown}`"))?;
-    if private {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    }
+    // Atomic, and a private file (the token's) is created 0600: never readable by others, even for a moment.
+    let kept = std::fs::metadata(path).map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o777).unwrap_or(0o644);
+    runbook_host::files::write_atomic_path(path, text.as_bytes(), Some(if private { 0o600 } else { kept }))
+        .with_context(|| format!("cannot write `{shown}`"))?;
     Ok("")
 }
 
@@ -519,7 +518,7 @@ fn copilot_edit(a: &Args, path: &Path, i: &InstallArgs, install: bool) -> Result
     let shown = path.display();
     if !install {
         // Ours when any entry's command is `runbook-host hook ...` (Copilot's `bash` or `command` key).
-        let ours = runbook_host::bundle::read_path_bounded(path, runbook_host::bundle::MAX_SMALL_FILE_BYTES)
+        let ours = runbook_host::files::read_path_bounded(path, runbook_host::files::MAX_SMALL_FILE_BYTES)
             .ok()
             .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
             .and_then(|v| v["hooks"].as_object().cloned())

@@ -18,8 +18,12 @@
 //! (`unknown-version`), a registry it cannot read (`unreachable`) and a malformed index (`invalid-index`).
 //! Any other reference naming an existing file is a local document of trust T1 (unpinned).
 
-use crate::bundle::{open_or_create_dir, sha256_hex, shared_policy, write_atomic};
-use crate::{dsse, fetch, oci_registry};
+use crate::files::{open_or_create_dir, sha256_hex, shared_policy, write_atomic};
+use crate::signatures::dsse;
+
+pub mod https;
+pub mod oci;
+
 use cap_std::fs::Dir;
 use serde_json::{json, Map, Value};
 use std::path::{Path, PathBuf};
@@ -147,7 +151,7 @@ pub struct Settings {
     /// When not empty, a document runs only with a DSSE signature by one of these keys (`--require-signature`).
     pub require_signature: Vec<ed25519_dalek::VerifyingKey>,
     /// The content-addressed cache of registry bytes (none: no cache, nothing runs offline).
-    pub cache: Option<fetch::Cache>,
+    pub cache: Option<https::Cache>,
     /// How old a cached index may be when it stands in for a registry that is down (seconds).
     pub offline_max_age: i64,
     /// Credentials for `oci://` registries (`RUNBOOK_REGISTRY_USERNAME` / `RUNBOOK_REGISTRY_PASSWORD`).
@@ -166,7 +170,7 @@ impl Settings {
             registry: registry.to_string(),
             ca_pem: Vec::new(),
             require_signature: Vec::new(),
-            cache: fetch::Cache::default_location(),
+            cache: https::Cache::default_location(),
             offline_max_age: DEFAULT_OFFLINE_MAX_AGE,
             oci_username: std::env::var("RUNBOOK_REGISTRY_USERNAME").ok().filter(|v| !v.is_empty()),
             oci_password: std::env::var("RUNBOOK_REGISTRY_PASSWORD").ok(),
@@ -215,7 +219,7 @@ pub fn resolve_with(reference: &str, settings: &Settings) -> Result<Resolved, Re
         let envelope = r.signature.take().ok_or_else(|| {
             RegistryError::new("signature-missing", format!("`{reference}` has no signature, and a signature is required ({})", r.signature_where))
         })?;
-        let v = dsse::verify_envelope(&envelope, &settings.require_signature, &r.sha256, dsse::DOCUMENT_PREDICATE, fetch::now_unix())
+        let v = dsse::verify_envelope(&envelope, &settings.require_signature, &r.sha256, dsse::DOCUMENT_PREDICATE, https::now_unix())
             .map_err(|e| RegistryError::new(e.code, format!("`{reference}`: {}", e.message)))?;
         r.provenance.signed_by = Some(v.key_id);
         r.provenance.signature_expires = v.predicate["expires"].as_str().map(str::to_string);
@@ -228,13 +232,13 @@ fn resolve_unsigned(reference: &str, settings: &Settings) -> Result<Resolved, Re
     let registry = settings.registry.as_str();
     let as_file = Path::new(reference);
     if reference.starts_with("oci://") || reference.starts_with("oci+http://") {
-        return oci_registry::resolve_ref(reference, settings);
+        return oci::resolve_ref(reference, settings);
     }
     if let Some((id, version)) = parse_reference(reference) {
         // A file literally named like `id@version` is still resolved from the registry: a reference of that
         // shape is always pinned (a local file is named by a path with `/` or an extension without `@`).
         if registry.starts_with("oci://") || registry.starts_with("oci+http://") {
-            return oci_registry::resolve_pinned(id, version, settings);
+            return oci::resolve_pinned(id, version, settings);
         }
         let source = Source::open(settings)?;
         // Which registry was looked in, for a person wondering why a runbook is not there.
@@ -265,7 +269,7 @@ fn resolve_unsigned(reference: &str, settings: &Settings) -> Result<Resolved, Re
     }
     if as_file.is_file() {
         let bytes =
-            crate::bundle::read_path_bounded(as_file, MAX_DOCUMENT as u64).map_err(|e| RegistryError::new("io", format!("cannot read `{reference}`: {e}")))?;
+            crate::files::read_path_bounded(as_file, MAX_DOCUMENT as u64).map_err(|e| RegistryError::new("io", format!("cannot read `{reference}`: {e}")))?;
         let name = as_file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "runbook".into());
         // A local document's signature is the file beside it, `<file>.dsse.json` (what `runbook-host sign` writes).
         let sidecar = PathBuf::from(format!("{reference}{SIGNATURE_SUFFIX}"));
@@ -290,7 +294,7 @@ fn resolve_unsigned(reference: &str, settings: &Settings) -> Result<Resolved, Re
 pub const SIGNATURE_SUFFIX: &str = ".dsse.json";
 
 fn read_signature_file(path: &Path) -> Result<Option<Vec<u8>>, RegistryError> {
-    match crate::bundle::read_path_bounded(path, MAX_SIGNATURE as u64) {
+    match crate::files::read_path_bounded(path, MAX_SIGNATURE as u64) {
         Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
             Err(RegistryError::new("signature-malformed", format!("`{}` is larger than {MAX_SIGNATURE} bytes", path.display())))
         }
@@ -377,15 +381,15 @@ fn lookup(index: &Value, id: &str, version: &str) -> Result<Entry, RegistryError
 
 enum Source {
     Dir(Dir),
-    Url { base: String, client: reqwest::Client, cache: Option<fetch::Cache>, max_age: i64 },
+    Url { base: String, client: reqwest::Client, cache: Option<https::Cache>, max_age: i64 },
 }
 
 impl Source {
     fn open(settings: &Settings) -> Result<Source, RegistryError> {
         let registry = settings.registry.as_str();
         if registry.starts_with("http://") || registry.starts_with("https://") {
-            fetch::check_url(registry).map_err(|e| RegistryError::new("unreachable", e.message))?;
-            let client = fetch::client(&settings.ca_pem).map_err(|e| RegistryError::new("unreachable", e.message))?;
+            https::check_url(registry).map_err(|e| RegistryError::new("unreachable", e.message))?;
+            let client = https::client(&settings.ca_pem).map_err(|e| RegistryError::new("unreachable", e.message))?;
             let base = if registry.ends_with('/') { registry.to_string() } else { format!("{registry}/") };
             return Ok(Source::Url { base, client, cache: settings.cache.clone(), max_age: settings.offline_max_age });
         }
@@ -422,12 +426,12 @@ impl Source {
                     registry: Some(base.trim_end_matches('/').to_string()),
                     ..Default::default()
                 };
-                let prior = cache.as_ref().and_then(|c| fetch::cached(c, &url));
-                let now = fetch::now_unix();
+                let prior = cache.as_ref().and_then(|c| https::cached(c, &url));
+                let now = https::now_unix();
                 // The index is always fetched whole while the registry answers: what pins a document is the
                 // registry's index, never a cached one (a cached index stands in only while it is down).
-                match fetch::get(client, &url, MAX_INDEX) {
-                    Ok(fetch::Got(bytes, etag)) => {
+                match https::get(client, &url, MAX_INDEX) {
+                    Ok(https::Got(bytes, etag)) => {
                         let index = parse_index(&bytes)?;
                         if let Some(c) = cache {
                             // Only a valid index is remembered; a cache that cannot be written costs a later fetch.
@@ -437,7 +441,7 @@ impl Source {
                         }
                         Ok((index, provenance))
                     }
-                    Err(e) if fetch::is_down(&e) => {
+                    Err(e) if https::is_down(&e) => {
                         let Some((bytes, _, at)) = prior else {
                             return Err(RegistryError::new("unreachable", format!("{} (and no copy of its index is cached)", e.message)));
                         };
@@ -473,8 +477,8 @@ impl Source {
                 if provenance.from_cache.is_some() {
                     return Err(RegistryError::new("unreachable", format!("the registry is unreachable and `{path}` (sha256 {pin}) is not in the cache")));
                 }
-                match fetch::get(client, &format!("{base}{path}"), MAX_DOCUMENT) {
-                    Ok(fetch::Got(b, _)) => {
+                match https::get(client, &format!("{base}{path}"), MAX_DOCUMENT) {
+                    Ok(https::Got(b, _)) => {
                         if sha256_hex(&b) == pin {
                             if let Some(c) = cache {
                                 let _ = c.put_blob(&b);
@@ -502,13 +506,13 @@ impl Source {
                 let url = format!("{base}{path}");
                 // A signature is not content-addressed by the pin: cache it by URL, used only offline.
                 if provenance.from_cache.is_some() {
-                    return Ok(cache.as_ref().and_then(|c| fetch::cached(c, &url)).map(|c| c.0));
+                    return Ok(cache.as_ref().and_then(|c| https::cached(c, &url)).map(|c| c.0));
                 }
-                match fetch::get(client, &url, MAX_SIGNATURE) {
-                    Ok(fetch::Got(b, etag)) => {
+                match https::get(client, &url, MAX_SIGNATURE) {
+                    Ok(https::Got(b, etag)) => {
                         if let Some(c) = cache {
                             if let Ok(sha) = c.put_blob(&b) {
-                                let _ = c.put_url_entry(&url, etag.as_deref(), &sha, fetch::now_unix());
+                                let _ = c.put_url_entry(&url, etag.as_deref(), &sha, https::now_unix());
                             }
                         }
                         Ok(Some(b))
@@ -522,7 +526,7 @@ impl Source {
 }
 
 fn read_bounded(dir: &Dir, path: &str, max: usize) -> std::io::Result<Vec<u8>> {
-    crate::bundle::read_bounded(dir, path, max as u64)
+    crate::files::read_bounded(dir, path, max as u64)
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -548,7 +552,7 @@ pub fn add(registry_dir: &Path, document: &Path) -> Result<(String, String, Stri
 /// it in the registry, named by the index entry's `signature`. With `require` not empty, the registry takes
 /// only a document signed by one of those keys (checked before anything is written).
 pub fn add_checked(registry_dir: &Path, document: &Path, require: &[ed25519_dalek::VerifyingKey]) -> Result<(String, String, String), RegistryError> {
-    let bytes = crate::bundle::read_path_bounded(document, MAX_DOCUMENT as u64)
+    let bytes = crate::files::read_path_bounded(document, MAX_DOCUMENT as u64)
         .map_err(|e| RegistryError::new("io", format!("cannot read `{}`: {e}", document.display())))?;
     let sidecar = PathBuf::from(format!("{}{SIGNATURE_SUFFIX}", document.display()));
     let signature = read_signature_file(&sidecar)?;
@@ -559,7 +563,7 @@ pub fn add_checked(registry_dir: &Path, document: &Path, require: &[ed25519_dale
                 format!("`{}` has no signature beside it (`{}`), and this registry requires one", document.display(), sidecar.display()),
             )
         })?;
-        dsse::verify_envelope(env, require, &sha256_hex(&bytes), dsse::DOCUMENT_PREDICATE, fetch::now_unix())
+        dsse::verify_envelope(env, require, &sha256_hex(&bytes), dsse::DOCUMENT_PREDICATE, https::now_unix())
             .map_err(|e| RegistryError::new(e.code, format!("`{}`: {}", sidecar.display(), e.message)))?;
     }
     let (id, version, sha) = add_bytes(registry_dir, &bytes)?;

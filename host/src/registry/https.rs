@@ -18,9 +18,8 @@
 //! The API is blocking: callers are sync code, some of them inside a tokio runtime already, so each request
 //! runs on a current-thread runtime in a scoped thread of its own.
 
-use crate::bundle::sha256_hex;
+use crate::files::sha256_hex;
 use serde_json::{json, Value};
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -46,56 +45,15 @@ fn err(code: &'static str, message: impl Into<String>) -> FetchError {
     FetchError { code, message: message.into() }
 }
 
-/// Whether `host` (as a URL gives it) is a loopback address.
-pub fn is_loopback_host(host: &str) -> bool {
-    let h = host.trim_start_matches('[').trim_end_matches(']');
-    h.eq_ignore_ascii_case("localhost") || h.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
-}
-
-/// Checks a URL against the transport rules: `https`, or `http` to loopback.
+/// [`crate::net::check_url`], as a registry error.
 pub fn check_url(url: &str) -> Result<reqwest::Url, FetchError> {
-    let u = reqwest::Url::parse(url).map_err(|e| err("refused", format!("`{url}` is not a URL: {e}")))?;
-    if !u.username().is_empty() || u.password().is_some() {
-        return Err(err("refused", format!("`{url}`: credentials in a URL are refused (they would be written into evidence)")));
-    }
-    match u.scheme() {
-        "https" => Ok(u),
-        "http" if u.host_str().is_some_and(is_loopback_host) => Ok(u),
-        "http" => Err(err("refused", format!("`{url}`: plain http:// is only allowed to a loopback address; use https://"))),
-        s => Err(err("refused", format!("`{url}`: the scheme `{s}` is not supported (https://, or http:// on loopback)"))),
-    }
+    crate::net::check_url(url).map_err(|e| err("refused", e.0))
 }
 
-/// An HTTP client for registries: rustls, the system's roots plus `extra_ca_pem`, bounded redirects that
-/// obey [`check_url`] and never downgrade.
+/// The HTTP client for registries: [`crate::net::http_client`] with redirects checked and never downgraded.
 pub fn client(extra_ca_pem: &[Vec<u8>]) -> Result<reqwest::Client, FetchError> {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut certs = Vec::new();
-    for pem in extra_ca_pem {
-        certs.extend(reqwest::Certificate::from_pem_bundle(pem).map_err(|e| err("refused", format!("the CA file is not PEM certificates: {e}")))?);
-    }
-    let policy = reqwest::redirect::Policy::custom(|attempt| {
-        if attempt.previous().len() > MAX_REDIRECTS {
-            return attempt.error(format!("more than {MAX_REDIRECTS} redirects"));
-        }
-        let downgrade = attempt.previous().last().is_some_and(|p| p.scheme() == "https") && attempt.url().scheme() != "https";
-        let to = attempt.url().to_string();
-        if downgrade {
-            return attempt.error(format!("a redirect from https down to `{to}`"));
-        }
-        match check_url(&to) {
-            Ok(_) => attempt.follow(),
-            Err(e) => attempt.error(e.message),
-        }
-    });
-    reqwest::Client::builder()
-        .tls_certs_merge(certs)
-        .redirect(policy)
-        .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(REQUEST_TIMEOUT)
-        .user_agent(concat!("runbook-host/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|e| err("refused", format!("cannot set up the HTTP client: {e}")))
+    use crate::net::{http_client, Redirects};
+    http_client(extra_ca_pem, Redirects::Checked(MAX_REDIRECTS), CONNECT_TIMEOUT, Some(REQUEST_TIMEOUT)).map_err(|e| err("refused", e))
 }
 
 /// Runs a future to completion on a runtime of its own, whether or not the caller is inside one.
@@ -201,7 +159,7 @@ impl Cache {
 
     /// What `url` last answered: (etag, sha256, fetched_at).
     pub fn url_entry(&self, url: &str) -> Option<(Option<String>, String, i64)> {
-        let v: Value = serde_json::from_slice(&read_own(&self.url_path(url), crate::bundle::MAX_SMALL_FILE_BYTES)?).ok()?;
+        let v: Value = serde_json::from_slice(&read_own(&self.url_path(url), crate::files::MAX_SMALL_FILE_BYTES)?).ok()?;
         if v["url"] != url {
             return None;
         }
@@ -226,16 +184,12 @@ fn write_file_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path.parent().expect("cache paths have a parent");
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
     crate::private::check_dir(dir).map_err(|m| std::io::Error::new(std::io::ErrorKind::PermissionDenied, m))?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-    tmp.write_all(bytes)?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path).map_err(|e| e.error)?;
-    Ok(())
+    crate::files::write_atomic_path(path, bytes, Some(0o600))
 }
 
-/// Unix seconds now (the host reads the clock; the module never does).
+/// Unix seconds now, from the one clock (the host reads the clock; the module never does).
 pub fn now_unix() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0)
+    (crate::clock::now_ms() / 1000) as i64
 }
 
 /// A cached URL's body, when its entry and blob are both present and whole: (bytes, etag, fetched_at).

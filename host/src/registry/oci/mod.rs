@@ -1,5 +1,5 @@
 //! Runbook documents, their signatures and the policy component in OCI registries (issue "Past one
-//! machine"), on top of [`crate::oci`].
+//! machine"), on top of [`crate::registry::client::client`].
 //!
 //! # Layout (the media types other tools read)
 //! - A **document** is an OCI image manifest with `artifactType` [`DOCUMENT_ARTIFACT_TYPE`], the empty
@@ -7,7 +7,7 @@
 //!   JSON, as written), so the layer's digest *is* the document's sha256. Annotations:
 //!   `org.opencontainers.image.title` (`runbook.yaml` or `runbook.json`), [`ANNOTATION_ID`],
 //!   [`ANNOTATION_VERSION`].
-//! - Its **signature** (a DSSE envelope, crate::dsse) is an artifact of type [`SIGNATURE_ARTIFACT_TYPE`] with
+//! - Its **signature** (a DSSE envelope, crate::signatures::dsse) is an artifact of type [`SIGNATURE_ARTIFACT_TYPE`] with
 //!   one [`DSSE_LAYER`] layer, in the same repository under the tag `sha256-<document sha256>.dsse` (the
 //!   tag scheme cosign uses, which needs no referrers API from the registry).
 //! - `id@version` resolves through an **index** artifact, `oci://HOST/PREFIX:index` ([`INDEX_ARTIFACT_TYPE`],
@@ -20,13 +20,15 @@
 //! # Trust
 //! A reference with a digest (`oci://H/R@sha256:...`) is pinned (T2): the manifest must hash to it and the
 //! layer to the manifest's digest. A tag alone is not a pin (T1: it runs, recorded as unpinned, and never
-//! while the registry is down). Pinned bytes are cached by sha256 ([`crate::fetch::Cache`]) and a pinned
+//! while the registry is down). Pinned bytes are cached by sha256 ([`crate::registry::https::Cache`]) and a pinned
 //! reference resolves from the cache without asking the registry at all.
 
-use crate::bundle::sha256_hex;
-use crate::fetch;
-use crate::oci::{self, OciError, OciRef};
+pub mod client;
+
+use crate::files::sha256_hex;
+use crate::registry::https as fetch;
 use crate::registry::{self, Provenance, RegistryError, Resolved, Settings, Trust, MAX_DOCUMENT, MAX_INDEX, MAX_SIGNATURE};
+use client::{OciError, OciRef};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -44,8 +46,8 @@ const ANNOTATION_TITLE: &str = "org.opencontainers.image.title";
 /// The component may weigh this much (it is under 1 MiB today).
 pub const MAX_MODULE: usize = 32 << 20;
 
-fn options(settings: &Settings) -> oci::Options {
-    oci::Options {
+fn options(settings: &Settings) -> client::Options {
+    client::Options {
         extra_ca_pem: settings.ca_pem.clone(),
         username: settings.oci_username.clone(),
         password: settings.oci_password.clone(),
@@ -88,7 +90,7 @@ pub fn resolve_ref(reference: &str, settings: &Settings) -> Result<Resolved, Reg
     let cached = r.digest.as_deref().and_then(|d| cache.and_then(|c| cached_document(c, d)));
     let (bytes, annotations) = match cached {
         Some(bytes) => (bytes, None),
-        None => match oci::pull(&r, DOCUMENT_ARTIFACT_TYPE, DOCUMENT_LAYER, MAX_DOCUMENT, &opts) {
+        None => match client::pull(&r, DOCUMENT_ARTIFACT_TYPE, DOCUMENT_LAYER, MAX_DOCUMENT, &opts) {
             Ok(p) => {
                 if let (Some(c), Some(d)) = (cache, &r.digest) {
                     // The manifest under its own digest (the pin) and the layer under its: the cache is read back
@@ -140,7 +142,7 @@ pub fn resolve_ref(reference: &str, settings: &Settings) -> Result<Resolved, Reg
 fn cached_document(c: &fetch::Cache, digest: &str) -> Option<Vec<u8>> {
     let manifest = c.blob(digest.strip_prefix("sha256:")?)?;
     let m: serde_json::Value = serde_json::from_slice(&manifest).ok()?;
-    let layer = oci::check_manifest(&m, DOCUMENT_ARTIFACT_TYPE, DOCUMENT_LAYER).ok()?;
+    let layer = client::check_manifest(&m, DOCUMENT_ARTIFACT_TYPE, DOCUMENT_LAYER).ok()?;
     c.blob(layer.digest.strip_prefix("sha256:")?)
 }
 
@@ -149,13 +151,13 @@ fn cached_document(c: &fetch::Cache, digest: &str) -> Option<Vec<u8>> {
 fn pull_signature(
     r: &OciRef,
     sha: &str,
-    opts: &oci::Options,
+    opts: &client::Options,
     cache: Option<&fetch::Cache>,
     provenance: &mut Provenance,
 ) -> Result<Option<Vec<u8>>, RegistryError> {
     let sig_ref = OciRef { tag: Some(signature_tag(sha)), digest: None, ..r.clone() };
     let key = sig_ref.to_string();
-    match oci::pull(&sig_ref, SIGNATURE_ARTIFACT_TYPE, DSSE_LAYER, MAX_SIGNATURE, opts) {
+    match client::pull(&sig_ref, SIGNATURE_ARTIFACT_TYPE, DSSE_LAYER, MAX_SIGNATURE, opts) {
         Ok(p) => {
             if let Some(c) = cache {
                 if let Ok(s) = c.put_blob(&p.bytes) {
@@ -195,7 +197,7 @@ pub fn resolve_pinned(id: &str, version: &str, settings: &Settings) -> Result<Re
     let key = ir.to_string();
     let mut provenance = Provenance { kind: "oci", registry: Some(settings.registry.clone()), ..Default::default() };
     let named = |e: RegistryError| RegistryError { message: format!("{} (looked in the registry `{}`)", e.message, settings.registry), ..e };
-    let index = match oci::pull(&ir, INDEX_ARTIFACT_TYPE, INDEX_LAYER, MAX_INDEX, &opts) {
+    let index = match client::pull(&ir, INDEX_ARTIFACT_TYPE, INDEX_LAYER, MAX_INDEX, &opts) {
         Ok(p) => {
             let index = registry::parse_index(&p.bytes)?;
             if let Some(c) = cache {
@@ -239,7 +241,7 @@ pub fn resolve_pinned(id: &str, version: &str, settings: &Settings) -> Result<Re
             return Err(RegistryError::new("unreachable", format!("the registry is unreachable and `{id}@{version}` (sha256 {pin}) is not in the cache")))
         }
         None => {
-            let p = oci::pull(&doc_ref, DOCUMENT_ARTIFACT_TYPE, DOCUMENT_LAYER, MAX_DOCUMENT, &opts).map_err(from_oci)?;
+            let p = client::pull(&doc_ref, DOCUMENT_ARTIFACT_TYPE, DOCUMENT_LAYER, MAX_DOCUMENT, &opts).map_err(from_oci)?;
             if sha256_hex(&p.bytes) == pin {
                 if let Some(c) = cache {
                     let _ = c.put_blob(&p.bytes);
@@ -288,21 +290,21 @@ pub fn push_document(bytes: &[u8], target: &str, signature: Option<&[u8]>, setti
     push_at(bytes, &r, signature, &options(settings), &id, &version)
 }
 
-fn push_at(bytes: &[u8], r: &OciRef, signature: Option<&[u8]>, opts: &oci::Options, id: &str, version: &str) -> Result<Pushed, RegistryError> {
+fn push_at(bytes: &[u8], r: &OciRef, signature: Option<&[u8]>, opts: &client::Options, id: &str, version: &str) -> Result<Pushed, RegistryError> {
     let sha = sha256_hex(bytes);
     let mut annotations = BTreeMap::new();
     annotations.insert(ANNOTATION_TITLE.to_string(), registry::file_name_for(bytes).to_string());
     annotations.insert(ANNOTATION_ID.to_string(), id.to_string());
     annotations.insert(ANNOTATION_VERSION.to_string(), version.to_string());
-    let artifact = oci::Artifact { artifact_type: DOCUMENT_ARTIFACT_TYPE, layer_media_type: DOCUMENT_LAYER, bytes, annotations };
-    let manifest_digest = oci::push(r, &artifact, opts).map_err(from_oci)?;
+    let artifact = client::Artifact { artifact_type: DOCUMENT_ARTIFACT_TYPE, layer_media_type: DOCUMENT_LAYER, bytes, annotations };
+    let manifest_digest = client::push(r, &artifact, opts).map_err(from_oci)?;
     let signature_digest = match signature {
         Some(env) => {
             let sr = OciRef { tag: Some(signature_tag(&sha)), digest: None, ..r.clone() };
             let mut a = BTreeMap::new();
             a.insert(ANNOTATION_TITLE.to_string(), format!("{}{}", registry::file_name_for(bytes), registry::SIGNATURE_SUFFIX));
-            let art = oci::Artifact { artifact_type: SIGNATURE_ARTIFACT_TYPE, layer_media_type: DSSE_LAYER, bytes: env, annotations: a };
-            Some(oci::push(&sr, &art, opts).map_err(from_oci)?)
+            let art = client::Artifact { artifact_type: SIGNATURE_ARTIFACT_TYPE, layer_media_type: DSSE_LAYER, bytes: env, annotations: a };
+            Some(client::push(&sr, &art, opts).map_err(from_oci)?)
         }
         None => None,
     };
@@ -325,7 +327,7 @@ pub fn publish(bytes: &[u8], registry_prefix: &str, signature: Option<&[u8]>, se
     let ir = index_ref(registry_prefix)?;
     let opts = options(settings);
     let sha = sha256_hex(bytes);
-    let mut index = match oci::pull(&ir, INDEX_ARTIFACT_TYPE, INDEX_LAYER, MAX_INDEX, &opts) {
+    let mut index = match client::pull(&ir, INDEX_ARTIFACT_TYPE, INDEX_LAYER, MAX_INDEX, &opts) {
         Ok(p) => registry::parse_index(&p.bytes)?,
         Err(e) if e.code == "not-found" => json!({"schema": registry::INDEX_SCHEMA, "runbooks": {}}),
         Err(e) => return Err(from_oci(e)),
@@ -353,8 +355,8 @@ pub fn publish(bytes: &[u8], registry_prefix: &str, signature: Option<&[u8]>, se
     versions.as_object_mut().expect("checked by parse_index").insert(version.clone(), entry);
     let mut text = serde_json::to_string_pretty(&index).map_err(|e| RegistryError::new("io", e.to_string()))?;
     text.push('\n');
-    let art = oci::Artifact { artifact_type: INDEX_ARTIFACT_TYPE, layer_media_type: INDEX_LAYER, bytes: text.as_bytes(), annotations: BTreeMap::new() };
-    oci::push(&ir, &art, &opts).map_err(from_oci)?;
+    let art = client::Artifact { artifact_type: INDEX_ARTIFACT_TYPE, layer_media_type: INDEX_LAYER, bytes: text.as_bytes(), annotations: BTreeMap::new() };
+    client::push(&ir, &art, &opts).map_err(from_oci)?;
     Ok(pushed)
 }
 
@@ -365,13 +367,13 @@ pub fn push_module(bytes: &[u8], target: &str, signature: Option<&[u8]>, setting
     let sha = sha256_hex(bytes);
     let mut annotations = BTreeMap::new();
     annotations.insert(ANNOTATION_TITLE.to_string(), "policy.wasm".to_string());
-    let art = oci::Artifact { artifact_type: MODULE_ARTIFACT_TYPE, layer_media_type: MODULE_LAYER, bytes, annotations };
-    let manifest_digest = oci::push(&r, &art, &opts).map_err(from_oci)?;
+    let art = client::Artifact { artifact_type: MODULE_ARTIFACT_TYPE, layer_media_type: MODULE_LAYER, bytes, annotations };
+    let manifest_digest = client::push(&r, &art, &opts).map_err(from_oci)?;
     let signature_digest = match signature {
         Some(env) => {
             let sr = OciRef { tag: Some(signature_tag(&sha)), digest: None, ..r.clone() };
-            let art = oci::Artifact { artifact_type: SIGNATURE_ARTIFACT_TYPE, layer_media_type: DSSE_LAYER, bytes: env, annotations: BTreeMap::new() };
-            Some(oci::push(&sr, &art, &opts).map_err(from_oci)?)
+            let art = client::Artifact { artifact_type: SIGNATURE_ARTIFACT_TYPE, layer_media_type: DSSE_LAYER, bytes: env, annotations: BTreeMap::new() };
+            Some(client::push(&sr, &art, &opts).map_err(from_oci)?)
         }
         None => None,
     };
@@ -381,7 +383,7 @@ pub fn push_module(bytes: &[u8], target: &str, signature: Option<&[u8]>, setting
 /// Pulls the component from `oci://...` (by digest, to get exactly the bytes that decide).
 pub fn pull_module(reference: &str, settings: &Settings) -> Result<Vec<u8>, RegistryError> {
     let r = OciRef::parse(reference).map_err(from_oci)?;
-    Ok(oci::pull(&r, MODULE_ARTIFACT_TYPE, MODULE_LAYER, MAX_MODULE, &options(settings)).map_err(from_oci)?.bytes)
+    Ok(client::pull(&r, MODULE_ARTIFACT_TYPE, MODULE_LAYER, MAX_MODULE, &options(settings)).map_err(from_oci)?.bytes)
 }
 
 pub const EVIDENCE_ARTIFACT_TYPE: &str = "application/vnd.runbook-host.evidence.v1";
@@ -415,9 +417,9 @@ pub fn push_evidence(dir: &std::path::Path, target: &str, settings: &Settings) -
     }
     files.sort();
     let run: Value = files.iter().find(|(n, _)| n == "run.json").and_then(|(_, b)| serde_json::from_slice(b).ok()).unwrap_or(Value::Null);
-    let layers: Vec<oci::Layer> = files
+    let layers: Vec<client::Layer> = files
         .iter()
-        .map(|(n, b)| oci::Layer { media_type: EVIDENCE_LAYER, bytes: b, annotations: BTreeMap::from([(ANNOTATION_TITLE.to_string(), n.clone())]) })
+        .map(|(n, b)| client::Layer { media_type: EVIDENCE_LAYER, bytes: b, annotations: BTreeMap::from([(ANNOTATION_TITLE.to_string(), n.clone())]) })
         .collect();
     let mut annotations = BTreeMap::new();
     if let Some(id) = run["run_id"].as_str() {
@@ -427,7 +429,7 @@ pub fn push_evidence(dir: &std::path::Path, target: &str, settings: &Settings) -
         annotations.insert("runbook-host.run.outcome".to_string(), o.to_string());
     }
     let receipt = files.iter().find(|(n, _)| n == "receipt.json").map(|(_, b)| sha256_hex(b)).unwrap_or_default();
-    let manifest_digest = oci::push_layers(&r, EVIDENCE_ARTIFACT_TYPE, &layers, &annotations, &options(settings)).map_err(from_oci)?;
+    let manifest_digest = client::push_layers(&r, EVIDENCE_ARTIFACT_TYPE, &layers, &annotations, &options(settings)).map_err(from_oci)?;
     Ok(Pushed {
         reference: r.with_digest(&manifest_digest).to_string(),
         manifest_digest,
@@ -442,7 +444,7 @@ pub fn push_evidence(dir: &std::path::Path, target: &str, settings: &Settings) -
 /// (one plain name, no duplicates): what `verify oci://...` then verifies. Returns the manifest digest.
 pub fn pull_evidence(reference: &str, into: &std::path::Path, settings: &Settings) -> Result<String, RegistryError> {
     let r = OciRef::parse(reference).map_err(from_oci)?;
-    let p = oci::pull_layers(&r, EVIDENCE_ARTIFACT_TYPE, EVIDENCE_LAYER, MAX_EVIDENCE_FILES, MAX_EVIDENCE_BYTES, &options(settings)).map_err(from_oci)?;
+    let p = client::pull_layers(&r, EVIDENCE_ARTIFACT_TYPE, EVIDENCE_LAYER, MAX_EVIDENCE_FILES, MAX_EVIDENCE_BYTES, &options(settings)).map_err(from_oci)?;
     let mut seen = std::collections::BTreeSet::new();
     for (ann, bytes) in &p.layers {
         let name = ann.get(ANNOTATION_TITLE).map(String::as_str).unwrap_or("");
