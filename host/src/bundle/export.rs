@@ -18,7 +18,7 @@ pub fn export_redacted(run_dir: &Path, out_root: &Path) -> io::Result<PathBuf> {
         policy.bundle_redact(&entries, crate::clock::Clock::system().now_ms()).map_err(io_other)?.map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     let run_id =
         effects.first().filter(|e| e.op == EffectOp::CreateDir).map(|e| e.path.clone()).ok_or_else(|| io::Error::other("the module wrote no run directory"))?;
-    let root = open_or_create_dir(out_root)?;
+    let root = DirStore::create(out_root)?;
     apply(&root, &effects, None).map_err(|(i, e)| io::Error::new(e.kind(), format!("{}: {e}", effects[i].path)))?;
     Ok(out_root.join(&run_id))
 }

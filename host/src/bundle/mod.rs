@@ -67,11 +67,12 @@ use crate::clock::Clock;
 use crate::files::*;
 use crate::registry::Resolved;
 use crate::{Effect, EffectOp, HostError, Policy};
-use cap_std::fs::{Dir, File, OpenOptions};
+use cap_std::fs::Dir;
 use serde_json::{json, Map, Value};
 
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The schema names this module writes.
 pub const RUN_SCHEMA: &str = "runbook-run-bundle/v1";
@@ -91,10 +92,12 @@ pub const HOST_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 mod chain;
 mod export;
+pub mod store;
 pub mod verify;
 
 pub use chain::*;
 pub use export::*;
+pub use store::{DirStore, MemoryStore, SharedStore, Store};
 
 // ---------------------------------------------------------------------------------------------------
 // The bundle.
@@ -107,9 +110,8 @@ pub use export::*;
 /// `bundle-end`, `recorded.record-line`); this type only carries out the effects it returns, in order.
 pub struct Bundle {
     path: PathBuf,
-    root: Dir,
-    dir: Dir,
-    events: File,
+    /// The runs root the bundle lives in: a directory ([`DirStore`]) or memory ([`MemoryStore`]).
+    store: SharedStore,
     run_id: String,
     head: String,
     lines: u64,
@@ -134,7 +136,8 @@ pub struct BundleFacts {
     pub clock: Clock,
     /// (name, version); by default this host's.
     pub host: Option<(String, String)>,
-    /// The `source.git` object; by default measured in the working directory (`git status`).
+    /// The `source.git` object; by default measured in the working directory (`git status`) on a
+    /// directory store, and `unavailable` on a memory store (which never runs `git`).
     pub git: Option<Value>,
 }
 
@@ -149,38 +152,21 @@ fn module_refused(e: String) -> io::Error {
 /// Carries out the module's effects under `root`, in order, stopping at the first that fails; returns how
 /// many were carried out. A path is taken only when each of its components is a safe name (no absolute
 /// path, no `..`): the module never writes one, and a host never follows one.
-fn apply(root: &Dir, effects: &[Effect], key: Option<&ed25519_dalek::SigningKey>) -> Result<(), (usize, io::Error)> {
+fn apply(store: &dyn Store, effects: &[Effect], key: Option<&ed25519_dalek::SigningKey>) -> Result<(), (usize, io::Error)> {
     for (i, e) in effects.iter().enumerate() {
         let fail = |err: io::Error| (i, err);
         let parts: Vec<&str> = e.path.split('/').collect();
         if parts.is_empty() || parts.len() > 2 || !parts.iter().all(|p| is_safe_name(p)) {
             return Err(fail(io::Error::new(io::ErrorKind::InvalidData, format!("the module named the path `{}`", e.path))));
         }
-        let (sub, name) = match parts.as_slice() {
-            [name] => (None, *name),
-            [d, name] => (Some(*d), *name),
-            _ => unreachable!(),
-        };
-        let dir = match (e.op, sub) {
-            (EffectOp::CreateDir, _) => {
-                root.create_dir(&e.path).map_err(fail)?;
-                continue;
-            }
-            (_, Some(d)) => Some(root.open_dir(d).map_err(fail)?),
-            (_, None) => None,
-        };
-        let dir = dir.as_ref().unwrap_or(root);
         match e.op {
-            EffectOp::Write => write_atomic(dir, name, &e.bytes).map_err(fail)?,
-            EffectOp::Append => {
-                let mut f = dir.open_with(name, OpenOptions::new().append(true).create(true)).map_err(fail)?;
-                append_whole(&mut f, name, &e.bytes).map_err(fail)?;
-            }
+            EffectOp::CreateDir => store.create_dir(&e.path).map_err(fail)?,
+            EffectOp::Write => store.write_atomic(&e.path, &e.bytes).map_err(fail)?,
+            EffectOp::Append => store.append(&e.path, &e.bytes, true).map_err(fail)?,
             EffectOp::Sign => {
                 let key = key.ok_or_else(|| fail(io::Error::other("run.json names a receipt key, and this host holds none")))?;
-                write_atomic(dir, name, &crate::signatures::dsse::sign_payload(key, &e.bytes)).map_err(fail)?;
+                store.write_atomic(&e.path, &crate::signatures::dsse::sign_payload(key, &e.bytes)).map_err(fail)?;
             }
-            EffectOp::CreateDir => unreachable!(),
         }
     }
     Ok(())
@@ -197,12 +183,34 @@ impl Bundle {
 
     /// [`Bundle::create`] with the facts given.
     pub fn create_with(runs_root: &Path, run_id: &str, doc: &Resolved, module_sha256: &str, adapter: &str, given: &BundleFacts) -> io::Result<Bundle> {
+        // The runs root is created only once the module composed the bundle (after `git status`).
+        Bundle::create_impl(|| Ok(Arc::new(DirStore::create(runs_root)?) as SharedStore), true, run_id, doc, module_sha256, adapter, given)
+    }
+
+    /// [`Bundle::create_with`] in `store` (a directory or memory). A store not on disk
+    /// ([`Store::on_disk`]: memory) records `source.git` as `unavailable` unless the facts give it: no
+    /// `git` is run.
+    pub fn create_in(store: SharedStore, run_id: &str, doc: &Resolved, module_sha256: &str, adapter: &str, given: &BundleFacts) -> io::Result<Bundle> {
+        let measure = store.on_disk();
+        Bundle::create_impl(|| Ok(store), measure, run_id, doc, module_sha256, adapter, given)
+    }
+
+    fn create_impl(
+        store: impl FnOnce() -> io::Result<SharedStore>,
+        measure: bool,
+        run_id: &str,
+        doc: &Resolved,
+        module_sha256: &str,
+        adapter: &str,
+        given: &BundleFacts,
+    ) -> io::Result<Bundle> {
         if !is_safe_name(run_id) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("`{run_id}` is not a usable run id")));
         }
         let policy = shared_policy().map_err(io_other)?;
         let git = match &given.git {
             Some(g) => g.clone(),
+            None if !measure => serde_json::from_str(&policy.git_state(None, b"").map_err(io_other)?)?,
             None => {
                 // Measured before the bundle exists, so the run's own files do not count.
                 let (code, porcelain) = crate::facts::git_status();
@@ -216,24 +224,24 @@ impl Bundle {
             "host": {"name": host_name, "version": host_version}, "adapter": adapter, "git": git,
         });
         let effects = policy.bundle_create(&doc.bytes, &facts.to_string()).map_err(io_other)?.map_err(module_refused)?;
-        let root = open_or_create_dir(runs_root)?;
+        let store = store()?;
         let manifest_at =
             effects.iter().position(|e| e.path == format!("{run_id}/run.json")).ok_or_else(|| io::Error::other("the module wrote no run.json"))?;
-        if let Err((i, e)) = apply(&root, &effects, None) {
+        if let Err((i, e)) = apply(&*store, &effects, None) {
             if i <= manifest_at {
                 // Until run.json is written the directory is no bundle: one that cannot be completed goes again.
                 if i > 0 {
-                    let _ = root.remove_dir_all(run_id);
+                    let _ = store.remove_dir_all(run_id);
                 }
                 return Err(e);
             }
             // The bundle exists: it says it ended without a report where the disk still takes it.
-            if let Ok(mut b) = Bundle::open(runs_root, run_id) {
+            if let Ok(mut b) = Bundle::open_in(Arc::clone(&store), run_id) {
                 let _ = b.end_without_report("bundle-unwritable");
             }
             return Err(e);
         }
-        let mut b = Bundle::open(runs_root, run_id)?;
+        let mut b = Bundle::open_in(store, run_id)?;
         b.clock = given.clock.clone();
         Ok(b)
     }
@@ -244,13 +252,21 @@ impl Bundle {
     /// events and continues the chain with [`resume_chain`](Bundle::resume_chain). A bundle that has ended
     /// (an outcome, `ended_without_report` or a receipt) opens as finished.
     pub fn open(runs_root: &Path, run_id: &str) -> io::Result<Bundle> {
+        if !is_safe_name(run_id) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("`{run_id}` is not a usable run id")));
+        }
+        Bundle::open_in(Arc::new(DirStore::open(runs_root)?), run_id)
+    }
+
+    /// [`Bundle::open`] in `store`.
+    pub fn open_in(store: SharedStore, run_id: &str) -> io::Result<Bundle> {
         let invalid = |m: String| io::Error::new(io::ErrorKind::InvalidData, format!("run {run_id}: {m}"));
         if !is_safe_name(run_id) {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("`{run_id}` is not a usable run id")));
         }
-        let root = Dir::open_ambient_dir(runs_root, cap_std::ambient_authority())?;
-        let dir = root.open_dir(run_id).map_err(|e| invalid(format!("the run directory cannot be opened: {e}")))?;
-        let manifest_bytes = read_bounded(&dir, "run.json", MAX_SMALL_FILE_BYTES).map_err(|e| invalid(format!("run.json: {e}")))?;
+        let at = |name: &str| format!("{run_id}/{name}");
+        store.open_dir(run_id).map_err(|e| invalid(format!("the run directory cannot be opened: {e}")))?;
+        let manifest_bytes = store.read(&at("run.json"), MAX_SMALL_FILE_BYTES).map_err(|e| invalid(format!("run.json: {e}")))?;
         let manifest_text = String::from_utf8(manifest_bytes).map_err(|_| invalid("run.json is not UTF-8".into()))?;
         let manifest: Value = serde_json::from_str(&manifest_text).map_err(|e| invalid(format!("run.json is not JSON: {e}")))?;
         let Value::Object(manifest) = manifest else { return Err(invalid("run.json is not an object".into())) };
@@ -263,13 +279,11 @@ impl Bundle {
         };
         let head = manifest["chain_h0"].as_str().filter(|h| h.len() == 64).ok_or_else(|| invalid("run.json has no chain_h0".into()))?.to_string();
         let has_envelope = manifest["artifacts"]["envelope"].is_string();
-        let finished = !manifest["outcome"].is_null() || manifest.contains_key("ended_without_report") || dir.exists("receipt.json");
-        let events = dir.open_with("events.ndjson", OpenOptions::new().append(true)).map_err(|e| invalid(format!("events.ndjson: {e}")))?;
+        let finished = !manifest["outcome"].is_null() || manifest.contains_key("ended_without_report") || store.exists(&at("receipt.json"));
+        store.open_append(&at("events.ndjson")).map_err(|e| invalid(format!("events.ndjson: {e}")))?;
         Ok(Bundle {
-            path: runs_root.join(run_id),
-            root,
-            dir,
-            events,
+            path: store.root().join(run_id),
+            store,
             run_id: run_id.to_string(),
             head,
             lines: 0,
@@ -297,7 +311,7 @@ impl Bundle {
 
     /// The document's exact bytes, checked against the manifest's sha256.
     pub fn document(&self) -> io::Result<Vec<u8>> {
-        let bytes = read_bounded(&self.dir, &self.document_file, MAX_SMALL_FILE_BYTES)?;
+        let bytes = self.store.read(&self.at(&self.document_file), MAX_SMALL_FILE_BYTES)?;
         if self.manifest["document"]["sha256"] != sha256_hex(&bytes).as_str() {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("run {}: the document's sha256 is not run.json's", self.run_id)));
         }
@@ -306,7 +320,17 @@ impl Bundle {
 
     /// The bytes of `events.ndjson` as they are now (at most [`MAX_EVIDENCE_BYTES`]).
     pub fn events_bytes(&self) -> io::Result<Vec<u8>> {
-        read_bounded(&self.dir, "events.ndjson", MAX_EVIDENCE_BYTES)
+        self.store.read(&self.at("events.ndjson"), MAX_EVIDENCE_BYTES)
+    }
+
+    /// The path of the bundle's file `name` in its store.
+    fn at(&self, name: &str) -> String {
+        format!("{}/{name}", self.run_id)
+    }
+
+    /// The store the bundle lives in.
+    pub fn store(&self) -> &SharedStore {
+        &self.store
     }
 
     /// The run directory (`runs_root/run_id`, as the caller named `runs_root`): the `run_dir` of
@@ -345,7 +369,7 @@ impl Bundle {
         if self.finished {
             return Err(io::Error::other("the bundle is finished"));
         }
-        append_whole(&mut self.events, "events.ndjson", record_line.as_bytes())?;
+        self.store.append(&self.at("events.ndjson"), record_line.as_bytes(), false)?;
         if self.lines == 0 {
             self.start_line = Some(event_line.to_string());
         }
@@ -362,7 +386,7 @@ impl Bundle {
     }
 
     fn carry_out(&mut self, effects: &[Effect]) -> io::Result<()> {
-        apply(&self.root, effects, self.receipt_key.as_ref()).map_err(|(_, e)| e)?;
+        apply(&*self.store, effects, self.receipt_key.as_ref()).map_err(|(_, e)| e)?;
         // What was written is what this bundle now holds (the last run.json of the effects).
         let run_json = format!("{}/run.json", self.run_id);
         if let Some(e) = effects.iter().rev().find(|e| e.path == run_json) {
@@ -382,7 +406,7 @@ impl Bundle {
 
     /// [`SIGNATURES`] as written so far (empty when no approval was signed).
     pub fn signatures_bytes(&self) -> io::Result<Vec<u8>> {
-        match read_bounded(&self.dir, SIGNATURES, MAX_EVIDENCE_BYTES) {
+        match self.store.read(&self.at(SIGNATURES), MAX_EVIDENCE_BYTES) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Vec::new()),
             r => r,
         }
@@ -390,8 +414,7 @@ impl Bundle {
 
     /// Appends the module's `signature-line` to [`SIGNATURES`] and syncs it (evidence: the receipt pins the file).
     pub fn append_signature(&mut self, line: &str) -> io::Result<()> {
-        let mut f = self.dir.open_with(SIGNATURES, OpenOptions::new().append(true).create(true))?;
-        append_whole(&mut f, SIGNATURES, line.as_bytes())
+        self.store.append(&self.at(SIGNATURES), line.as_bytes(), true)
     }
 
     /// Has the receipt signed with `key` at the end. `run.json` names the key (`receipt_signature`: its id
@@ -424,18 +447,17 @@ impl Bundle {
         if self.finished {
             return Err(io::Error::other("the bundle is finished"));
         }
-        let mut f = self.dir.open_with(SHADOW, OpenOptions::new().append(true))?;
-        append_whole(&mut f, SHADOW, line.as_bytes())
+        self.store.append(&self.at(SHADOW), line.as_bytes(), false)
     }
 
     /// The number and link of the last line of [`TRAFFIC`] (none yet: 0 and run.json's `chain_h0`), so a
     /// reopened run continues its chain.
     pub fn traffic_tail(&self) -> io::Result<(u64, String)> {
         let h0 = self.manifest["chain_h0"].as_str().unwrap_or_default().to_string();
-        if !self.dir.is_file(TRAFFIC) {
+        if !self.store.is_file(&self.at(TRAFFIC)) {
             return Ok((0, h0));
         }
-        let text = self.dir.read_to_string(TRAFFIC)?;
+        let text = String::from_utf8(self.store.read(&self.at(TRAFFIC), u64::MAX)?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         match text.lines().last() {
             None => Ok((0, h0)),
             Some(l) => {
@@ -450,8 +472,7 @@ impl Bundle {
         if self.finished {
             return Err(io::Error::other("the bundle is finished"));
         }
-        let mut f = self.dir.open_with(TRAFFIC, OpenOptions::new().append(true).create(true))?;
-        append_whole(&mut f, TRAFFIC, line.as_bytes())
+        self.store.append(&self.at(TRAFFIC), line.as_bytes(), true)
     }
 
     /// Records admission (`admitted`) or refusal (`refused`) in `run.json`'s lifecycle, with the `start`
@@ -474,12 +495,12 @@ impl Bundle {
             files.push("envelope.json".into());
         }
         for optional in [SIGNATURES, SHADOW, TRAFFIC] {
-            if self.dir.is_file(optional) {
+            if self.store.is_file(&self.at(optional)) {
                 files.push(optional.into());
             }
         }
         for f in files {
-            hashes.insert(f.clone(), json!(sha256_of(&self.dir, &f)?));
+            hashes.insert(f.clone(), json!(self.store.sha256(&self.at(&f))?));
         }
         self.end_with(Some(report), json!({"at": self.clock.now_ms(), "chain_head": self.head, "hashes": hashes, "latest": self.latest_text()}))
     }
@@ -506,36 +527,18 @@ impl Bundle {
     }
 
     fn latest_text(&self) -> Option<String> {
-        read_bounded(&self.root, "latest.json", MAX_SMALL_FILE_BYTES).ok().and_then(|b| String::from_utf8(b).ok())
+        self.store.read("latest.json", MAX_SMALL_FILE_BYTES).ok().and_then(|b| String::from_utf8(b).ok())
     }
 
     /// Whether `receipt.json` is written (by [`finish`](Bundle::finish), which may still have failed after it).
     pub fn has_receipt(&self) -> bool {
-        self.dir.is_file("receipt.json")
+        self.store.is_file(&self.at("receipt.json"))
     }
 
     /// Whether [`finish`](Bundle::finish) (or [`end_without_report`](Bundle::end_without_report)) ran.
     pub fn is_finished(&self) -> bool {
         self.finished
     }
-}
-
-/// Appends one whole record (`bytes`, ending in a newline) to an append-only file in one `write`, and
-/// fsyncs it. A disk that fills up or fails mid-record has the partial record cut off again, so the file
-/// ends at its last whole record and nothing half written is ever read as evidence.
-fn append_whole(f: &mut cap_std::fs::File, name: &str, bytes: &[u8]) -> io::Result<()> {
-    let whole = f.metadata()?.len();
-    crate::faults::write_point(name, "before")?;
-    let written = f.write_all(bytes).and_then(|()| {
-        crate::faults::write_point(name, "written-before-sync")?;
-        f.sync_data()
-    });
-    if let Err(e) = written {
-        let _ = f.set_len(whole).and_then(|()| f.sync_data());
-        return Err(e);
-    }
-    crate::faults::point(name, "synced");
-    Ok(())
 }
 
 /// A reference as it may be written into a bundle: `id@version` as is, a file by its name only.

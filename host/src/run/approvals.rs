@@ -326,3 +326,163 @@ pub fn pretty(canon: &str) -> String {
     }
     out
 }
+
+// ---------------------------------------------------------------------------------------------------
+// The channel as a seam: a run's requests and answers, on disk or in memory.
+
+/// The approval channel of one run, as [`crate::run::Run`] uses it: the files of this module under the
+/// run directory ([`DirChannel`], every production run), or memory ([`MemoryChannel`]: a run on a
+/// [`crate::bundle::MemoryStore`], whose test or fuzz target answers requests itself). Both check the
+/// same things (an answer bound to the request's call, answered once, consumed once).
+pub trait Channel: Send + Sync {
+    /// [`request`]: asks for a human's answer on a gated call; returns the new request's id.
+    fn request(&self, step: Option<&str>, tool: &str, arguments_json: &str, call_sha256: &str) -> io::Result<String>;
+    /// [`request_record`]
+    fn request_record(&self, id: &str) -> io::Result<Value>;
+    /// [`poll`]
+    fn poll(&self, id: &str) -> io::Result<Option<Grant>>;
+    /// [`any_requests`]
+    fn any_requests(&self) -> bool;
+    /// [`pending`]
+    fn pending(&self) -> io::Result<Vec<Pending>>;
+    /// [`answered_for`]
+    fn answered_for(&self, call_sha256: &str) -> io::Result<Option<(String, Grant)>>;
+    /// [`consume`] (and [`withdraw`]).
+    fn consume(&self, id: &str) -> io::Result<()>;
+    /// [`answer_signed`]
+    fn answer_signed(&self, id: &str, approver: &str, granted: bool, call_sha256: &str, signature: Option<&str>) -> io::Result<()>;
+}
+
+/// A shared approval channel, as a run holds it.
+pub type SharedChannel = std::sync::Arc<dyn Channel>;
+
+/// The files under a run directory (this module's functions).
+#[derive(Clone, Debug)]
+pub struct DirChannel(pub std::path::PathBuf);
+
+impl Channel for DirChannel {
+    fn request(&self, step: Option<&str>, tool: &str, arguments_json: &str, call_sha256: &str) -> io::Result<String> {
+        request(&self.0, step, tool, arguments_json, call_sha256)
+    }
+    fn request_record(&self, id: &str) -> io::Result<Value> {
+        request_record(&self.0, id)
+    }
+    fn poll(&self, id: &str) -> io::Result<Option<Grant>> {
+        poll(&self.0, id)
+    }
+    fn any_requests(&self) -> bool {
+        any_requests(&self.0)
+    }
+    fn pending(&self) -> io::Result<Vec<Pending>> {
+        pending(&self.0)
+    }
+    fn answered_for(&self, call_sha256: &str) -> io::Result<Option<(String, Grant)>> {
+        answered_for(&self.0, call_sha256)
+    }
+    fn consume(&self, id: &str) -> io::Result<()> {
+        consume(&self.0, id)
+    }
+    fn answer_signed(&self, id: &str, approver: &str, granted: bool, call_sha256: &str, signature: Option<&str>) -> io::Result<()> {
+        answer_signed(&self.0, id, approver, granted, call_sha256, signature)
+    }
+}
+
+#[derive(Default)]
+struct Ledger {
+    /// Requests by id (`a-00000001`, ...: numbered, so ids sort in the order asked), pending or consumed.
+    requests: std::collections::BTreeMap<String, (Value, bool)>,
+    answers: std::collections::BTreeMap<String, Value>,
+    next: u64,
+}
+
+/// The approval channel in memory; clones share it (a test answers a request the run asked for).
+#[derive(Clone, Default)]
+pub struct MemoryChannel(std::sync::Arc<std::sync::Mutex<Ledger>>);
+
+impl MemoryChannel {
+    pub fn new() -> MemoryChannel {
+        MemoryChannel::default()
+    }
+
+    fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`answer`]: a human's unsigned answer.
+    pub fn answer(&self, id: &str, approver: &str, granted: bool, call_sha256: &str) -> io::Result<()> {
+        self.answer_signed(id, approver, granted, call_sha256, None)
+    }
+}
+
+impl Channel for MemoryChannel {
+    fn request(&self, step: Option<&str>, tool: &str, arguments_json: &str, call_sha256: &str) -> io::Result<String> {
+        let mut l = self.ledger();
+        l.next += 1;
+        let id = format!("a-{:08}", l.next);
+        let arguments: Value = serde_json::from_str(arguments_json).unwrap_or_else(|_| Value::String(arguments_json.to_string()));
+        let body = json!({"schema": REQUEST_SCHEMA, "id": id, "step": step, "tool": tool, "arguments": arguments,
+            "arguments_json": arguments_json, "call_sha256": call_sha256});
+        l.requests.insert(id.clone(), (body, false));
+        Ok(id)
+    }
+    fn request_record(&self, id: &str) -> io::Result<Value> {
+        check_id(id)?;
+        self.ledger().requests.get(id).map(|(v, _)| v.clone()).ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no request {id}")))
+    }
+    fn poll(&self, id: &str) -> io::Result<Option<Grant>> {
+        check_id(id)?;
+        let Some(v) = self.ledger().answers.get(id).cloned() else { return Ok(None) };
+        let grant = parse_grant(&v)?;
+        let req = self.request_record(id)?;
+        if req["call_sha256"].as_str() != Some(grant.call_sha256.as_str()) {
+            return Err(invalid(format!("approvals/{id}.json answers another call than the request's")));
+        }
+        Ok(Some(grant))
+    }
+    fn any_requests(&self) -> bool {
+        self.ledger().requests.values().any(|(_, consumed)| !consumed)
+    }
+    fn pending(&self) -> io::Result<Vec<Pending>> {
+        let l = self.ledger();
+        Ok(l.requests.iter().filter(|(id, (_, consumed))| !consumed && !l.answers.contains_key(*id)).map(|(_, (v, _))| to_pending(v)).collect())
+    }
+    fn answered_for(&self, call_sha256: &str) -> io::Result<Option<(String, Grant)>> {
+        let ids: Vec<String> = self
+            .ledger()
+            .requests
+            .iter()
+            .filter(|(_, (v, consumed))| !consumed && v["call_sha256"].as_str() == Some(call_sha256))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in ids {
+            if let Some(g) = self.poll(&id)? {
+                return Ok(Some((id, g)));
+            }
+        }
+        Ok(None)
+    }
+    fn consume(&self, id: &str) -> io::Result<()> {
+        check_id(id)?;
+        match self.ledger().requests.get_mut(id) {
+            Some((_, consumed @ false)) => {
+                *consumed = true;
+                Ok(())
+            }
+            _ => Err(io::Error::new(io::ErrorKind::NotFound, format!("no pending request {id}"))),
+        }
+    }
+    fn answer_signed(&self, id: &str, approver: &str, granted: bool, call_sha256: &str, signature: Option<&str>) -> io::Result<()> {
+        let req = self.request_record(id)?;
+        if req["call_sha256"].as_str() != Some(call_sha256) {
+            return Err(invalid(format!("request {id} is for another call")));
+        }
+        let mut l = self.ledger();
+        if l.answers.contains_key(id) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("request {id} is answered already")));
+        }
+        let body = json!({"schema": GRANT_SCHEMA, "id": id, "step": req["step"], "tool": req["tool"], "call_sha256": call_sha256,
+            "approver": approver, "granted": granted, "signature": signature});
+        l.answers.insert(id.to_string(), body);
+        Ok(())
+    }
+}

@@ -161,7 +161,21 @@ impl Run {
         guard.add_path(b.dir());
         session.set_guard(guard.needles())?;
         let resumed = Resumed { events: n, links_checked: replayed.events };
-        let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, signers: None, clock: Clock::system(), traffic: None };
+        let approvals = super::channel_for(&b, None);
+        let run = Run {
+            policy,
+            session,
+            bundle: b,
+            guard,
+            t0_ms,
+            last_at,
+            broken: None,
+            state: None,
+            signers: None,
+            clock: Clock::system(),
+            traffic: None,
+            approvals,
+        };
         Ok((run, resumed))
     }
 }

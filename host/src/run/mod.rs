@@ -11,7 +11,7 @@
 //! caused it gets an error (the adapter blocks it), every later one too, and the bundle is ended without a
 //! report (`verify` refuses it) when the module cannot vouch for one.
 
-use crate::bundle::{self, Bundle, BundleFacts};
+use crate::bundle::{self, Bundle, BundleFacts, SharedStore};
 use crate::clock::Clock;
 use crate::registry::Resolved;
 use crate::signatures::Signers;
@@ -187,7 +187,7 @@ pub struct Resumed {
 }
 
 /// How a run is created beyond its document and claim.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct RunOptions {
     /// Signs the receipt at the end (`receipt.dsse.json`).
     pub receipt_key: Option<ed25519_dalek::SigningKey>,
@@ -200,6 +200,9 @@ pub struct RunOptions {
     /// writes the same bundle for the same session.
     pub facts: BundleFacts,
     pub run_id: Option<String>,
+    /// The approval channel; by default the run directory's files on disk ([`approvals::DirChannel`]) and a
+    /// new [`approvals::MemoryChannel`] for a run on a memory store.
+    pub approvals: Option<approvals::SharedChannel>,
 }
 
 /// One supervised run.
@@ -218,6 +221,19 @@ pub struct Run {
     clock: Clock,
     /// The number and link of the last line of `traffic.ndjson` (read from the bundle at the first record).
     traffic: Option<(u64, String)>,
+    /// Where approval requests go and a human's answers come from.
+    approvals: approvals::SharedChannel,
+}
+
+/// The approval channel of a run in `bundle`: `given`, else the run directory's files on disk, else memory.
+fn channel_for(bundle: &Bundle, given: Option<approvals::SharedChannel>) -> approvals::SharedChannel {
+    given.unwrap_or_else(|| {
+        if bundle.store().on_disk() {
+            Arc::new(approvals::DirChannel(bundle.dir().to_path_buf()))
+        } else {
+            Arc::new(approvals::MemoryChannel::new())
+        }
+    })
 }
 
 /// One exchange of MCP traffic besides tool calls, as the proxy passed it on (docs/spec/adapters.md#mcp-beyond-tools).
@@ -260,6 +276,35 @@ impl Run {
         claim: Claim,
         runs: &Path,
         adapter: &str,
+        guard: Guard,
+        opts: RunOptions,
+    ) -> Result<(Run, Answer), RunError> {
+        Run::create_at(policy, doc, claim, Err(runs), adapter, guard, opts)
+    }
+
+    /// [`Run::create_opts`] in `store` (a directory or memory, [`crate::bundle::Store`]): the runs root's
+    /// `latest.json` and `history.ndjson` are the store's too. On a memory store no `git` is run (the
+    /// facts' `git`, else `unavailable`) and the approval channel is `opts.approvals`, else a new
+    /// [`approvals::MemoryChannel`]; give `opts.facts.clock` and `opts.run_id` for a run that reads no
+    /// clock and draws no random id.
+    pub fn create_in(
+        policy: Arc<Policy>,
+        doc: &Resolved,
+        claim: Claim,
+        store: SharedStore,
+        adapter: &str,
+        guard: Guard,
+        opts: RunOptions,
+    ) -> Result<(Run, Answer), RunError> {
+        Run::create_at(policy, doc, claim, Ok(store), adapter, guard, opts)
+    }
+
+    fn create_at(
+        policy: Arc<Policy>,
+        doc: &Resolved,
+        claim: Claim,
+        at: Result<SharedStore, &Path>,
+        adapter: &str,
         mut guard: Guard,
         opts: RunOptions,
     ) -> Result<(Run, Answer), RunError> {
@@ -268,8 +313,14 @@ impl Run {
             None => crate::files::new_run_id().map_err(|e| RunError::Evidence(e.to_string()))?,
         };
         let clock = opts.facts.clock.clone();
-        let mut bundle = Bundle::create_with(runs, &run_id, doc, crate::module_sha256(), adapter, &opts.facts)
-            .map_err(|e| RunError::Evidence(format!("cannot create the run bundle under {}: {e}", runs.display())))?;
+        let (created, runs) = match at {
+            Err(runs) => (Bundle::create_with(runs, &run_id, doc, crate::module_sha256(), adapter, &opts.facts), runs.to_path_buf()),
+            Ok(store) => {
+                let runs = store.root().to_path_buf();
+                (Bundle::create_in(store, &run_id, doc, crate::module_sha256(), adapter, &opts.facts), runs)
+            }
+        };
+        let mut bundle = created.map_err(|e| RunError::Evidence(format!("cannot create the run bundle under {}: {e}", runs.display())))?;
         if let Some(key) = opts.receipt_key {
             bundle.sign_receipts_with(key).map_err(|e| RunError::Evidence(format!("run.json: {e}")))?;
         }
@@ -280,7 +331,8 @@ impl Run {
         let mut session = policy.session(&doc.bytes)?;
         session.set_guard(guard.needles())?;
         let t0_ms = clock.now_ms();
-        let mut run = Run { policy, session, bundle, guard, t0_ms, last_at: 0, broken: None, state: None, signers: None, clock, traffic: None };
+        let approvals = channel_for(&bundle, opts.approvals);
+        let mut run = Run { policy, session, bundle, guard, t0_ms, last_at: 0, broken: None, state: None, signers: None, clock, traffic: None, approvals };
         let start = EventKind::Start(StartClaim {
             run_id,
             profile: claim.profile,
@@ -308,9 +360,30 @@ impl Run {
     /// `run.json`), and when the adapter kept a [`Pin`] when the run began, the document and `h0` must be
     /// the pinned ones. `t0_ms` is the run's wall-clock start.
     pub fn resume(policy: Arc<Policy>, runs: &Path, run_id: &str, t0_ms: u64, pin: Option<&Pin>, guard: Guard) -> Result<(Run, Resumed), RunError> {
+        let b = Bundle::open(runs, run_id).map_err(|e| RunError::Evidence(format!("run {run_id}: {e}")))?;
+        Run::resume_bundle(policy, b, t0_ms, pin, guard, RunOptions::default())
+    }
+
+    /// [`Run::resume`] of the run `run_id` in `store`, by the same full replay; the run reads
+    /// `opts.facts.clock` and uses `opts.approvals` (by default as [`Run::create_in`] chooses).
+    pub fn resume_in(
+        policy: Arc<Policy>,
+        store: SharedStore,
+        run_id: &str,
+        t0_ms: u64,
+        pin: Option<&Pin>,
+        guard: Guard,
+        opts: RunOptions,
+    ) -> Result<(Run, Resumed), RunError> {
+        let b = Bundle::open_in(store, run_id).map_err(|e| RunError::Evidence(format!("run {run_id}: {e}")))?;
+        Run::resume_bundle(policy, b, t0_ms, pin, guard, opts)
+    }
+
+    fn resume_bundle(policy: Arc<Policy>, mut b: Bundle, t0_ms: u64, pin: Option<&Pin>, guard: Guard, opts: RunOptions) -> Result<(Run, Resumed), RunError> {
+        let run_id = b.run_id().to_string();
+        let run_id = run_id.as_str();
         let ev = |e: std::io::Error| RunError::Evidence(format!("run {run_id}: {e}"));
         let tampered = |m: String| RunError::Tampered(format!("run {run_id}: {m}"));
-        let mut b = Bundle::open(runs, run_id).map_err(ev)?;
         let doc = b.document().map_err(|e| if e.kind() == std::io::ErrorKind::InvalidData { tampered(e.to_string()) } else { ev(e) })?;
         let doc_sha = hex::encode(Sha256::digest(&doc));
         let envelope = policy.envelope(&doc)?.ok();
@@ -333,7 +406,9 @@ impl Run {
         guard.add_path(b.dir());
         session.set_guard(guard.needles())?;
         let resumed = Resumed { events: n, links_checked: n };
-        let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, signers: None, clock: Clock::system(), traffic: None };
+        let approvals = channel_for(&b, opts.approvals);
+        let clock = opts.facts.clock;
+        let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, signers: None, clock, traffic: None, approvals };
         Ok((run, resumed))
     }
 
@@ -450,6 +525,21 @@ impl Run {
 
     pub fn dir(&self) -> &Path {
         self.bundle.dir()
+    }
+
+    /// The store the run's bundle lives in.
+    pub fn store(&self) -> &SharedStore {
+        self.bundle.store()
+    }
+
+    /// The run's approval channel (requests it asked, answers it reads).
+    pub fn approval_channel(&self) -> &approvals::SharedChannel {
+        &self.approvals
+    }
+
+    /// The run's clock.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     pub fn guard(&self) -> &Guard {
@@ -689,8 +779,8 @@ impl Run {
     }
 
     fn finish(&mut self) -> Result<(), RunError> {
-        for p in approvals::pending(self.dir()).unwrap_or_default() {
-            let _ = approvals::withdraw(self.dir(), &p.id);
+        for p in self.approvals.pending().unwrap_or_default() {
+            let _ = self.approvals.consume(&p.id);
         }
         let report = self.session.report()?;
         if let Err(e) = self.bundle.finish(&report) {
@@ -757,9 +847,8 @@ impl Run {
     /// When a human answered an approval request for this exact call, feeds that answer (an `approval`
     /// event) and consumes the request, so the call that follows is decided with it.
     pub fn apply_answered_approval(&mut self, call_sha256: &str) -> Result<Option<Answer>, RunError> {
-        let dir = self.dir().to_path_buf();
         let ev = |e: std::io::Error| RunError::Evidence(format!("the approval channel: {e}"));
-        let Some((id, grant)) = approvals::answered_for(&dir, call_sha256).map_err(ev)? else { return Ok(None) };
+        let Some((id, grant)) = self.approvals.answered_for(call_sha256).map_err(ev)? else { return Ok(None) };
         match self.apply_grant(&id, &grant) {
             Ok(a) => Ok(Some(a)),
             // Not an answer the host can use: the call is decided without it (and stays gated).
@@ -775,7 +864,7 @@ impl Run {
     /// gated call), feeds that answer first. Guarded calls never consume an approval. Costs a call into
     /// the module (the call's hash) only while some request is pending.
     pub fn apply_answered_approval_for(&mut self, tool: &str, arguments: &Value) -> Result<Option<Answer>, RunError> {
-        if !approvals::any_requests(self.dir()) || self.policy.guard_names(tool, &arguments.to_string(), self.guard.needles())? {
+        if !self.approvals.any_requests() || self.policy.guard_names(tool, &arguments.to_string(), self.guard.needles())? {
             return Ok(None);
         }
         let sha = self.call_sha256(tool, arguments)?;
@@ -792,9 +881,8 @@ impl Run {
     /// to this exact call in the current step (a request or an answer written by anyone else into the
     /// run directory is refused, [`RunError::Refused`], and stays unconsumed).
     pub fn apply_grant(&mut self, id: &str, grant: &approvals::Grant) -> Result<Answer, RunError> {
-        let dir = self.dir().to_path_buf();
         let ev = |e: std::io::Error| RunError::Evidence(format!("the approval channel: {e}"));
-        let rec = approvals::request_record(&dir, id).map_err(ev)?;
+        let rec = self.approvals.request_record(id).map_err(ev)?;
         let step = rec["step"].as_str().map(str::to_string);
         let Some(request) = self.request_for(step.as_deref(), &grant.call_sha256)? else {
             return Err(RunError::Refused(format!(
@@ -831,18 +919,17 @@ impl Run {
             let line = self.policy.signature_line(a.decision.seq, request, id, &message, &signature, &v.principal, &v.fingerprint)?;
             self.bundle.append_signature(&line).map_err(|e| self.break_with(RunError::Evidence(format!("cannot record the approval's signature: {e}"))))?;
         }
-        approvals::consume(&dir, id).map_err(ev)?;
+        self.approvals.consume(id).map_err(ev)?;
         Ok(a)
     }
 
     /// Asks a human to approve this exact call (or finds the request already pending); returns its id.
     pub fn request_approval(&mut self, step: Option<&str>, tool: &str, arguments_json: &str, call_sha256: &str) -> Result<String, RunError> {
-        let dir = self.dir().to_path_buf();
         let ev = |e: std::io::Error| RunError::Evidence(format!("the approval channel: {e}"));
-        if let Some(p) = approvals::pending(&dir).map_err(ev)?.into_iter().find(|p| p.call_sha256 == call_sha256 && p.step.as_deref() == step) {
+        if let Some(p) = self.approvals.pending().map_err(ev)?.into_iter().find(|p| p.call_sha256 == call_sha256 && p.step.as_deref() == step) {
             return Ok(p.id);
         }
-        approvals::request(&dir, step, tool, arguments_json, call_sha256).map_err(ev)
+        self.approvals.request(step, tool, arguments_json, call_sha256).map_err(ev)
     }
 
     /// The command a human runs to approve the pending requests of this run, naming this binary the way
