@@ -26,6 +26,8 @@ use std::sync::Arc;
 
 pub mod approvals;
 mod checkpoint;
+#[cfg(test)]
+mod store_tests;
 pub use checkpoint::{Checkpoint, CHECKPOINT_SCHEMA};
 
 /// Why a run cannot go on, grouped by whose fault it is.
@@ -535,6 +537,11 @@ impl Run {
     /// The run's approval channel (requests it asked, answers it reads).
     pub fn approval_channel(&self) -> &approvals::SharedChannel {
         &self.approvals
+    }
+
+    /// The chain's head: the link of the last recorded event (`h0` before any).
+    pub fn chain_head(&self) -> &str {
+        self.bundle.chain_head()
     }
 
     /// The run's clock.

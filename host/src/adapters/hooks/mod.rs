@@ -15,6 +15,11 @@
 //! <runs>/.hook/<session>.lock      the session's lock file (made at SessionStart; a missing one denies)
 //! <runs>/.hook/server/             the resident server's token, state and log (see [`server`])
 //! ```
+//!
+//! The session state, its lock and its broken mark are behind [`Sessions`]: [`FileSessions`] (the files
+//! above, what both modes use) or [`MemorySessions`]. [`MemoryHook`] drives the same decisions with
+//! everything in memory (the sessions, each run's bundle in a [`MemoryStore`], the approval channel) and
+//! each session's run resident between events, as the server keeps it: for tests and the fuzz targets.
 
 pub mod claude;
 pub mod cline;
@@ -27,13 +32,14 @@ pub mod permissions;
 pub mod qwen;
 pub mod server;
 
+use crate::bundle::{MemoryStore, SharedStore};
 use crate::registry;
-use crate::run::{Answer as RunAnswer, Checkpoint, Claim, ClientCall, Guard, Pin, Run, RunError};
+use crate::run::{Answer as RunAnswer, Checkpoint, Claim, ClientCall, Guard, Pin, Resumed, Run, RunError, RunOptions};
 use crate::signatures::Signers;
 use crate::{Coverage, DecisionKind, EndReason, Policy, Profile, Risk};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -425,10 +431,90 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     crate::files::write_atomic_path(path, bytes, Some(0o600)).with_context(|| format!("cannot write {}", path.display()))
 }
 
-struct SessionState {
-    run_id: String,
-    t0_ms: u64,
-    pin: Pin,
+/// What the hook keeps of a session between its events (`.hook/<session>.json`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SessionState {
+    pub run_id: String,
+    pub t0_ms: u64,
+    pub pin: Pin,
+}
+
+/// The session store: each session's state, its lock and its mark as broken (see the module's doc).
+pub trait Sessions {
+    /// Refuses every event of a session marked broken.
+    fn check_not_broken(&self, session: &str) -> Result<()>;
+    /// The session's lock, held until the returned guard is dropped (`create`: at SessionStart).
+    fn lock(&self, session: &str, create: bool, timeout: Duration) -> Result<SessionLock>;
+    fn has_state(&self, session: &str) -> bool;
+    fn load_state(&self, session: &str) -> Result<SessionState>;
+    fn write_state(&self, session: &str, state: &SessionState) -> Result<()>;
+    /// Marks the session broken (its evidence could not be written): every later event is refused.
+    fn mark_broken(&self, session: &str);
+}
+
+/// A session's lock (a locked file, or nothing for a session store in one process's memory).
+pub struct SessionLock(#[allow(dead_code)] Option<File>);
+
+/// The session store of a runs directory: `<runs>/.hook/` (today's files, unchanged).
+pub struct FileSessions<'a>(pub &'a Path);
+
+impl Sessions for FileSessions<'_> {
+    fn check_not_broken(&self, session: &str) -> Result<()> {
+        check_not_broken(self.0, session)
+    }
+    fn lock(&self, session: &str, create: bool, timeout: Duration) -> Result<SessionLock> {
+        lock(self.0, session, create, timeout).map(|f| SessionLock(Some(f)))
+    }
+    fn has_state(&self, session: &str) -> bool {
+        has_state(self.0, session)
+    }
+    fn load_state(&self, session: &str) -> Result<SessionState> {
+        load_state(self.0, session)
+    }
+    fn write_state(&self, session: &str, st: &SessionState) -> Result<()> {
+        let mut state = serde_json::to_string_pretty(&json!({"schema": STATE_SCHEMA, "session_id": session, "run_id": st.run_id, "t0_ms": st.t0_ms,
+            "document_sha256": st.pin.document_sha256, "chain_h0": st.pin.chain_h0}))?;
+        state.push('\n');
+        write_atomic(&state_path(self.0, session), state.as_bytes())
+    }
+    /// A session whose evidence could not be written (a full or failing disk) is over for good. In the
+    /// process that saw it the run is broken already; the state is renamed aside so that every later process
+    /// (the command hook's next event, a restarted server) refuses the session too, instead of resuming a run
+    /// whose record has a hole: a tool's result missing, its step's checks never run. A rename needs no free
+    /// space, so this works on the disk that just filled; the run's bundle says the rest (`verify`).
+    fn mark_broken(&self, session: &str) {
+        let _ = std::fs::rename(state_path(self.0, session), broken_path(self.0, session));
+    }
+}
+
+/// The session store in memory: one process's sessions (no lock is needed: [`MemoryHook`] decides one
+/// event at a time).
+#[derive(Default)]
+pub struct MemorySessions {
+    states: HashMap<String, SessionState>,
+    broken: HashMap<String, String>,
+}
+
+impl Sessions for MemorySessions {
+    fn check_not_broken(&self, session: &str) -> Result<()> {
+        if let Some(run) = self.broken.get(session) {
+            bail!("session `{session}` is over: its evidence could not be written in run {run}; every later event of it is refused");
+        }
+        Ok(())
+    }
+    fn lock(&self, _session: &str, _create: bool, _timeout: Duration) -> Result<SessionLock> {
+        Ok(SessionLock(None))
+    }
+    fn has_state(&self, session: &str) -> bool {
+        self.states.contains_key(session)
+    }
+    fn load_state(&self, session: &str) -> Result<SessionState> {
+        self.states.get(session).cloned().ok_or_else(|| anyhow!("no hook state for session `{session}` (was SessionStart run?)"))
+    }
+    fn write_state(&self, _session: &str, _state: &SessionState) -> Result<()> {
+        bail!("a memory session store is written through MemoryHook")
+    }
+    fn mark_broken(&self, _session: &str) {}
 }
 
 fn load_state(runs: &Path, session: &str) -> Result<SessionState> {
@@ -586,25 +672,21 @@ fn call_key(tool: &str, input: &Value) -> String {
 /// PermissionRequest is judged by: it records nothing, and a call the module did not allow, or that
 /// this process never saw allowed, is denied (a server restarted since asks the agent to retry).
 pub(crate) fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run, allowed: Option<&mut HashSet<String>>) -> Result<Answer> {
+    decide_with(cfg, &FileSessions(&cfg.runs), ev, run, allowed)
+}
+
+/// [`decide`], marking a session broken in `sessions`.
+fn decide_with(cfg: &Config, sessions: &dyn Sessions, ev: &HookEvent, run: &mut Run, allowed: Option<&mut HashSet<String>>) -> Result<Answer> {
     let answer = decide_on(cfg, ev, run, allowed);
     if answer.is_err() && matches!(run.broken(), Some(RunError::Evidence(_))) {
-        mark_broken(cfg, ev.session());
+        sessions.mark_broken(ev.session());
     }
     answer
 }
 
-/// Where a session whose evidence could not be written keeps its state ([`mark_broken`]).
+/// Where a session whose evidence could not be written keeps its state ([`Sessions::mark_broken`]).
 fn broken_path(runs: &Path, session: &str) -> PathBuf {
     hook_dir(runs).join(format!("{session}.broken.json"))
-}
-
-/// A session whose evidence could not be written (a full or failing disk) is over for good. In the
-/// process that saw it the run is broken already; the state is renamed aside so that every later process
-/// (the command hook's next event, a restarted server) refuses the session too, instead of resuming a run
-/// whose record has a hole: a tool's result missing, its step's checks never run. A rename needs no free
-/// space, so this works on the disk that just filled; the run's bundle says the rest (`verify`).
-fn mark_broken(cfg: &Config, session: &str) {
-    let _ = std::fs::rename(state_path(&cfg.runs, session), broken_path(&cfg.runs, session));
 }
 
 /// Refuses every event of a session marked broken, SessionStart included (a resumed or compacted
@@ -766,9 +848,25 @@ fn start(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<Answer> {
 /// Begins the session's run (the caller holds the session's lock): resolves and pins the runbook,
 /// claims, and writes the session's state. A refused start is an error (the client blocks).
 fn create(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<(Answer, Run)> {
-    let state_path = state_path(&cfg.runs, session);
+    let (answer, run, state) = create_at(policy, cfg, None, None, session)?;
+    FileSessions(&cfg.runs).write_state(session, &state)?;
+    Ok((answer, run))
+}
+
+/// [`create`]'s run, in `at` (a store and the run's options) rather than under `cfg.runs`, of `doc`
+/// rather than `cfg.runbook` resolved; the session's state to keep is returned, not written.
+fn create_at(
+    policy: Arc<Policy>,
+    cfg: &Config,
+    at: Option<(SharedStore, RunOptions)>,
+    doc: Option<&registry::Resolved>,
+    session: &str,
+) -> Result<(Answer, Run, SessionState)> {
     let reference = cfg.runbook.as_deref().ok_or_else(|| anyhow!("no runbook is configured: pass --runbook REF (or set RUNBOOK_HOOK_RUNBOOK)"))?;
-    let doc = registry::resolve_with(reference, &cfg.registry).map_err(|e| anyhow!("{e}"))?;
+    let doc = match doc {
+        Some(d) => d.clone(),
+        None => registry::resolve_with(reference, &cfg.registry).map_err(|e| anyhow!("{e}"))?,
+    };
     if doc.signed_approvals && cfg.allowed_signers.is_none() {
         bail!("the registry requires signed approvals for {reference}: pass --allowed-signers FILE to the hook (`hook install --allowed-signers FILE`)");
     }
@@ -787,25 +885,111 @@ fn create(policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<(Answer, R
     };
     // A signers file that cannot be used refuses the session before its run begins.
     let signers = cfg.allowed_signers.as_deref().map(|p| Signers::load(p, cfg.allow_software_keys)).transpose()?;
-    let (mut run, a) = Run::create_with(policy, &doc, claim, &cfg.runs, ADAPTER, guard(cfg), cfg.receipt_key.clone())?;
+    let (mut run, a) = match at {
+        None => Run::create_with(policy, &doc, claim, &cfg.runs, ADAPTER, guard(cfg), cfg.receipt_key.clone())?,
+        Some((store, opts)) => Run::create_in(policy, &doc, claim, store, ADAPTER, guard(cfg), RunOptions { receipt_key: cfg.receipt_key.clone(), ..opts })?,
+    };
     if let Some(sg) = signers {
         run.require_signed_approvals(sg)?;
     }
     if !a.allowed() {
         bail!("{} (run {}, runbook {reference})", a.explanation, run.run_id());
     }
-    let pin = run.pin();
-    let mut state = serde_json::to_string_pretty(&json!({"schema": STATE_SCHEMA, "session_id": session, "run_id": run.run_id(), "t0_ms": run.t0_ms(),
-        "document_sha256": pin.document_sha256, "chain_h0": pin.chain_h0}))?;
-    state.push('\n');
-    write_atomic(&state_path, state.as_bytes())?;
+    let state = SessionState { run_id: run.run_id().to_string(), t0_ms: run.t0_ms(), pin: run.pin() };
     let note = Answer::Note(format!(
         "runbook: supervising this session with {} (run {}, profile {}); the policy module decides every tool call.",
         doc.reference,
         run.run_id(),
         crate::wire::profile(cfg.profile)
     ));
-    Ok((note, run))
+    Ok((note, run, state))
+}
+
+/// The hook with everything in memory: the sessions ([`MemorySessions`]), each run's bundle (one
+/// [`MemoryStore`] for all, as one runs directory), each run's approval channel, and each session's
+/// [`Run`] resident between its events (as the resident server keeps it), so no event replays the run.
+/// Decisions are [`decide`]'s, as in both production modes. What a resident run wrote can be replayed
+/// from the store at any time ([`MemoryHook::replay`]): the check that the evidence always replays.
+pub struct MemoryHook {
+    pub store: MemoryStore,
+    sessions: MemorySessions,
+    runs: HashMap<String, Run>,
+    /// The runs' clock (every run reads it; a manual one makes the bundles reproducible).
+    pub clock: crate::clock::Clock,
+    /// The document every session runs (instead of resolving `cfg.runbook`), when given.
+    pub doc: Option<registry::Resolved>,
+    created: u64,
+}
+
+impl MemoryHook {
+    pub fn new(store: MemoryStore, clock: crate::clock::Clock, doc: Option<registry::Resolved>) -> MemoryHook {
+        MemoryHook { store, sessions: MemorySessions::default(), runs: HashMap::new(), clock, doc, created: 0 }
+    }
+
+    /// The options of a run on this hook's store: its clock, a numbered run id (`run-1`, ...), no `git`.
+    fn options(&mut self) -> RunOptions {
+        self.created += 1;
+        RunOptions {
+            facts: crate::bundle::BundleFacts { clock: self.clock.clone(), ..Default::default() },
+            run_id: Some(format!("run-{}", self.created)),
+            ..Default::default()
+        }
+    }
+
+    /// Handles one event as [`handle`] does.
+    pub fn handle(&mut self, policy: Arc<Policy>, cfg: &Config, ev: &HookEvent) -> Result<Answer> {
+        let session = ev.session();
+        if !crate::files::is_safe_name(session) {
+            bail!("`{session}` is not a usable session id");
+        }
+        self.sessions.check_not_broken(session)?;
+        if let HookEvent::SessionStart { .. } = ev {
+            if self.sessions.has_state(session) {
+                return Ok(Answer::Pass);
+            }
+            let opts = self.options();
+            let (note, run, state) = create_at(policy, cfg, Some((self.store.shared(), opts)), self.doc.as_ref(), session)?;
+            self.sessions.states.insert(session.to_string(), state);
+            self.runs.insert(session.to_string(), run);
+            return Ok(note);
+        }
+        if !self.runs.contains_key(session) {
+            let (run, _) = self.replay(policy, cfg, session)?;
+            self.runs.insert(session.to_string(), run);
+        }
+        let run = self.runs.get_mut(session).expect("resident");
+        let answer = decide_with(cfg, &self.sessions, ev, run, None);
+        if answer.is_err() && matches!(run.broken(), Some(RunError::Evidence(_))) {
+            self.sessions.broken.insert(session.to_string(), run.run_id().to_string());
+            self.sessions.states.remove(session);
+            self.runs.remove(session);
+        }
+        answer
+    }
+
+    /// The session's run resumed from the store by a full replay ([`Run::resume_in`], the pin checked),
+    /// independent of the resident one: what a command-mode process would resume.
+    pub fn replay(&self, policy: Arc<Policy>, cfg: &Config, session: &str) -> Result<(Run, Resumed)> {
+        let st = self.sessions.load_state(session)?;
+        let opts = RunOptions { facts: crate::bundle::BundleFacts { clock: self.clock.clone(), ..Default::default() }, ..Default::default() };
+        let (run, r) = Run::resume_in(policy, self.store.shared(), &st.run_id, st.t0_ms, Some(&st.pin), guard(cfg), opts)?;
+        Ok((run, r))
+    }
+
+    /// The session's resident run, if it has one.
+    pub fn run(&mut self, session: &str) -> Option<&mut Run> {
+        self.runs.get_mut(session)
+    }
+
+    /// Drops the session's resident run: its next event resumes it from the store (a full replay).
+    pub fn evict(&mut self, session: &str) {
+        self.runs.remove(session);
+    }
+
+    /// The session's state, if it has one.
+    pub fn state(&self, session: &str) -> Option<SessionState> {
+        self.sessions.states.get(session).cloned()
+    }
 }
 
 #[cfg(test)]

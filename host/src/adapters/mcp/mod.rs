@@ -182,6 +182,10 @@ pub struct Base {
     pub approve_via_elicitation: bool,
     pub signers: Option<Signers>,
     pub runs: PathBuf,
+    /// Where the runs' bundles go instead of `runs` (a [`crate::bundle::MemoryStore`]: tests and the fuzz
+    /// target); `runs` then only names it. Held approvals still poll the run directory's files, which a
+    /// memory run does not have: a gated call there is answered at once as unusable.
+    pub store: Option<crate::bundle::SharedStore>,
     pub registry: String,
     pub receipt_key: Option<ed25519_dalek::SigningKey>,
     pub shadow: bool,
@@ -421,15 +425,12 @@ impl Shared {
         for p in &self.guard_paths {
             guard.add_path(p);
         }
-        let result = match Run::create_opts(
-            Arc::clone(&self.policy),
-            &self.doc,
-            claim,
-            &self.runs,
-            ADAPTER,
-            guard,
-            crate::run::RunOptions { receipt_key: self.receipt_key.clone(), shadow: self.shadow, ..Default::default() },
-        ) {
+        let opts = crate::run::RunOptions { receipt_key: self.receipt_key.clone(), shadow: self.shadow, ..Default::default() };
+        let created = match &self.store {
+            None => Run::create_opts(Arc::clone(&self.policy), &self.doc, claim, &self.runs, ADAPTER, guard, opts),
+            Some(store) => Run::create_in(Arc::clone(&self.policy), &self.doc, claim, Arc::clone(store), ADAPTER, guard, opts),
+        };
+        let result = match created {
             Err(e @ RunError::Evidence(_)) => Err(Failure { code: "bundle-unwritable".into(), message: e.to_string() }),
             Err(e) => Err(Failure::from(e)),
             Ok((mut run, a)) => {
@@ -739,6 +740,7 @@ pub async fn main(config: Config) -> u8 {
         approve_via_elicitation: config.approve_via_elicitation,
         signers: config.signers.clone(),
         runs: config.runs.clone(),
+        store: None,
         registry: config.registry.registry.clone(),
         receipt_key: config.receipt_key.clone(),
         shadow: config.shadow,
