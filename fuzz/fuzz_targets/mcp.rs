@@ -4,7 +4,8 @@
 //! one client session: a fixed `initialize` handshake (skipped when the first byte is 0, so the handshake
 //! is fuzzed too), then up to 64 lines, each written to the proxy; a line that is a request waits for its
 //! answer (at most 150 ms; after two unanswered requests, no more). The client then closes its side and
-//! the run ends.
+//! the run ends. The runs' bundles are written into a `MemoryStore` (`Base::store`): no file, no fsync, no
+//! `git` per input; each ended run's directory is dumped into a scratch directory for `verify`.
 //!
 //! A crash is a panic anywhere in the proxy, a call the server received that no allowed invoke recorded
 //! first (counted over the whole fuzzing session, so that a late call is never blamed on the wrong input),
@@ -23,7 +24,7 @@ struct World {
     rt: tokio::runtime::Runtime,
     hub: Arc<Hub>,
     server_log: PathBuf,
-    runs: PathBuf,
+    store: runbook_host::bundle::MemoryStore,
     _said: tokio::sync::mpsc::UnboundedReceiver<mcp::Said>,
 }
 
@@ -62,6 +63,7 @@ fn world() -> &'static World {
         };
         let upstream = rt.block_on(Upstream::start(&[spec], &[], Duration::from_secs(60), Duration::from_millis(100), Vec::new(), tx)).expect("the bad server starts (python3)");
         let runs = dir.join("runs");
+        let store = runbook_host::bundle::MemoryStore::named(&runs);
         let base = Arc::new(Base {
             policy,
             doc,
@@ -75,13 +77,14 @@ fn world() -> &'static World {
             approve_via_elicitation: false,
             signers: None,
             runs: runs.clone(),
+            store: Some(store.shared()),
             registry: dir.join("registry").display().to_string(),
             receipt_key: None,
             shadow: false,
             guard_paths: Vec::new(),
             session_idle: Duration::from_secs(60),
         });
-        World { rt, hub: Hub::new(base), server_log, runs, _said: said }
+        World { rt, hub: Hub::new(base), server_log, store, _said: said }
     })
 }
 
@@ -156,22 +159,25 @@ fuzz_target!(init: { world(); }, |data: &[u8]| {
     lines.extend(rest.split(|b| *b == b'\n').take(64).map(<[u8]>::to_vec));
     let (_code, dir) = w.rt.block_on(session(&w.hub, lines));
     if let Some(dir) = dir {
-        let events = std::fs::read_to_string(dir.join("events.ndjson")).unwrap_or_default();
+        let run_id = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let events = String::from_utf8(w.store.get(&format!("{run_id}/events.ndjson")).unwrap_or_default()).unwrap_or_default();
         let allowed = events
             .lines()
             .filter_map(|l| serde_json::from_str::<Value>(l).ok())
             .filter(|l| l["event"]["type"] == "invoke" && l["decision"]["decision"] == "allow")
             .count();
         ALLOWED_INVOKES.fetch_add(allowed, Ordering::SeqCst);
-        let d = cap_std::fs::Dir::open_ambient_dir(&dir, cap_std::ambient_authority()).unwrap();
+        let dumped = scratch().join("dumped");
+        let _ = std::fs::remove_dir_all(&dumped);
+        w.store.dump(&dumped).unwrap();
+        let d = cap_std::fs::Dir::open_ambient_dir(dumped.join(&run_id), cap_std::ambient_authority()).unwrap();
         let o = runbook_host::bundle::verify::verify_bundle(&d, None, &[]);
         if let Some(f) = o.failure {
             panic!("the proxy's bundle does not verify: {}: {}\n{events}", f.place, f.message);
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
-    // The runs directory's own files would grow with every input.
-    let _ = std::fs::remove_file(w.runs.join("history.ndjson"));
+    // The store would grow with every input.
+    w.store.clear();
     SERVED.fetch_add(take_calls(&w.server_log), Ordering::SeqCst);
     let served = SERVED.load(Ordering::SeqCst);
     let recorded = ALLOWED_INVOKES.load(Ordering::SeqCst);
