@@ -123,6 +123,7 @@ pub fn shell_quote(s: &str) -> String {
 }
 
 /// What went wrong in the host, as opposed to a decision of the module.
+#[non_exhaustive]
 #[derive(Debug)]
 pub enum HostError {
     /// The engine could not be set up or the component not compiled or loaded.

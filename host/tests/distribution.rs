@@ -109,7 +109,7 @@ fn a_required_signature_on_a_local_file_and_in_a_directory_registry() {
     let r = doc.to_str().unwrap();
     // No signature beside it.
     let e = registry::resolve_with(r, &s).unwrap_err();
-    assert_eq!(e.code, "signature-missing", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::SignatureMissing, "{e}");
     assert!(e.message.contains("rotate.yaml.dsse.json"), "{e}");
     // Signed: it resolves, and the provenance names the key.
     sign(&doc, &k, &["--expires", "1h"]);
@@ -118,7 +118,7 @@ fn a_required_signature_on_a_local_file_and_in_a_directory_registry() {
     assert!(ok.provenance.signature_expires.is_some());
     // Another key only.
     s.require_signature = vec![public(&op)];
-    assert_eq!(registry::resolve_with(r, &s).unwrap_err().code, "signature-untrusted");
+    assert_eq!(registry::resolve_with(r, &s).unwrap_err().kind, registry::RegistryErrorKind::Signature(dsse::DsseErrorKind::Untrusted));
     s.require_signature = vec![public(&op), public(&kp)];
     assert!(registry::resolve_with(r, &s).is_ok(), "any one of the keys given");
     // The document changed after signing: the signature no longer names it.
@@ -127,7 +127,7 @@ fn a_required_signature_on_a_local_file_and_in_a_directory_registry() {
     b.extend_from_slice(b"\n# an extra line\n");
     std::fs::write(&doc, &b).unwrap();
     let e = registry::resolve_with(r, &s).unwrap_err();
-    assert_eq!(e.code, "signature-mismatch", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::Signature(dsse::DsseErrorKind::Mismatch), "{e}");
     // Expired: signed with a lifetime already past (made with the library: the CLI takes only a duration ahead).
     let key = dsse::read_private(&std::fs::read_to_string(&k).unwrap()).unwrap();
     let sha = runbook_host::files::sha256_hex(&b);
@@ -139,11 +139,11 @@ fn a_required_signature_on_a_local_file_and_in_a_directory_registry() {
     );
     std::fs::write(d.path().join("rotate.yaml.dsse.json"), env).unwrap();
     let e = registry::resolve_with(r, &s).unwrap_err();
-    assert_eq!(e.code, "signature-expired", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::Signature(dsse::DsseErrorKind::Expired), "{e}");
     assert!(e.message.contains("2020-01-01T00:00:00Z"), "{e}");
     // Malformed.
     std::fs::write(d.path().join("rotate.yaml.dsse.json"), b"{\"payloadType\":").unwrap();
-    assert_eq!(registry::resolve_with(r, &s).unwrap_err().code, "signature-malformed");
+    assert_eq!(registry::resolve_with(r, &s).unwrap_err().kind, registry::RegistryErrorKind::Signature(dsse::DsseErrorKind::Malformed));
 
     // A registry that requires signatures takes only signed documents, and keeps the signature.
     let reg = d.path().join("reg");
@@ -166,7 +166,10 @@ fn a_required_signature_on_a_local_file_and_in_a_directory_registry() {
     assert_eq!((r.trust, r.provenance.kind), (Trust::T2, "directory"));
     // The stored signature is checked too: replaced by one of another key, refused.
     s.require_signature = vec![public(&op)];
-    assert_eq!(registry::resolve_with(&format!("incident-rollback@{version}"), &s).unwrap_err().code, "signature-untrusted");
+    assert_eq!(
+        registry::resolve_with(&format!("incident-rollback@{version}"), &s).unwrap_err().kind,
+        registry::RegistryErrorKind::Signature(dsse::DsseErrorKind::Untrusted)
+    );
 }
 
 /// The HTTPS directory registry (tests/fixtures/https_registry.py) and its request log.
@@ -242,7 +245,7 @@ fn an_https_registry_with_its_cache_offline_and_the_transport_rules() {
     let url = format!("{}/base", srv.base);
     // The test CA is not among the system's roots: refused, with the reason.
     let e = registry::resolve_with("rotate-credentials@1.3.0", &settings(&url, &cache)).unwrap_err();
-    assert_eq!(e.code, "unreachable", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::Unreachable, "{e}");
     assert!(e.message.contains("certificate") || e.message.contains("UnknownIssuer"), "{e}");
     let mut s = settings(&url, &cache);
     s.ca_pem = vec![srv.ca.clone()];
@@ -297,7 +300,7 @@ fn an_https_registry_with_its_cache_offline_and_the_transport_rules() {
     assert!(why.contains("unreachable"), "{why}");
     // ... but a version whose bytes were never fetched does not.
     let e = registry::resolve_with("incident-rollback@2.0.1", &s).unwrap_err();
-    assert_eq!(e.code, "unreachable", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::Unreachable, "{e}");
     assert!(e.message.contains("not in the cache"), "{e}");
     // ... nor anything once the cached index is older than allowed offline.
     s.offline_max_age = -1;
@@ -411,9 +414,9 @@ fn an_oci_registry_push_pull_index_moved_tag_tamper_auth_tls_and_down() {
     let mut fresh = s.clone();
     fresh.cache = Some(Cache { root: d.path().join("cache2") });
     let e = registry::resolve_with("rotate-credentials@1.3.0", &fresh).unwrap_err();
-    assert_eq!(e.code, "tampered", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::Tampered, "{e}");
     let e = registry::resolve_with(&by_digest, &fresh).unwrap_err();
-    assert_eq!(e.code, "tampered", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::Tampered, "{e}");
     assert!(!d.path().join("cache2/blobs/sha256").join(&blob).exists(), "nothing tampered lands in the cache");
 }
 

@@ -114,7 +114,7 @@ fn tampered_payload_is_invalid() {
     let forged = String::from_utf8(payload_of(&env)).unwrap().replace("false", "true ");
     let env = with(&env, |v| v["payload"] = json!(STANDARD.encode(forged)));
     let e = code(verify(&env, &k));
-    assert_eq!(e.code, "signature-invalid", "{e}");
+    assert_eq!(e.kind, DsseErrorKind::Invalid, "{e}");
     assert!(e.message.contains(&key_id(&k.verifying_key())), "{e}");
 }
 
@@ -127,10 +127,10 @@ fn tampered_signature_is_invalid() {
         sig[10] ^= 1;
         v["signatures"][0]["sig"] = json!(STANDARD.encode(sig));
     });
-    assert_eq!(code(verify(&env, &k)).code, "signature-invalid");
+    assert_eq!(code(verify(&env, &k)).kind, DsseErrorKind::Invalid);
     // A signature of the wrong length under a trusted keyid is invalid too, not a crash.
     let env = with(&env, |v| v["signatures"][0]["sig"] = json!(STANDARD.encode([1u8; 10])));
-    assert_eq!(code(verify(&env, &k)).code, "signature-invalid");
+    assert_eq!(code(verify(&env, &k)).kind, DsseErrorKind::Invalid);
 }
 
 #[test]
@@ -141,7 +141,7 @@ fn payload_type_is_bound_by_the_signature() {
     let sig = k.sign(&pae("application/json", &payload));
     let env = json!({"payloadType": PAYLOAD_TYPE, "payload": STANDARD.encode(&payload),
         "signatures": [{"keyid": key_id(&k.verifying_key()), "sig": STANDARD.encode(sig.to_bytes())}]});
-    assert_eq!(code(verify(env.to_string().as_bytes(), &k)).code, "signature-invalid");
+    assert_eq!(code(verify(env.to_string().as_bytes(), &k)).kind, DsseErrorKind::Invalid);
 }
 
 #[test]
@@ -149,9 +149,9 @@ fn another_key_is_untrusted() {
     let (k, other) = (key(1), key(2));
     let env = signed(&other, json!({}));
     let e = code(verify(&env, &k));
-    assert_eq!(e.code, "signature-untrusted", "{e}");
+    assert_eq!(e.kind, DsseErrorKind::Untrusted, "{e}");
     assert!(e.message.contains(&key_id(&other.verifying_key())) && e.message.contains(&key_id(&k.verifying_key())), "{e}");
-    assert_eq!(code(verify_envelope(&env, &[], &doc_sha(), DOCUMENT_PREDICATE, NOW)).code, "signature-untrusted");
+    assert_eq!(code(verify_envelope(&env, &[], &doc_sha(), DOCUMENT_PREDICATE, NOW)).kind, DsseErrorKind::Untrusted);
 }
 
 #[test]
@@ -169,7 +169,7 @@ fn keyid_is_only_a_hint() {
     }
     // An unset keyid was checked against the trusted key and failed: invalid, not untrusted.
     let env = with(&signed(&other, json!({})), |v| v["signatures"][0]["keyid"] = json!(""));
-    assert_eq!(code(verify(&env, &k)).code, "signature-invalid");
+    assert_eq!(code(verify(&env, &k)).kind, DsseErrorKind::Invalid);
     // One good signature among bad ones is enough.
     let good_env = signed(&k, json!({}));
     let good = parse(&good_env);
@@ -185,7 +185,7 @@ fn wrong_subject_is_mismatch() {
     let k = key(1);
     let env = sign_statement(&k, &[Subject { name: "other.md".into(), sha256: sha(b"other") }], DOCUMENT_PREDICATE, json!({}));
     let e = code(verify(&env, &k));
-    assert_eq!(e.code, "signature-mismatch", "{e}");
+    assert_eq!(e.kind, DsseErrorKind::Mismatch, "{e}");
     assert!(e.message.contains(&sha(b"other")) && e.message.contains(&doc_sha()) && e.message.contains("other.md"), "{e}");
 }
 
@@ -194,10 +194,10 @@ fn digest_compare_is_exact_lowercase() {
     let k = key(1);
     let upper = doc_sha().to_uppercase();
     let env = sign_statement(&k, &[Subject { name: "runbook.md".into(), sha256: upper.clone() }], DOCUMENT_PREDICATE, json!({}));
-    assert_eq!(code(verify(&env, &k)).code, "signature-mismatch");
+    assert_eq!(code(verify(&env, &k)).kind, DsseErrorKind::Mismatch);
     let env = signed(&k, json!({}));
     let e = code(verify_envelope(&env, &[k.verifying_key()], &upper, DOCUMENT_PREDICATE, NOW));
-    assert_eq!(e.code, "signature-mismatch");
+    assert_eq!(e.kind, DsseErrorKind::Mismatch);
     assert!(e.message.contains("not 64 lowercase hex"), "{e}");
 }
 
@@ -206,7 +206,7 @@ fn wrong_predicate_type_is_mismatch() {
     let k = key(1);
     let env = sign_statement(&k, &subjects(), MODULE_PREDICATE, json!({}));
     let e = code(verify(&env, &k));
-    assert_eq!(e.code, "signature-mismatch", "{e}");
+    assert_eq!(e.kind, DsseErrorKind::Mismatch, "{e}");
     assert!(e.message.contains(MODULE_PREDICATE) && e.message.contains(DOCUMENT_PREDICATE), "{e}");
 }
 
@@ -215,10 +215,10 @@ fn expired_is_expired() {
     let k = key(1);
     let env = signed(&k, json!({"expires": rfc3339(NOW - 1)}));
     let e = code(verify(&env, &k));
-    assert_eq!(e.code, "signature-expired", "{e}");
+    assert_eq!(e.kind, DsseErrorKind::Expired, "{e}");
     assert!(e.message.contains(&rfc3339(NOW - 1)) && e.message.contains(&rfc3339(NOW)), "{e}");
     // Expiry is exclusive: at the instant itself it is over.
-    assert_eq!(code(verify(&signed(&k, json!({"expires": rfc3339(NOW)})), &k)).code, "signature-expired");
+    assert_eq!(code(verify(&signed(&k, json!({"expires": rfc3339(NOW)})), &k)).kind, DsseErrorKind::Expired);
     assert!(verify(&signed(&k, json!({"expires": rfc3339(NOW + 1)})), &k).is_ok());
     // Offsets other than Z are RFC 3339 too.
     assert!(verify(&signed(&k, json!({"expires": "2999-01-01T00:00:00+02:00"})), &k).is_ok());
@@ -229,7 +229,7 @@ fn malformed_expires_is_malformed() {
     let k = key(1);
     for bad in [json!("tomorrow"), json!("2026-12-01"), json!(1_900_000_000), json!(null)] {
         let e = code(verify(&signed(&k, json!({ "expires": bad })), &k));
-        assert_eq!(e.code, "signature-malformed", "{bad}: {e}");
+        assert_eq!(e.kind, DsseErrorKind::Malformed, "{bad}: {e}");
         assert!(e.message.contains("expires"), "{e}");
     }
 }
@@ -253,7 +253,7 @@ fn malformed_envelopes() {
     ];
     for (what, env, needle) in cases {
         let e = code(verify(&env, &k));
-        assert_eq!(e.code, "signature-malformed", "{what}: {e}");
+        assert_eq!(e.kind, DsseErrorKind::Malformed, "{what}: {e}");
         assert!(e.message.contains(needle), "{what}: {e}");
     }
 }
@@ -274,7 +274,7 @@ fn signed_payload_that_is_not_a_statement_is_malformed() {
     ];
     for (what, payload) in cases {
         let e = code(verify(&sign_raw(&k, &payload), &k));
-        assert_eq!(e.code, "signature-malformed", "{what}: {e}");
+        assert_eq!(e.kind, DsseErrorKind::Malformed, "{what}: {e}");
     }
     // And the same helper does produce envelopes that verify, so the cases above fail for their own reason.
     assert!(verify(&sign_raw(&k, &statement(DOCUMENT_PREDICATE, &doc_sha(), json!({}))), &k).is_ok());
@@ -284,14 +284,14 @@ fn signed_payload_that_is_not_a_statement_is_malformed() {
 fn checks_run_in_documented_order() {
     let (k, other) = (key(1), key(2));
     let everything_wrong = sign_statement(&other, &[Subject { name: "x".into(), sha256: sha(b"x") }], MODULE_PREDICATE, json!({"expires": rfc3339(0)}));
-    assert_eq!(code(verify(&everything_wrong, &k)).code, "signature-untrusted");
+    assert_eq!(code(verify(&everything_wrong, &k)).kind, DsseErrorKind::Untrusted);
     // Wrong payloadType beats a bad signature.
     let env = with(&everything_wrong, |v| v["payloadType"] = json!("text/plain"));
-    assert_eq!(code(verify(&env, &k)).code, "signature-malformed");
+    assert_eq!(code(verify(&env, &k)).kind, DsseErrorKind::Malformed);
     // A statement that is not in-toto, but untrusted: untrusted first.
-    assert_eq!(code(verify(&sign_raw(&other, b"[]"), &k)).code, "signature-untrusted");
+    assert_eq!(code(verify(&sign_raw(&other, b"[]"), &k)).kind, DsseErrorKind::Untrusted);
     let mismatch_and_expired = sign_statement(&k, &[Subject { name: "x".into(), sha256: sha(b"x") }], MODULE_PREDICATE, json!({"expires": rfc3339(0)}));
-    assert_eq!(code(verify(&mismatch_and_expired, &k)).code, "signature-mismatch");
+    assert_eq!(code(verify(&mismatch_and_expired, &k)).kind, DsseErrorKind::Mismatch);
     // Predicate type is checked before the subject.
     let e = code(verify(&mismatch_and_expired, &k));
     assert!(e.message.contains("predicateType"), "{e}");
@@ -299,7 +299,7 @@ fn checks_run_in_documented_order() {
         let p = String::from_utf8(STANDARD.decode(v["payload"].as_str().unwrap()).unwrap()).unwrap();
         v["payload"] = json!(STANDARD.encode(p.replace("runbook.md", "runbook.mx")));
     });
-    assert_eq!(code(verify(&tampered_and_expired, &k)).code, "signature-invalid");
+    assert_eq!(code(verify(&tampered_and_expired, &k)).kind, DsseErrorKind::Invalid);
 }
 
 #[test]
@@ -334,13 +334,13 @@ fn pem_round_trip() {
 fn wrong_pem_is_malformed() {
     let k = key(3);
     let e = read_private(&public_pem(&k.verifying_key())).unwrap_err();
-    assert_eq!(e.code, "signature-malformed");
+    assert_eq!(e.kind, DsseErrorKind::Malformed);
     assert!(e.message.contains("PUBLIC KEY") && e.message.contains("BEGIN PRIVATE KEY"), "{e}");
     for text in
         ["", "not a pem", "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n", "-----BEGIN PUBLIC KEY-----\n!!\n-----END PUBLIC KEY-----\n"]
     {
-        assert_eq!(read_private(text).unwrap_err().code, "signature-malformed", "{text:?}");
-        assert_eq!(read_public(text).unwrap_err().code, "signature-malformed", "{text:?}");
+        assert_eq!(read_private(text).unwrap_err().kind, DsseErrorKind::Malformed, "{text:?}");
+        assert_eq!(read_public(text).unwrap_err().kind, DsseErrorKind::Malformed, "{text:?}");
     }
     let e = read_private("-----BEGIN ENCRYPTED PRIVATE KEY-----\nAAAA\n-----END ENCRYPTED PRIVATE KEY-----\n").unwrap_err();
     assert!(e.message.contains("ENCRYPTED"), "{e}");
@@ -388,9 +388,9 @@ fn openssl_keys_are_read_and_written_identically() {
     assert_eq!(read(d, "ours.pub"), public_pem(&ours.verifying_key()));
     // A key of another algorithm, in the right PEM wrapper, is refused.
     openssl_ok(d, &["genpkey", "-algorithm", "ed448", "-out", "k448.pem"]);
-    assert_eq!(read_private(&read(d, "k448.pem")).unwrap_err().code, "signature-malformed");
+    assert_eq!(read_private(&read(d, "k448.pem")).unwrap_err().kind, DsseErrorKind::Malformed);
     openssl_ok(d, &["pkey", "-in", "k448.pem", "-pubout", "-out", "p448.pem"]);
-    assert_eq!(read_public(&read(d, "p448.pem")).unwrap_err().code, "signature-malformed");
+    assert_eq!(read_public(&read(d, "p448.pem")).unwrap_err().kind, DsseErrorKind::Malformed);
 }
 
 #[test]
@@ -411,7 +411,7 @@ fn openssl_signature_verifies_in_our_envelope() {
     std::fs::write(d.join("bare.bin"), &payload).unwrap();
     openssl_ok(d, &["pkeyutl", "-sign", "-inkey", "k.pem", "-rawin", "-in", "bare.bin", "-out", "bare.sig"]);
     let env = with(env.to_string().as_bytes(), |v| v["signatures"][0]["sig"] = json!(STANDARD.encode(std::fs::read(d.join("bare.sig")).unwrap())));
-    assert_eq!(code(verify_envelope(&env, &[public], &doc_sha(), DOCUMENT_PREDICATE, NOW)).code, "signature-invalid");
+    assert_eq!(code(verify_envelope(&env, &[public], &doc_sha(), DOCUMENT_PREDICATE, NOW)).kind, DsseErrorKind::Invalid);
 }
 
 #[test]

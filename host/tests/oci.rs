@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use common::oci_registry::{hang_server, Registry, PASSWORD, USER};
-use runbook_host::registry::oci::client::{pull, push, resolve_digest, Artifact, OciError, OciRef, Options};
+use runbook_host::registry::oci::client::{pull, push, resolve_digest, Artifact, OciError, OciErrorKind, OciRef, Options};
 use sha2::{Digest as _, Sha256};
 
 const ARTIFACT_TYPE: &str = "application/vnd.runbook-host.runbook.v1";
@@ -39,11 +39,11 @@ fn sha256(bytes: &[u8]) -> String {
 
 /// Asserts the failure's code and that its message names the reference; returns it for more checks.
 #[track_caller]
-fn expect_err<T: std::fmt::Debug>(result: Result<T, OciError>, code: &str, named: &OciRef) -> OciError {
-    let err = result.expect_err(&format!("expected a {code} error"));
+fn expect_err<T: std::fmt::Debug>(result: Result<T, OciError>, kind: OciErrorKind, named: &OciRef) -> OciError {
+    let err = result.expect_err(&format!("expected a {kind} error"));
     // Shown with --nocapture, to read what a user would.
     eprintln!("{err}");
-    assert_eq!(err.code, code, "wrong code; message: {}", err.message);
+    assert_eq!(err.kind, kind, "wrong kind; message: {}", err.message);
     assert!(err.message.contains(&named.to_string()), "message does not name {named}: {}", err.message);
     err
 }
@@ -99,9 +99,9 @@ fn pull_of_another_artifact_type_is_wrong_type() {
     let r = reference(&registry.url("rb/typed:v1"));
     push(&r, &artifact(b"x: 1\n"), &o).expect("push");
 
-    let err = expect_err(pull(&r, "application/vnd.example.policy.v1", LAYER_TYPE, MAX, &o), "wrong-type", &r);
+    let err = expect_err(pull(&r, "application/vnd.example.policy.v1", LAYER_TYPE, MAX, &o), OciErrorKind::WrongType, &r);
     assert_mentions(&err, &[ARTIFACT_TYPE, "application/vnd.example.policy.v1"]);
-    let err = expect_err(pull(&r, ARTIFACT_TYPE, "application/json", MAX, &o), "wrong-type", &r);
+    let err = expect_err(pull(&r, ARTIFACT_TYPE, "application/json", MAX, &o), OciErrorKind::WrongType, &r);
     assert_mentions(&err, &[LAYER_TYPE, "application/json"]);
 }
 
@@ -135,7 +135,7 @@ fn tampered_blob_in_registry_storage_is_digest_mismatch() {
     std::fs::write(&data, b"run: deploy --YOLO\n").expect("tamper");
 
     for pinned in [r.clone(), r.with_digest(&digest)] {
-        let err = expect_err(pull(&pinned, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), "digest-mismatch", &pinned);
+        let err = expect_err(pull(&pinned, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), OciErrorKind::DigestMismatch, &pinned);
         assert_mentions(&err, &["downloading the layer", &sha256(&bytes)]);
     }
 }
@@ -154,9 +154,9 @@ fn tampered_manifest_in_registry_storage_is_digest_mismatch() {
     std::fs::write(&data, manifest.replace("aaaa", "bbbb")).expect("tamper");
 
     let pinned = r.with_digest(&digest);
-    let err = expect_err(pull(&pinned, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), "digest-mismatch", &pinned);
+    let err = expect_err(pull(&pinned, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), OciErrorKind::DigestMismatch, &pinned);
     assert_mentions(&err, &[&digest]);
-    expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), "digest-mismatch", &r);
+    expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), OciErrorKind::DigestMismatch, &r);
 }
 
 #[test]
@@ -167,7 +167,7 @@ fn layer_larger_than_max_bytes_is_too_large() {
     let bytes = vec![b'x'; 1000];
     push(&r, &artifact(&bytes), &o).expect("push");
 
-    let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, 999, &o), "too-large", &r);
+    let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, 999, &o), OciErrorKind::TooLarge, &r);
     assert_mentions(&err, &["1000", "999"]);
     assert_eq!(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, 1000, &o).expect("exactly max_bytes").bytes, bytes);
 }
@@ -182,13 +182,13 @@ fn missing_or_wrong_credentials_are_auth_failed() {
     let anonymous = Options { username: None, password: None, ..good.clone() };
     let wrong = Options { password: Some("not-the-password".into()), ..good.clone() };
     for o in [&anonymous, &wrong] {
-        let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, o), "auth-failed", &r);
+        let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, o), OciErrorKind::AuthFailed, &r);
         assert_mentions(&err, &["401"]);
-        expect_err(resolve_digest(&r, o), "auth-failed", &r);
-        expect_err(push(&r, &artifact(b"overwrite"), o), "auth-failed", &r);
+        expect_err(resolve_digest(&r, o), OciErrorKind::AuthFailed, &r);
+        expect_err(push(&r, &artifact(b"overwrite"), o), OciErrorKind::AuthFailed, &r);
     }
     let half = Options { password: None, ..good.clone() };
-    let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &half), "auth-failed", &r);
+    let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &half), OciErrorKind::AuthFailed, &r);
     assert_mentions(&err, &["no password"]);
     // Nothing was overwritten by the refused pushes.
     assert_eq!(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &good).expect("pull").bytes, b"secret runbook");
@@ -199,22 +199,22 @@ fn registry_ca_not_given_is_tls_failed() {
     let registry = Registry::start(false, true);
     let r = reference(&registry.url("rb/tls:v1"));
     let no_ca = Options { extra_ca_pem: Vec::new(), ..opts(&registry) };
-    let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &no_ca), "tls-failed", &r);
+    let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &no_ca), OciErrorKind::TlsFailed, &r);
     assert_mentions(&err, &["certificate"]);
 
     let other = Registry::start(false, true);
     let wrong_ca = Options { extra_ca_pem: vec![other.ca_pem.clone()], ..opts(&registry) };
-    expect_err(push(&r, &artifact(b"x"), &wrong_ca), "tls-failed", &r);
+    expect_err(push(&r, &artifact(b"x"), &wrong_ca), OciErrorKind::TlsFailed, &r);
 
     let not_pem = Options { extra_ca_pem: vec![b"not a certificate".to_vec()], ..opts(&registry) };
-    expect_err(resolve_digest(&r, &not_pem), "tls-failed", &r);
+    expect_err(resolve_digest(&r, &not_pem), OciErrorKind::TlsFailed, &r);
 }
 
 #[test]
 fn https_to_a_plain_http_registry_is_tls_failed() {
     let registry = Registry::start(false, false);
     let r = reference(&format!("oci://{}/rb/x:v1", registry.addr));
-    expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &Options::default()), "tls-failed", &r);
+    expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &Options::default()), OciErrorKind::TlsFailed, &r);
 }
 
 #[test]
@@ -225,7 +225,7 @@ fn plain_http_to_a_tls_registry_fails_cleanly() {
     push(&https, &artifact(b"x"), &o).expect("push");
 
     let r = reference(&format!("oci+http://{}/rb/x:v1", registry.addr));
-    let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), "registry-error", &r);
+    let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), OciErrorKind::RegistryError, &r);
     assert_mentions(&err, &["400", "write oci:// instead of oci+http://"]);
 }
 
@@ -237,9 +237,9 @@ fn stopped_registry_is_unreachable_and_restart_serves_the_same_storage() {
     let digest = push(&r, &artifact(b"kept"), &o).expect("push");
     registry.stop();
 
-    let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), "unreachable", &r);
+    let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), OciErrorKind::Unreachable, &r);
     assert_mentions(&err, &["connect"]);
-    expect_err(resolve_digest(&r, &o), "unreachable", &r);
+    expect_err(resolve_digest(&r, &o), OciErrorKind::Unreachable, &r);
 
     registry.restart();
     assert_eq!(resolve_digest(&r, &o).expect("resolve after restart"), digest);
@@ -251,7 +251,7 @@ fn registry_that_never_answers_times_out() {
     let o = Options { timeout: Duration::from_secs(2), ..Options::default() };
     for r in [reference(&format!("oci://{addr}/rb/x:v1")), reference(&format!("oci+http://{addr}/rb/x:v1"))] {
         let started = Instant::now();
-        let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), "timeout", &r);
+        let err = expect_err(pull(&r, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), OciErrorKind::Timeout, &r);
         let took = started.elapsed();
         assert!(took >= Duration::from_secs(2) && took < Duration::from_secs(10), "{r} took {took:?}: {err}");
     }
@@ -265,14 +265,14 @@ fn unknown_tag_repository_or_digest_is_not_found() {
     push(&known, &artifact(b"x"), &o).expect("push");
 
     let unknown_tag = reference(&registry.url("rb/known:v2"));
-    let err = expect_err(pull(&unknown_tag, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), "not-found", &unknown_tag);
+    let err = expect_err(pull(&unknown_tag, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), OciErrorKind::NotFound, &unknown_tag);
     assert_mentions(&err, &["MANIFEST_UNKNOWN"]);
-    expect_err(resolve_digest(&unknown_tag, &o), "not-found", &unknown_tag);
+    expect_err(resolve_digest(&unknown_tag, &o), OciErrorKind::NotFound, &unknown_tag);
 
     let unknown_repo = reference(&registry.url("rb/never-pushed:v1"));
-    expect_err(pull(&unknown_repo, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), "not-found", &unknown_repo);
+    expect_err(pull(&unknown_repo, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), OciErrorKind::NotFound, &unknown_repo);
     let unknown_digest = known.with_digest(&sha256(b"never pushed"));
-    expect_err(pull(&unknown_digest, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), "not-found", &unknown_digest);
+    expect_err(pull(&unknown_digest, ARTIFACT_TYPE, LAYER_TYPE, MAX, &o), OciErrorKind::NotFound, &unknown_digest);
 }
 
 #[test]
@@ -292,9 +292,9 @@ fn blocking_api_works_inside_a_tokio_runtime() {
 fn push_needs_a_tag_and_no_digest() {
     // Refused before any connection, so the address need not exist.
     let by_digest = reference(&format!("oci://127.0.0.1:9/rb/x@{}", sha256(b"x")));
-    expect_err(push(&by_digest, &artifact(b"x"), &Options::default()), "invalid-reference", &by_digest);
+    expect_err(push(&by_digest, &artifact(b"x"), &Options::default()), OciErrorKind::InvalidReference, &by_digest);
     let both = reference(&format!("oci://127.0.0.1:9/rb/x:v1@{}", sha256(b"x")));
-    expect_err(push(&both, &artifact(b"x"), &Options::default()), "invalid-reference", &both);
+    expect_err(push(&both, &artifact(b"x"), &Options::default()), OciErrorKind::InvalidReference, &both);
 }
 
 #[test]
@@ -367,7 +367,7 @@ fn parse_rejects_bad_references() {
     ];
     for (input, why) in cases {
         let err = OciRef::parse(&input).expect_err(&format!("{input:?} should be rejected"));
-        assert_eq!(err.code, "invalid-reference", "{input:?}: {err}");
+        assert_eq!(err.kind, OciErrorKind::InvalidReference, "{input:?}: {err}");
         assert!(err.message.contains(&format!("{input:?}")), "message should quote the input: {}", err.message);
         assert!(err.message.contains(why), "{input:?}: message should mention {why:?}: {}", err.message);
     }

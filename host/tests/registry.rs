@@ -77,7 +77,7 @@ fn a_local_file_is_t1_and_unpinned() {
     assert_eq!(r.reference, "runbook.yaml", "a file is named by its name only, never a directory");
     assert_eq!(r.sha256, sha(&std::fs::read(&path).unwrap()));
     let e = registry::resolve("no/such/file.yaml", "no-such-registry").unwrap_err();
-    assert_eq!(e.code, "unknown-runbook");
+    assert_eq!(e.kind, registry::RegistryErrorKind::UnknownRunbook);
 }
 
 #[test]
@@ -85,7 +85,7 @@ fn add_refuses_lint_errors_and_a_different_document_at_a_pinned_version() {
     let t = filled("refuse");
     let reg = t.0.join("reg");
     let e = registry::add(&reg, &repo().join("examples/broken/runbook.yaml")).unwrap_err();
-    assert_eq!(e.code, "invalid-document", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::InvalidDocument, "{e}");
     // Same id@version, one changed byte of prose: refused, the pinned bytes stay.
     let mut doc = std::fs::read(fixture("good/hello/1.0.0/runbook.yaml")).unwrap();
     let at = doc.windows(9).position(|w| w == b"Say hello").unwrap();
@@ -93,7 +93,7 @@ fn add_refuses_lint_errors_and_a_different_document_at_a_pinned_version() {
     let other = t.0.join("hello-changed.yaml");
     std::fs::write(&other, &doc).unwrap();
     let e = registry::add(&reg, &other).unwrap_err();
-    assert_eq!(e.code, "conflict", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::Conflict, "{e}");
     let r = registry::resolve("hello@1.0.0", s(&reg)).unwrap();
     assert_eq!(r.bytes, std::fs::read(fixture("good/hello/1.0.0/runbook.yaml")).unwrap());
 }
@@ -108,7 +108,7 @@ fn a_tampered_document_is_refused() {
     b[n] ^= 0x01;
     std::fs::write(&p, &b).unwrap();
     let e = registry::resolve("rotate-credentials@1.3.0", s(&reg)).unwrap_err();
-    assert_eq!(e.code, "tampered", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::Tampered, "{e}");
     // The others still resolve.
     registry::resolve("hello@1.0.0", s(&reg)).unwrap();
 }
@@ -117,23 +117,23 @@ fn a_tampered_document_is_refused() {
 fn unknown_runbook_and_unknown_version() {
     let t = filled("unknown");
     let reg = t.0.join("reg");
-    assert_eq!(registry::resolve("no-such-runbook@1.0.0", s(&reg)).unwrap_err().code, "unknown-runbook");
-    assert_eq!(registry::resolve("hello@9.9.9", s(&reg)).unwrap_err().code, "unknown-version");
+    assert_eq!(registry::resolve("no-such-runbook@1.0.0", s(&reg)).unwrap_err().kind, registry::RegistryErrorKind::UnknownRunbook);
+    assert_eq!(registry::resolve("hello@9.9.9", s(&reg)).unwrap_err().kind, registry::RegistryErrorKind::UnknownVersion);
     // A registry that is not there, or has no index, cannot be reached.
-    assert_eq!(registry::resolve("hello@1.0.0", s(&t.0.join("nowhere"))).unwrap_err().code, "unreachable");
+    assert_eq!(registry::resolve("hello@1.0.0", s(&t.0.join("nowhere"))).unwrap_err().kind, registry::RegistryErrorKind::Unreachable);
     std::fs::create_dir_all(t.0.join("empty")).unwrap();
-    assert_eq!(registry::resolve("hello@1.0.0", s(&t.0.join("empty"))).unwrap_err().code, "unreachable");
+    assert_eq!(registry::resolve("hello@1.0.0", s(&t.0.join("empty"))).unwrap_err().kind, registry::RegistryErrorKind::Unreachable);
 }
 
 #[test]
 fn index_paths_cannot_leave_the_registry() {
     for name in ["dotdot", "absolute", "backslash"] {
         let e = registry::resolve("escape@1.0.0", s(&fixture(name))).unwrap_err();
-        assert_eq!(e.code, "invalid-index", "{name}: {e}");
+        assert_eq!(e.kind, registry::RegistryErrorKind::InvalidIndex, "{name}: {e}");
     }
     for name in ["bad-schema", "bad-pin"] {
         let e = registry::resolve("hello@1.0.0", s(&fixture(name))).unwrap_err();
-        assert_eq!(e.code, "invalid-index", "{name}: {e}");
+        assert_eq!(e.kind, registry::RegistryErrorKind::InvalidIndex, "{name}: {e}");
     }
     for p in ["../x", "/x", "a/../b", "a//b", "./a", "a\\b", "C:/x", "~/x", ""] {
         assert!(registry::check_index_path(p).is_err(), "{p:?} accepted");
@@ -160,7 +160,7 @@ fn a_symlink_out_of_the_registry_is_not_followed() {
     )
     .unwrap();
     let e = registry::resolve("hello@1.0.0", s(&reg)).unwrap_err();
-    assert_eq!(e.code, "io", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::Io, "{e}");
 }
 
 /// Serves `root` over plain HTTP/1.1 on 127.0.0.1 until the process ends; `chunked` answers with
@@ -224,8 +224,8 @@ fn an_http_registry_resolves_pinned() {
         let r = registry::resolve("rotate-credentials@1.3.0", &url).unwrap();
         assert_eq!((r.trust, r.bytes.as_slice(), r.reference.as_str()), (Trust::T2, doc.as_slice(), "rotate-credentials@1.3.0"));
         assert_eq!(registry::resolve("hello@1.0.0", &format!("{url}/")).unwrap().trust, Trust::T2);
-        assert_eq!(registry::resolve("hello@2.0.0", &url).unwrap_err().code, "unknown-version");
-        assert_eq!(registry::resolve("nope@1.0.0", &url).unwrap_err().code, "unknown-runbook");
+        assert_eq!(registry::resolve("hello@2.0.0", &url).unwrap_err().kind, registry::RegistryErrorKind::UnknownVersion);
+        assert_eq!(registry::resolve("nope@1.0.0", &url).unwrap_err().kind, registry::RegistryErrorKind::UnknownRunbook);
     }
     // A server that keeps connections open is read to the end of its answer, not to a timeout.
     for chunked in [false, true] {
@@ -242,7 +242,7 @@ fn an_http_registry_resolves_pinned() {
     let url = serve(reg.clone(), false);
     let mut no_cache = registry::Settings::new(&url);
     no_cache.cache = None;
-    assert_eq!(registry::resolve_with("hello@1.0.0", &no_cache).unwrap_err().code, "tampered");
+    assert_eq!(registry::resolve_with("hello@1.0.0", &no_cache).unwrap_err().kind, registry::RegistryErrorKind::Tampered);
     // With a cache, the pinned bytes fetched before are used (by their sha256): the tampered copy is never read.
     let cache = t.0.join("cache");
     let mut cached = registry::Settings::new(&url);
@@ -253,7 +253,7 @@ fn an_http_registry_resolves_pinned() {
     assert_eq!(registry::resolve_with("hello@1.0.0", &cached).unwrap().bytes, original);
     // An HTTP registry without an index is unreachable.
     let url = serve(t.0.join("nothing-here"), false);
-    assert_eq!(registry::resolve("hello@1.0.0", &url).unwrap_err().code, "unreachable");
+    assert_eq!(registry::resolve("hello@1.0.0", &url).unwrap_err().kind, registry::RegistryErrorKind::Unreachable);
 }
 
 #[test]
@@ -261,9 +261,9 @@ fn an_unreachable_http_registry_is_refused() {
     // A port nobody listens on: bind, read the port, close.
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let e = registry::resolve("hello@1.0.0", &format!("http://127.0.0.1:{port}/")).unwrap_err();
-    assert_eq!(e.code, "unreachable", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::Unreachable, "{e}");
     let e = registry::resolve("hello@1.0.0", "https://registry.invalid/").unwrap_err();
-    assert_eq!(e.code, "unreachable", "{e}");
+    assert_eq!(e.kind, registry::RegistryErrorKind::Unreachable, "{e}");
 }
 
 #[test]

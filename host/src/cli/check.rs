@@ -1,6 +1,6 @@
 use crate::Format;
 use anyhow::{bail, Result};
-use runbook_host::{wire, Coverage, DecisionKind, Event, EventKind, Profile, Risk, StartClaim};
+use runbook_host::{wire, Coverage, DecisionKind, Event, EventKind, Profile, Refusal, Risk, StartClaim};
 use std::process::ExitCode;
 
 #[derive(clap::Args)]
@@ -77,7 +77,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     let code = wire::code(*r);
                     let why = policy.explain("refusal", &code)?.unwrap_or_default();
                     // The one thing the module cannot say: how this binary is run, to see the errors.
-                    let hint = if code == "invalid-document" { format!(" (run `{} lint`)", runbook_host::invocation()) } else { String::new() };
+                    let hint = if *r == Refusal::InvalidDocument { format!(" (run `{} lint`)", runbook_host::invocation()) } else { String::new() };
                     outln!("  {code}: {why}{hint}");
                 }
             }

@@ -62,7 +62,7 @@ pub fn export(args: ExportArgs) -> Result<ExitCode> {
     let pushed = match (&args.to, &o.failure) {
         (Some(target), None) => {
             let settings = super::registry::settings("", &args.registry_ca, &[])?;
-            Some(runbook_host::registry::oci::push_evidence(&out, target, &settings).map_err(|e| anyhow::anyhow!("export --to: {}: {}", e.code, e.message))?)
+            Some(runbook_host::registry::oci::push_evidence(&out, target, &settings).map_err(|e| anyhow::anyhow!("export --to: {}: {}", e.kind, e.message))?)
         }
         _ => None,
     };

@@ -65,7 +65,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             None => None,
         };
         let p = runbook_host::registry::oci::push_module(runbook_host::COMPONENT, target, signature.as_deref(), &settings)
-            .map_err(|e| anyhow::anyhow!("module --push: {}: {}", e.code, e.message))?;
+            .map_err(|e| anyhow::anyhow!("module --push: {}: {}", e.kind, e.message))?;
         outln!("pushed {} (sha256 {})", p.reference, p.sha256);
         if let Some(d) = &p.signature_digest {
             outln!("with its signature ({d})");

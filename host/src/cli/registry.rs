@@ -93,12 +93,12 @@ pub fn signing_key(path: Option<&std::path::Path>) -> Result<Option<ed25519_dale
 
 fn fail(e: &registry::RegistryError, format: Format) -> Result<ExitCode> {
     if format == Format::Json {
-        outln!("{}", serde_json::json!({"ok": false, "code": e.code, "message": e.message}));
+        outln!("{}", serde_json::json!({"ok": false, "code": e.kind.code(), "message": e.message}));
     } else {
-        eprintln!("runbook-host: registry: {}: {}", e.code, e.message);
+        eprintln!("runbook-host: registry: {}: {}", e.kind, e.message);
     }
     // A refused document is "found wanting" (1); anything else is an IO problem (2).
-    Ok(ExitCode::from(if matches!(e.code, "invalid-document" | "conflict" | "invalid-index" | "tampered") || e.code.starts_with("signature-") { 1 } else { 2 }))
+    Ok(ExitCode::from(if e.kind.is_refusal() { 1 } else { 2 }))
 }
 
 pub fn run(args: Args) -> Result<ExitCode> {
@@ -117,7 +117,10 @@ pub fn run(args: Args) -> Result<ExitCode> {
             if !keys.is_empty() {
                 let Some(env) = &signature else {
                     return fail(
-                        &registry::RegistryError { code: "signature-missing", message: format!("`{}` has no signature beside it", file.display()) },
+                        &registry::RegistryError {
+                            kind: registry::RegistryErrorKind::SignatureMissing,
+                            message: format!("`{}` has no signature beside it", file.display()),
+                        },
                         format,
                     );
                 };
@@ -129,7 +132,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
                     runbook_host::signatures::dsse::DOCUMENT_PREDICATE,
                     runbook_host::registry::https::now_unix(),
                 ) {
-                    return fail(&registry::RegistryError { code: e.code, message: format!("`{}`: {}", sidecar.display(), e.message) }, format);
+                    return fail(&registry::RegistryError { kind: e.kind.into(), message: format!("`{}`: {}", sidecar.display(), e.message) }, format);
                 }
             }
             let pushed = match (&target, &prefix) {
@@ -160,7 +163,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             }
         }
         Sub::Add { file, registry: dir, signed_approvals, require_signature, format } => match super::sign::read_keys(&require_signature)
-            .map_err(|e| registry::RegistryError { code: "io", message: format!("{e:#}") })
+            .map_err(|e| registry::RegistryError { kind: registry::RegistryErrorKind::Io, message: format!("{e:#}") })
             .and_then(|keys| registry::add_checked(&dir, &file, &keys))
             .and_then(|(id, version, sha)| {
                 if signed_approvals {

@@ -57,7 +57,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let run_dir = if given.starts_with("oci://") || given.starts_with("oci+http://") {
         let settings = super::registry::settings("", &args.registry_ca, &[])?;
         let d = tempfile::tempdir()?;
-        let digest = runbook_host::registry::oci::pull_evidence(&given, d.path(), &settings).map_err(|e| anyhow::anyhow!("{}: {}", e.code, e.message))?;
+        let digest = runbook_host::registry::oci::pull_evidence(&given, d.path(), &settings).map_err(|e| anyhow::anyhow!("{}: {}", e.kind, e.message))?;
         if args.format == Format::Text {
             outln!("pulled {given} (manifest {digest})");
         }

@@ -27,11 +27,44 @@ pub const MAX_REDIRECTS: usize = 5;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Why a fetch failed. `code`: `refused` (a URL the rules forbid), `unreachable` (no connection, DNS,
-/// time-out, TLS), `not-found` (404), `status` (another answer than 200 or 304), `too-large`.
+/// Why a fetch failed; [`FetchErrorKind::code`] is its stable code.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchErrorKind {
+    /// `refused`: a URL the rules forbid (or no client could be built for it).
+    Refused,
+    /// `unreachable`: no connection, DNS, time-out, TLS.
+    Unreachable,
+    /// `not-found`: 404.
+    NotFound,
+    /// `status`: another answer than 200 or 304.
+    Status,
+    /// `too-large`: more bytes than allowed.
+    TooLarge,
+}
+
+impl FetchErrorKind {
+    pub fn code(&self) -> &'static str {
+        match self {
+            FetchErrorKind::Refused => "refused",
+            FetchErrorKind::Unreachable => "unreachable",
+            FetchErrorKind::NotFound => "not-found",
+            FetchErrorKind::Status => "status",
+            FetchErrorKind::TooLarge => "too-large",
+        }
+    }
+}
+
+impl std::fmt::Display for FetchErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// Why a fetch failed: its kind and a message that names the URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FetchError {
-    pub code: &'static str,
+    pub kind: FetchErrorKind,
     pub message: String,
 }
 
@@ -41,19 +74,19 @@ impl std::fmt::Display for FetchError {
     }
 }
 
-fn err(code: &'static str, message: impl Into<String>) -> FetchError {
-    FetchError { code, message: message.into() }
+fn err(kind: FetchErrorKind, message: impl Into<String>) -> FetchError {
+    FetchError { kind, message: message.into() }
 }
 
 /// [`crate::net::check_url`], as a registry error.
 pub fn check_url(url: &str) -> Result<reqwest::Url, FetchError> {
-    crate::net::check_url(url).map_err(|e| err("refused", e.0))
+    crate::net::check_url(url).map_err(|e| err(FetchErrorKind::Refused, e.0))
 }
 
 /// The HTTP client for registries: [`crate::net::http_client`] with redirects checked and never downgraded.
 pub fn client(extra_ca_pem: &[Vec<u8>]) -> Result<reqwest::Client, FetchError> {
     use crate::net::{http_client, Redirects};
-    http_client(extra_ca_pem, Redirects::Checked(MAX_REDIRECTS), CONNECT_TIMEOUT, Some(REQUEST_TIMEOUT)).map_err(|e| err("refused", e))
+    http_client(extra_ca_pem, Redirects::Checked(MAX_REDIRECTS), CONNECT_TIMEOUT, Some(REQUEST_TIMEOUT)).map_err(|e| err(FetchErrorKind::Refused, e))
 }
 
 /// Runs a future to completion on a runtime of its own, whether or not the caller is inside one.
@@ -90,22 +123,22 @@ pub struct Got(pub Vec<u8>, pub Option<String>);
 pub fn get(client: &reqwest::Client, url: &str, max: usize) -> Result<Got, FetchError> {
     check_url(url)?;
     block_on(async {
-        let mut resp = client.get(url).send().await.map_err(|e| err("unreachable", format!("`{url}`: {}", chain(&e))))?;
+        let mut resp = client.get(url).send().await.map_err(|e| err(FetchErrorKind::Unreachable, format!("`{url}`: {}", chain(&e))))?;
         let status = resp.status();
         if status == reqwest::StatusCode::NOT_FOUND {
-            return Err(err("not-found", format!("`{url}` answered {status}")));
+            return Err(err(FetchErrorKind::NotFound, format!("`{url}` answered {status}")));
         }
         if status != reqwest::StatusCode::OK {
-            return Err(err("status", format!("`{url}` answered {status}")));
+            return Err(err(FetchErrorKind::Status, format!("`{url}` answered {status}")));
         }
         if resp.content_length().is_some_and(|n| n > max as u64) {
-            return Err(err("too-large", format!("`{url}` is larger than {max} bytes")));
+            return Err(err(FetchErrorKind::TooLarge, format!("`{url}` is larger than {max} bytes")));
         }
         let tag = resp.headers().get(reqwest::header::ETAG).and_then(|v| v.to_str().ok()).map(str::to_string);
         let mut body = Vec::new();
-        while let Some(c) = resp.chunk().await.map_err(|e| err("unreachable", format!("`{url}`: {}", chain(&e))))? {
+        while let Some(c) = resp.chunk().await.map_err(|e| err(FetchErrorKind::Unreachable, format!("`{url}`: {}", chain(&e))))? {
             if body.len() + c.len() > max {
-                return Err(err("too-large", format!("`{url}` is larger than {max} bytes")));
+                return Err(err(FetchErrorKind::TooLarge, format!("`{url}` is larger than {max} bytes")));
             }
             body.extend_from_slice(&c);
         }
@@ -201,12 +234,22 @@ pub fn cached(cache: &Cache, url: &str) -> Option<(Vec<u8>, Option<String>, i64)
 /// Whether a fetch error means the registry could not be reached at all (as opposed to answering badly),
 /// the one case in which cached bytes may stand in.
 pub fn is_down(e: &FetchError) -> bool {
-    e.code == "unreachable"
+    e.kind == FetchErrorKind::Unreachable
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kind's code: a renamed code fails here, not silently in a consumer.
+    #[test]
+    fn kind_codes() {
+        use FetchErrorKind::*;
+        for (kind, code) in [(Refused, "refused"), (Unreachable, "unreachable"), (NotFound, "not-found"), (Status, "status"), (TooLarge, "too-large")] {
+            assert_eq!(kind.code(), code);
+            assert_eq!(kind.to_string(), code);
+        }
+    }
 
     #[test]
     fn transport_rules() {
@@ -214,10 +257,10 @@ mod tests {
         assert!(check_url("http://127.0.0.1:8080/x").is_ok());
         assert!(check_url("http://[::1]:8080/x").is_ok());
         assert!(check_url("http://localhost/x").is_ok());
-        assert_eq!(check_url("http://registry.example/x").unwrap_err().code, "refused");
-        assert_eq!(check_url("http://10.0.0.1/x").unwrap_err().code, "refused");
-        assert_eq!(check_url("ftp://127.0.0.1/x").unwrap_err().code, "refused");
-        assert_eq!(check_url("https://user:pw@registry.example/").unwrap_err().code, "refused");
+        assert_eq!(check_url("http://registry.example/x").unwrap_err().kind, FetchErrorKind::Refused);
+        assert_eq!(check_url("http://10.0.0.1/x").unwrap_err().kind, FetchErrorKind::Refused);
+        assert_eq!(check_url("ftp://127.0.0.1/x").unwrap_err().kind, FetchErrorKind::Refused);
+        assert_eq!(check_url("https://user:pw@registry.example/").unwrap_err().kind, FetchErrorKind::Refused);
     }
 
     #[test]

@@ -77,24 +77,88 @@ pub struct Resolved {
     pub signature_where: String,
 }
 
-/// Why a reference did not resolve. `code` is one of `unknown-runbook`, `unknown-version`, `tampered`,
-/// `unreachable`, `invalid-index`, `io`, and, from [`add`] only, `invalid-document` (lint errors or no
-/// id/version) and `conflict` (a different document is already pinned at that id@version).
+/// Why a reference did not resolve (or a document was not added); [`RegistryErrorKind::code`] is the
+/// stable code the CLI prints and writes in its JSON.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RegistryErrorKind {
+    /// `unknown-runbook`: the registry has no such id (or no such OCI reference).
+    UnknownRunbook,
+    /// `unknown-version`: the id is there, that version is not.
+    UnknownVersion,
+    /// `tampered`: the bytes do not match their pin.
+    Tampered,
+    /// `unreachable`: the registry could not be reached, or refused.
+    Unreachable,
+    /// `invalid-index`: the index (or what it names) is not one this host reads.
+    InvalidIndex,
+    /// `io`: reading or writing failed.
+    Io,
+    /// `invalid-document` (from [`add`] only): lint errors, or no id/version.
+    InvalidDocument,
+    /// `conflict` (from [`add`] only): a different document is already pinned at that id@version.
+    Conflict,
+    /// `signature-missing`: a signature is required and there is none.
+    SignatureMissing,
+    /// `signature-*`: the signature did not check out (the DSSE check's own code).
+    Signature(dsse::DsseErrorKind),
+}
+
+impl RegistryErrorKind {
+    pub fn code(&self) -> &'static str {
+        match self {
+            RegistryErrorKind::UnknownRunbook => "unknown-runbook",
+            RegistryErrorKind::UnknownVersion => "unknown-version",
+            RegistryErrorKind::Tampered => "tampered",
+            RegistryErrorKind::Unreachable => "unreachable",
+            RegistryErrorKind::InvalidIndex => "invalid-index",
+            RegistryErrorKind::Io => "io",
+            RegistryErrorKind::InvalidDocument => "invalid-document",
+            RegistryErrorKind::Conflict => "conflict",
+            RegistryErrorKind::SignatureMissing => "signature-missing",
+            RegistryErrorKind::Signature(k) => k.code(),
+        }
+    }
+
+    /// Whether the document was found wanting (refused on its merits: the CLI's exit 1), as opposed to
+    /// the registry or the disk failing (exit 2).
+    pub fn is_refusal(&self) -> bool {
+        use RegistryErrorKind::*;
+        match self {
+            InvalidDocument | Conflict | InvalidIndex | Tampered | SignatureMissing | Signature(_) => true,
+            UnknownRunbook | UnknownVersion | Unreachable | Io => false,
+        }
+    }
+}
+
+impl std::fmt::Display for RegistryErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+impl From<dsse::DsseErrorKind> for RegistryErrorKind {
+    fn from(k: dsse::DsseErrorKind) -> RegistryErrorKind {
+        RegistryErrorKind::Signature(k)
+    }
+}
+
+/// Why a reference did not resolve: its kind and a message that names what was looked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RegistryError {
-    pub code: &'static str,
+    pub kind: RegistryErrorKind,
     pub message: String,
 }
 
 impl RegistryError {
-    pub(crate) fn new(code: &'static str, message: impl Into<String>) -> RegistryError {
-        RegistryError { code, message: message.into() }
+    pub fn new(kind: impl Into<RegistryErrorKind>, message: impl Into<String>) -> RegistryError {
+        RegistryError { kind: kind.into(), message: message.into() }
     }
 }
 
 impl std::fmt::Display for RegistryError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
+        write!(f, "{}: {}", self.kind, self.message)
     }
 }
 
@@ -217,10 +281,13 @@ pub fn resolve_with(reference: &str, settings: &Settings) -> Result<Resolved, Re
     let mut r = resolve_unsigned(reference, settings)?;
     if !settings.require_signature.is_empty() {
         let envelope = r.signature.take().ok_or_else(|| {
-            RegistryError::new("signature-missing", format!("`{reference}` has no signature, and a signature is required ({})", r.signature_where))
+            RegistryError::new(
+                RegistryErrorKind::SignatureMissing,
+                format!("`{reference}` has no signature, and a signature is required ({})", r.signature_where),
+            )
         })?;
         let v = dsse::verify_envelope(&envelope, &settings.require_signature, &r.sha256, dsse::DOCUMENT_PREDICATE, https::now_unix())
-            .map_err(|e| RegistryError::new(e.code, format!("`{reference}`: {}", e.message)))?;
+            .map_err(|e| RegistryError::new(e.kind, format!("`{reference}`: {}", e.message)))?;
         r.provenance.signed_by = Some(v.key_id);
         r.provenance.signature_expires = v.predicate["expires"].as_str().map(str::to_string);
         r.signature = Some(envelope);
@@ -248,7 +315,10 @@ fn resolve_unsigned(reference: &str, settings: &Settings) -> Result<Resolved, Re
         let bytes = source.get(&entry.path, &entry.sha256, &mut provenance)?;
         let sha = sha256_hex(&bytes);
         if sha != entry.sha256 {
-            return Err(RegistryError::new("tampered", format!("`{reference}`: the document's sha256 is {sha}, the registry pins {}", entry.sha256)));
+            return Err(RegistryError::new(
+                RegistryErrorKind::Tampered,
+                format!("`{reference}`: the document's sha256 is {sha}, the registry pins {}", entry.sha256),
+            ));
         }
         let (signature, signature_where) = match &entry.signature {
             Some(p) => (source.get_signature(p, &mut provenance)?, format!("the registry's `{p}`")),
@@ -268,8 +338,8 @@ fn resolve_unsigned(reference: &str, settings: &Settings) -> Result<Resolved, Re
         });
     }
     if as_file.is_file() {
-        let bytes =
-            crate::files::read_path_bounded(as_file, MAX_DOCUMENT as u64).map_err(|e| RegistryError::new("io", format!("cannot read `{reference}`: {e}")))?;
+        let bytes = crate::files::read_path_bounded(as_file, MAX_DOCUMENT as u64)
+            .map_err(|e| RegistryError::new(RegistryErrorKind::Io, format!("cannot read `{reference}`: {e}")))?;
         let name = as_file.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| "runbook".into());
         // A local document's signature is the file beside it, `<file>.dsse.json` (what `runbook-host sign` writes).
         let sidecar = PathBuf::from(format!("{reference}{SIGNATURE_SUFFIX}"));
@@ -287,7 +357,7 @@ fn resolve_unsigned(reference: &str, settings: &Settings) -> Result<Resolved, Re
             signature_where: format!("no `{name}{SIGNATURE_SUFFIX}` beside it"),
         });
     }
-    Err(RegistryError::new("unknown-runbook", format!("`{reference}` is neither `id@version`, an `oci://` reference nor an existing file")))
+    Err(RegistryError::new(RegistryErrorKind::UnknownRunbook, format!("`{reference}` is neither `id@version`, an `oci://` reference nor an existing file")))
 }
 
 /// A signature file's name beside its document.
@@ -295,12 +365,13 @@ pub const SIGNATURE_SUFFIX: &str = ".dsse.json";
 
 fn read_signature_file(path: &Path) -> Result<Option<Vec<u8>>, RegistryError> {
     match crate::files::read_path_bounded(path, MAX_SIGNATURE as u64) {
-        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-            Err(RegistryError::new("signature-malformed", format!("`{}` is larger than {MAX_SIGNATURE} bytes", path.display())))
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidData => Err(RegistryError::new(
+            RegistryErrorKind::Signature(dsse::DsseErrorKind::Malformed),
+            format!("`{}` is larger than {MAX_SIGNATURE} bytes", path.display()),
+        )),
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(RegistryError::new("io", format!("cannot read `{}`: {e}", path.display()))),
+        Err(e) => Err(RegistryError::new(RegistryErrorKind::Io, format!("cannot read `{}`: {e}", path.display()))),
     }
 }
 
@@ -331,33 +402,33 @@ pub struct Entry {
 
 /// Parses and checks an index: schema, shapes, hex pins, and every path relative and inside.
 pub fn parse_index(bytes: &[u8]) -> Result<Value, RegistryError> {
-    let v: Value = serde_json::from_slice(bytes).map_err(|e| RegistryError::new("invalid-index", format!("index.json is not JSON: {e}")))?;
+    let v: Value = serde_json::from_slice(bytes).map_err(|e| RegistryError::new(RegistryErrorKind::InvalidIndex, format!("index.json is not JSON: {e}")))?;
     if v["schema"] != INDEX_SCHEMA {
-        return Err(RegistryError::new("invalid-index", format!("index.json: `schema` must be `{INDEX_SCHEMA}`")));
+        return Err(RegistryError::new(RegistryErrorKind::InvalidIndex, format!("index.json: `schema` must be `{INDEX_SCHEMA}`")));
     }
     let Some(runbooks) = v["runbooks"].as_object() else {
-        return Err(RegistryError::new("invalid-index", "index.json: `runbooks` must be an object"));
+        return Err(RegistryError::new(RegistryErrorKind::InvalidIndex, "index.json: `runbooks` must be an object"));
     };
     for (id, versions) in runbooks {
         let Some(versions) = versions.as_object() else {
-            return Err(RegistryError::new("invalid-index", format!("index.json: `{id}` must map versions to entries")));
+            return Err(RegistryError::new(RegistryErrorKind::InvalidIndex, format!("index.json: `{id}` must map versions to entries")));
         };
         for (version, e) in versions {
             let sha = e["sha256"].as_str().unwrap_or("");
             if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-                return Err(RegistryError::new("invalid-index", format!("index.json: `{id}@{version}` has no lowercase hex sha256")));
+                return Err(RegistryError::new(RegistryErrorKind::InvalidIndex, format!("index.json: `{id}@{version}` has no lowercase hex sha256")));
             }
-            let path = e["path"].as_str().ok_or_else(|| RegistryError::new("invalid-index", format!("index.json: `{id}@{version}` has no path")))?;
-            check_index_path(path).map_err(|m| RegistryError::new("invalid-index", format!("index.json: `{id}@{version}`: {m}")))?;
+            let path =
+                e["path"].as_str().ok_or_else(|| RegistryError::new(RegistryErrorKind::InvalidIndex, format!("index.json: `{id}@{version}` has no path")))?;
+            check_index_path(path).map_err(|m| RegistryError::new(RegistryErrorKind::InvalidIndex, format!("index.json: `{id}@{version}`: {m}")))?;
             match &e["signature"] {
                 Value::Null => {}
-                Value::String(p) => {
-                    check_index_path(p).map_err(|m| RegistryError::new("invalid-index", format!("index.json: `{id}@{version}` signature: {m}")))?
-                }
-                _ => return Err(RegistryError::new("invalid-index", format!("index.json: `{id}@{version}`: `signature` must be a path"))),
+                Value::String(p) => check_index_path(p)
+                    .map_err(|m| RegistryError::new(RegistryErrorKind::InvalidIndex, format!("index.json: `{id}@{version}` signature: {m}")))?,
+                _ => return Err(RegistryError::new(RegistryErrorKind::InvalidIndex, format!("index.json: `{id}@{version}`: `signature` must be a path"))),
             }
             if !(e["approvals"].is_null() || e["approvals"] == "signed") {
-                return Err(RegistryError::new("invalid-index", format!("index.json: `{id}@{version}`: `approvals` can only be \"signed\"")));
+                return Err(RegistryError::new(RegistryErrorKind::InvalidIndex, format!("index.json: `{id}@{version}`: `approvals` can only be \"signed\"")));
             }
         }
     }
@@ -366,10 +437,10 @@ pub fn parse_index(bytes: &[u8]) -> Result<Value, RegistryError> {
 
 fn lookup(index: &Value, id: &str, version: &str) -> Result<Entry, RegistryError> {
     let Some(versions) = index["runbooks"].get(id) else {
-        return Err(RegistryError::new("unknown-runbook", format!("the registry has no runbook `{id}`")));
+        return Err(RegistryError::new(RegistryErrorKind::UnknownRunbook, format!("the registry has no runbook `{id}`")));
     };
     let Some(e) = versions.get(version) else {
-        return Err(RegistryError::new("unknown-version", format!("the registry has no version `{version}` of `{id}`")));
+        return Err(RegistryError::new(RegistryErrorKind::UnknownVersion, format!("the registry has no version `{version}` of `{id}`")));
     };
     Ok(Entry {
         sha256: e["sha256"].as_str().unwrap_or_default().to_string(),
@@ -388,20 +459,20 @@ impl Source {
     fn open(settings: &Settings) -> Result<Source, RegistryError> {
         let registry = settings.registry.as_str();
         if registry.starts_with("http://") || registry.starts_with("https://") {
-            https::check_url(registry).map_err(|e| RegistryError::new("unreachable", e.message))?;
-            let client = https::client(&settings.ca_pem).map_err(|e| RegistryError::new("unreachable", e.message))?;
+            https::check_url(registry).map_err(|e| RegistryError::new(RegistryErrorKind::Unreachable, e.message))?;
+            let client = https::client(&settings.ca_pem).map_err(|e| RegistryError::new(RegistryErrorKind::Unreachable, e.message))?;
             let base = if registry.ends_with('/') { registry.to_string() } else { format!("{registry}/") };
             return Ok(Source::Url { base, client, cache: settings.cache.clone(), max_age: settings.offline_max_age });
         }
         if registry.contains("://") {
             return Err(RegistryError::new(
-                "unreachable",
+                RegistryErrorKind::Unreachable,
                 format!("`{registry}`: a registry is a directory, an https:// URL (http:// on loopback) or oci://HOST/PREFIX"),
             ));
         }
         Dir::open_ambient_dir(registry, cap_std::ambient_authority())
             .map(Source::Dir)
-            .map_err(|e| RegistryError::new("unreachable", format!("cannot open the registry `{registry}`: {e}")))
+            .map_err(|e| RegistryError::new(RegistryErrorKind::Unreachable, format!("cannot open the registry `{registry}`: {e}")))
     }
 
     /// The parsed index and the provenance so far. A URL registry's index is fetched whole every time;
@@ -412,9 +483,9 @@ impl Source {
             Source::Dir(d) => {
                 let bytes = read_bounded(d, "index.json", MAX_INDEX).map_err(|e| {
                     if e.kind() == std::io::ErrorKind::NotFound {
-                        RegistryError::new("unreachable", "the registry has no index.json (`registry add FILE` creates it)")
+                        RegistryError::new(RegistryErrorKind::Unreachable, "the registry has no index.json (`registry add FILE` creates it)")
                     } else {
-                        RegistryError::new("io", format!("index.json: {e}"))
+                        RegistryError::new(RegistryErrorKind::Io, format!("index.json: {e}"))
                     }
                 })?;
                 Ok((parse_index(&bytes)?, Provenance { kind: "directory", ..Default::default() }))
@@ -443,22 +514,22 @@ impl Source {
                     }
                     Err(e) if https::is_down(&e) => {
                         let Some((bytes, _, at)) = prior else {
-                            return Err(RegistryError::new("unreachable", format!("{} (and no copy of its index is cached)", e.message)));
+                            return Err(RegistryError::new(RegistryErrorKind::Unreachable, format!("{} (and no copy of its index is cached)", e.message)));
                         };
                         let age = now - at;
                         if age > *max_age {
                             return Err(RegistryError::new(
-                                "unreachable",
+                                RegistryErrorKind::Unreachable,
                                 format!("{} (the cached index is {age} s old, more than the {max_age} s allowed offline)", e.message),
                             ));
                         }
                         provenance.from_cache = Some(format!("the registry was unreachable; its index as fetched {age} s before ({})", e.message));
                         Ok((parse_index(&bytes)?, provenance))
                     }
-                    Err(e) if matches!(e.code, "status" | "not-found") => {
-                        Err(RegistryError::new("unreachable", format!("the registry has no usable index.json: {}", e.message)))
+                    Err(e) if matches!(e.kind, https::FetchErrorKind::Status | https::FetchErrorKind::NotFound) => {
+                        Err(RegistryError::new(RegistryErrorKind::Unreachable, format!("the registry has no usable index.json: {}", e.message)))
                     }
-                    Err(e) => Err(RegistryError::new("unreachable", e.message)),
+                    Err(e) => Err(RegistryError::new(RegistryErrorKind::Unreachable, e.message)),
                 }
             }
         }
@@ -467,15 +538,18 @@ impl Source {
     /// A pinned document: from the cache when its bytes are there (they are named by the pin), else fetched
     /// and then cached only when they match it.
     fn get(&self, path: &str, pin: &str, provenance: &mut Provenance) -> Result<Vec<u8>, RegistryError> {
-        check_index_path(path).map_err(|m| RegistryError::new("invalid-index", m))?;
+        check_index_path(path).map_err(|m| RegistryError::new(RegistryErrorKind::InvalidIndex, m))?;
         match self {
-            Source::Dir(d) => read_bounded(d, path, MAX_DOCUMENT).map_err(|e| RegistryError::new("io", format!("`{path}`: {e}"))),
+            Source::Dir(d) => read_bounded(d, path, MAX_DOCUMENT).map_err(|e| RegistryError::new(RegistryErrorKind::Io, format!("`{path}`: {e}"))),
             Source::Url { base, client, cache, .. } => {
                 if let Some(b) = cache.as_ref().and_then(|c| c.blob(pin)) {
                     return Ok(b);
                 }
                 if provenance.from_cache.is_some() {
-                    return Err(RegistryError::new("unreachable", format!("the registry is unreachable and `{path}` (sha256 {pin}) is not in the cache")));
+                    return Err(RegistryError::new(
+                        RegistryErrorKind::Unreachable,
+                        format!("the registry is unreachable and `{path}` (sha256 {pin}) is not in the cache"),
+                    ));
                 }
                 match https::get(client, &format!("{base}{path}"), MAX_DOCUMENT) {
                     Ok(https::Got(b, _)) => {
@@ -486,8 +560,10 @@ impl Source {
                         }
                         Ok(b)
                     }
-                    Err(e) if matches!(e.code, "status" | "not-found" | "too-large") => Err(RegistryError::new("io", e.message)),
-                    Err(e) => Err(RegistryError::new("unreachable", e.message)),
+                    Err(e) if matches!(e.kind, https::FetchErrorKind::Status | https::FetchErrorKind::NotFound | https::FetchErrorKind::TooLarge) => {
+                        Err(RegistryError::new(RegistryErrorKind::Io, e.message))
+                    }
+                    Err(e) => Err(RegistryError::new(RegistryErrorKind::Unreachable, e.message)),
                 }
             }
         }
@@ -495,12 +571,12 @@ impl Source {
 
     /// A document's signature envelope at `path` in the registry (none when it is not there).
     fn get_signature(&self, path: &str, provenance: &mut Provenance) -> Result<Option<Vec<u8>>, RegistryError> {
-        check_index_path(path).map_err(|m| RegistryError::new("invalid-index", m))?;
+        check_index_path(path).map_err(|m| RegistryError::new(RegistryErrorKind::InvalidIndex, m))?;
         match self {
             Source::Dir(d) => match read_bounded(d, path, MAX_SIGNATURE) {
                 Ok(b) => Ok(Some(b)),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(RegistryError::new("io", format!("`{path}`: {e}"))),
+                Err(e) => Err(RegistryError::new(RegistryErrorKind::Io, format!("`{path}`: {e}"))),
             },
             Source::Url { base, client, cache, .. } => {
                 let url = format!("{base}{path}");
@@ -517,8 +593,8 @@ impl Source {
                         }
                         Ok(Some(b))
                     }
-                    Err(e) if e.code == "not-found" => Ok(None),
-                    Err(e) => Err(RegistryError::new("unreachable", e.message)),
+                    Err(e) if e.kind == https::FetchErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(RegistryError::new(RegistryErrorKind::Unreachable, e.message)),
                 }
             }
         }
@@ -536,7 +612,7 @@ fn read_index_or_empty(dir: &Dir) -> Result<Value, RegistryError> {
     match read_bounded(dir, "index.json", MAX_INDEX) {
         Ok(b) => parse_index(&b),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(json!({"schema": INDEX_SCHEMA, "runbooks": {}})),
-        Err(e) => Err(RegistryError::new("io", format!("index.json: {e}"))),
+        Err(e) => Err(RegistryError::new(RegistryErrorKind::Io, format!("index.json: {e}"))),
     }
 }
 
@@ -553,18 +629,18 @@ pub fn add(registry_dir: &Path, document: &Path) -> Result<(String, String, Stri
 /// only a document signed by one of those keys (checked before anything is written).
 pub fn add_checked(registry_dir: &Path, document: &Path, require: &[ed25519_dalek::VerifyingKey]) -> Result<(String, String, String), RegistryError> {
     let bytes = crate::files::read_path_bounded(document, MAX_DOCUMENT as u64)
-        .map_err(|e| RegistryError::new("io", format!("cannot read `{}`: {e}", document.display())))?;
+        .map_err(|e| RegistryError::new(RegistryErrorKind::Io, format!("cannot read `{}`: {e}", document.display())))?;
     let sidecar = PathBuf::from(format!("{}{SIGNATURE_SUFFIX}", document.display()));
     let signature = read_signature_file(&sidecar)?;
     if !require.is_empty() {
         let env = signature.as_ref().ok_or_else(|| {
             RegistryError::new(
-                "signature-missing",
+                RegistryErrorKind::SignatureMissing,
                 format!("`{}` has no signature beside it (`{}`), and this registry requires one", document.display(), sidecar.display()),
             )
         })?;
         dsse::verify_envelope(env, require, &sha256_hex(&bytes), dsse::DOCUMENT_PREDICATE, https::now_unix())
-            .map_err(|e| RegistryError::new(e.code, format!("`{}`: {}", sidecar.display(), e.message)))?;
+            .map_err(|e| RegistryError::new(e.kind, format!("`{}`: {}", sidecar.display(), e.message)))?;
     }
     let (id, version, sha) = add_bytes(registry_dir, &bytes)?;
     if let Some(env) = signature {
@@ -575,54 +651,57 @@ pub fn add_checked(registry_dir: &Path, document: &Path, require: &[ed25519_dale
 
 /// Stores a DSSE envelope for `id@version` beside its document and names it in the index.
 pub fn store_signature(registry_dir: &Path, id: &str, version: &str, envelope: &[u8]) -> Result<(), RegistryError> {
-    let dir = open_or_create_dir(registry_dir).map_err(|e| RegistryError::new("io", format!("cannot open the registry: {e}")))?;
+    let dir = open_or_create_dir(registry_dir).map_err(|e| RegistryError::new(RegistryErrorKind::Io, format!("cannot open the registry: {e}")))?;
     let mut index = read_index_or_empty(&dir)?;
     let Some(e) = index["runbooks"].get_mut(id).and_then(|v| v.get_mut(version)).and_then(Value::as_object_mut) else {
-        return Err(RegistryError::new("unknown-runbook", format!("the registry has no `{id}@{version}`")));
+        return Err(RegistryError::new(RegistryErrorKind::UnknownRunbook, format!("the registry has no `{id}@{version}`")));
     };
     let rel = format!("{}{SIGNATURE_SUFFIX}", e["path"].as_str().unwrap_or_default());
-    check_index_path(&rel).map_err(|m| RegistryError::new("invalid-index", m))?;
+    check_index_path(&rel).map_err(|m| RegistryError::new(RegistryErrorKind::InvalidIndex, m))?;
     let (parent, name) = rel.rsplit_once('/').unwrap_or((".", rel.as_str()));
-    let io = |e: std::io::Error| RegistryError::new("io", format!("`{rel}`: {e}"));
+    let io = |e: std::io::Error| RegistryError::new(RegistryErrorKind::Io, format!("`{rel}`: {e}"));
     write_atomic(&dir.open_dir(parent).map_err(io)?, name, envelope).map_err(io)?;
     e.insert("signature".into(), json!(rel));
-    let mut text = serde_json::to_string_pretty(&index).map_err(|e| RegistryError::new("io", e.to_string()))?;
+    let mut text = serde_json::to_string_pretty(&index).map_err(|e| RegistryError::new(RegistryErrorKind::Io, e.to_string()))?;
     text.push('\n');
-    write_atomic(&dir, "index.json", text.as_bytes()).map_err(|e| RegistryError::new("io", format!("index.json: {e}")))
+    write_atomic(&dir, "index.json", text.as_bytes()).map_err(|e| RegistryError::new(RegistryErrorKind::Io, format!("index.json: {e}")))
 }
 
 /// Marks `id@version` in the directory registry as requiring signed approvals (`"approvals": "signed"`).
 pub fn require_signed_approvals(registry_dir: &Path, id: &str, version: &str) -> Result<(), RegistryError> {
-    let dir = open_or_create_dir(registry_dir).map_err(|e| RegistryError::new("io", format!("cannot open the registry: {e}")))?;
+    let dir = open_or_create_dir(registry_dir).map_err(|e| RegistryError::new(RegistryErrorKind::Io, format!("cannot open the registry: {e}")))?;
     let mut index = read_index_or_empty(&dir)?;
     let Some(e) = index["runbooks"].get_mut(id).and_then(|v| v.get_mut(version)).and_then(Value::as_object_mut) else {
-        return Err(RegistryError::new("unknown-runbook", format!("the registry has no `{id}@{version}`")));
+        return Err(RegistryError::new(RegistryErrorKind::UnknownRunbook, format!("the registry has no `{id}@{version}`")));
     };
     e.insert("approvals".into(), json!("signed"));
-    let mut text = serde_json::to_string_pretty(&index).map_err(|e| RegistryError::new("io", e.to_string()))?;
+    let mut text = serde_json::to_string_pretty(&index).map_err(|e| RegistryError::new(RegistryErrorKind::Io, e.to_string()))?;
     text.push('\n');
-    write_atomic(&dir, "index.json", text.as_bytes()).map_err(|e| RegistryError::new("io", format!("index.json: {e}")))
+    write_atomic(&dir, "index.json", text.as_bytes()).map_err(|e| RegistryError::new(RegistryErrorKind::Io, format!("index.json: {e}")))
 }
 
 /// A document's id and version, from its envelope; lint errors, no model, or an id or version that cannot
 /// name a registry entry are `invalid-document`.
 pub fn document_id(bytes: &[u8]) -> Result<(String, String), RegistryError> {
-    let policy = shared_policy().map_err(|e| RegistryError::new("io", e.to_string()))?;
-    let lint = policy.lint(bytes).map_err(|e| RegistryError::new("io", e.to_string()))?;
+    let policy = shared_policy().map_err(|e| RegistryError::new(RegistryErrorKind::Io, e.to_string()))?;
+    let lint = policy.lint(bytes).map_err(|e| RegistryError::new(RegistryErrorKind::Io, e.to_string()))?;
     if !lint.ok {
         let first = lint.findings.iter().find(|f| matches!(f.severity, crate::Severity::Error));
         let what = first.map(|f| format!("error[{}] at {}:{}: {}", f.code, f.line, f.column, f.message)).unwrap_or_default();
-        return Err(RegistryError::new("invalid-document", format!("the document has lint errors; {what}")));
+        return Err(RegistryError::new(RegistryErrorKind::InvalidDocument, format!("the document has lint errors; {what}")));
     }
-    let envelope = match policy.envelope(bytes).map_err(|e| RegistryError::new("io", e.to_string()))? {
+    let envelope = match policy.envelope(bytes).map_err(|e| RegistryError::new(RegistryErrorKind::Io, e.to_string()))? {
         Ok(e) => e,
-        Err(_) => return Err(RegistryError::new("invalid-document", "the document has no complete model")),
+        Err(_) => return Err(RegistryError::new(RegistryErrorKind::InvalidDocument, "the document has no complete model")),
     };
-    let env: Value = serde_json::from_str(&envelope).map_err(|e| RegistryError::new("io", e.to_string()))?;
+    let env: Value = serde_json::from_str(&envelope).map_err(|e| RegistryError::new(RegistryErrorKind::Io, e.to_string()))?;
     let id = env["document"]["runbook_id"].as_str().unwrap_or("").to_string();
     let version = env["document"]["version"].as_str().unwrap_or("").to_string();
     if !is_component(&id) || !is_component(&version) {
-        return Err(RegistryError::new("invalid-document", format!("`{id}@{version}` cannot name a registry entry (letters, digits, `.`, `_`, `-`, `+`)")));
+        return Err(RegistryError::new(
+            RegistryErrorKind::InvalidDocument,
+            format!("`{id}@{version}` cannot name a registry entry (letters, digits, `.`, `_`, `-`, `+`)"),
+        ));
     }
     Ok((id, version))
 }
@@ -633,7 +712,7 @@ pub fn add_bytes(registry_dir: &Path, bytes: &[u8]) -> Result<(String, String, S
     let sha = sha256_hex(bytes);
     let ext = file_name_for(bytes);
     let rel = format!("{id}/{version}/{ext}");
-    let dir = open_or_create_dir(registry_dir).map_err(|e| RegistryError::new("io", format!("cannot open the registry: {e}")))?;
+    let dir = open_or_create_dir(registry_dir).map_err(|e| RegistryError::new(RegistryErrorKind::Io, format!("cannot open the registry: {e}")))?;
     let mut index = read_index_or_empty(&dir)?;
     if let Some(e) = index["runbooks"].get(&id).and_then(|v| v.get(&version)) {
         if e["sha256"] == sha.as_str() {
@@ -643,17 +722,17 @@ pub fn add_bytes(registry_dir: &Path, bytes: &[u8]) -> Result<(String, String, S
             }
         } else {
             return Err(RegistryError::new(
-                "conflict",
+                RegistryErrorKind::Conflict,
                 format!("`{id}@{version}` is already pinned to a different document ({})", e["sha256"].as_str().unwrap_or("")),
             ));
         }
     }
-    let io = |e: std::io::Error| RegistryError::new("io", format!("`{rel}`: {e}"));
+    let io = |e: std::io::Error| RegistryError::new(RegistryErrorKind::Io, format!("`{rel}`: {e}"));
     dir.create_dir_all(format!("{id}/{version}")).map_err(io)?;
     let vdir = dir.open_dir(format!("{id}/{version}")).map_err(io)?;
     if let Ok(existing) = vdir.read(ext) {
         if existing != bytes {
-            return Err(RegistryError::new("conflict", format!("`{rel}` already holds a different document")));
+            return Err(RegistryError::new(RegistryErrorKind::Conflict, format!("`{rel}` already holds a different document")));
         }
     } else {
         write_atomic(&vdir, ext, bytes).map_err(io)?;
@@ -661,21 +740,21 @@ pub fn add_bytes(registry_dir: &Path, bytes: &[u8]) -> Result<(String, String, S
     let runbooks = index["runbooks"].as_object_mut().expect("checked by parse_index");
     let versions = runbooks.entry(id.clone()).or_insert_with(|| Value::Object(Map::new()));
     versions.as_object_mut().expect("checked by parse_index").insert(version.clone(), json!({"sha256": sha, "path": rel}));
-    let mut text = serde_json::to_string_pretty(&index).map_err(|e| RegistryError::new("io", e.to_string()))?;
+    let mut text = serde_json::to_string_pretty(&index).map_err(|e| RegistryError::new(RegistryErrorKind::Io, e.to_string()))?;
     text.push('\n');
-    write_atomic(&dir, "index.json", text.as_bytes()).map_err(|e| RegistryError::new("io", format!("index.json: {e}")))?;
+    write_atomic(&dir, "index.json", text.as_bytes()).map_err(|e| RegistryError::new(RegistryErrorKind::Io, format!("index.json: {e}")))?;
     Ok((id, version, sha))
 }
 
 /// Every pinned (id, version, sha256) of a directory registry, sorted by id then version (as strings).
 pub fn list(registry_dir: &Path) -> Result<Vec<(String, String, String)>, RegistryError> {
     let dir = Dir::open_ambient_dir(registry_dir, cap_std::ambient_authority())
-        .map_err(|e| RegistryError::new("unreachable", format!("cannot open the registry: {e}")))?;
+        .map_err(|e| RegistryError::new(RegistryErrorKind::Unreachable, format!("cannot open the registry: {e}")))?;
     let bytes = read_bounded(&dir, "index.json", MAX_INDEX).map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            RegistryError::new("unreachable", "the registry has no index.json")
+            RegistryError::new(RegistryErrorKind::Unreachable, "the registry has no index.json")
         } else {
-            RegistryError::new("io", format!("index.json: {e}"))
+            RegistryError::new(RegistryErrorKind::Io, format!("index.json: {e}"))
         }
     })?;
     let index = parse_index(&bytes)?;
@@ -687,4 +766,43 @@ pub fn list(registry_dir: &Path) -> Result<Vec<(String, String, String)>, Regist
     }
     out.sort();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind's code (what `registry --format json` writes): a renamed code fails here.
+    #[test]
+    fn kind_codes() {
+        use dsse::DsseErrorKind as D;
+        use RegistryErrorKind::*;
+        let table = [
+            (UnknownRunbook, "unknown-runbook"),
+            (UnknownVersion, "unknown-version"),
+            (Tampered, "tampered"),
+            (Unreachable, "unreachable"),
+            (InvalidIndex, "invalid-index"),
+            (Io, "io"),
+            (InvalidDocument, "invalid-document"),
+            (Conflict, "conflict"),
+            (SignatureMissing, "signature-missing"),
+            (Signature(D::Malformed), "signature-malformed"),
+            (Signature(D::Invalid), "signature-invalid"),
+            (Signature(D::Untrusted), "signature-untrusted"),
+            (Signature(D::Mismatch), "signature-mismatch"),
+            (Signature(D::Expired), "signature-expired"),
+            (Signature(D::Keygen), "signature-keygen"),
+        ];
+        for (kind, code) in table {
+            assert_eq!(kind.code(), code);
+            assert_eq!(RegistryError::new(kind, "m").to_string(), format!("{code}: m"));
+            // The CLI's exit status: 1 for a refused document (every signature failure among them).
+            assert_eq!(
+                kind.is_refusal(),
+                matches!(code, "invalid-document" | "conflict" | "invalid-index" | "tampered") || code.starts_with("signature-"),
+                "{code}"
+            );
+        }
+    }
 }

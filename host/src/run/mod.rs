@@ -31,6 +31,7 @@ mod store_tests;
 pub use checkpoint::{Checkpoint, CHECKPOINT_SCHEMA};
 
 /// Why a run cannot go on, grouped by whose fault it is.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RunError {
     /// The evidence cannot be written or read (disk, permissions): the host's environment.

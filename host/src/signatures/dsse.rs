@@ -56,32 +56,70 @@ const B64_STD_LENIENT: GeneralPurpose =
 const B64_URL_LENIENT: GeneralPurpose =
     GeneralPurpose::new(&alphabet::URL_SAFE, GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent));
 
+/// Why an envelope or a key was refused; [`DsseErrorKind::code`] is its stable wire code.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DsseErrorKind {
+    /// `signature-malformed`: not an envelope, a statement, a key or a time this module reads.
+    Malformed,
+    /// `signature-keygen`: the operating system gave no random bytes for a key.
+    Keygen,
+    /// `signature-invalid`: a trusted key's signature does not verify over the payload.
+    Invalid,
+    /// `signature-untrusted`: no signature by a trusted key.
+    Untrusted,
+    /// `signature-mismatch`: the statement is not about the bytes (or the predicate) asked for.
+    Mismatch,
+    /// `signature-expired`: the predicate's `expires` has passed.
+    Expired,
+}
+
+impl DsseErrorKind {
+    /// The wire code, as messages and the CLI's JSON print it.
+    pub fn code(&self) -> &'static str {
+        match self {
+            DsseErrorKind::Malformed => "signature-malformed",
+            DsseErrorKind::Keygen => "signature-keygen",
+            DsseErrorKind::Invalid => "signature-invalid",
+            DsseErrorKind::Untrusted => "signature-untrusted",
+            DsseErrorKind::Mismatch => "signature-mismatch",
+            DsseErrorKind::Expired => "signature-expired",
+        }
+    }
+}
+
+impl fmt::Display for DsseErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DsseError {
-    pub code: &'static str,
+    pub kind: DsseErrorKind,
     pub message: String,
 }
 
 impl fmt::Display for DsseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
+        write!(f, "{}: {}", self.kind, self.message)
     }
 }
 
 impl std::error::Error for DsseError {}
 
-fn err(code: &'static str, message: impl Into<String>) -> DsseError {
-    DsseError { code, message: message.into() }
+fn err(kind: DsseErrorKind, message: impl Into<String>) -> DsseError {
+    DsseError { kind, message: message.into() }
 }
 
 fn malformed(message: impl Into<String>) -> DsseError {
-    err("signature-malformed", message)
+    err(DsseErrorKind::Malformed, message)
 }
 
 /// Makes a fresh signing key from the operating system's random source.
 pub fn generate() -> Result<SigningKey, DsseError> {
     let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).map_err(|e| err("signature-keygen", format!("cannot get 32 random bytes from the operating system: {e}")))?;
+    getrandom::fill(&mut seed).map_err(|e| err(DsseErrorKind::Keygen, format!("cannot get 32 random bytes from the operating system: {e}")))?;
     Ok(SigningKey::from_bytes(&seed))
 }
 
@@ -323,7 +361,7 @@ pub fn verify_envelope(
         Some(k) => k,
         None if !invalid.is_empty() => {
             return Err(err(
-                "signature-invalid",
+                DsseErrorKind::Invalid,
                 format!(
                     "{} does not verify over the envelope's payload: the payload or signature was altered, or it was made over other bytes",
                     list(&invalid)
@@ -333,7 +371,7 @@ pub fn verify_envelope(
         None => {
             let found: Vec<String> = sigs.iter().map(|(k, _)| if k.is_empty() { "unset".to_string() } else { k.to_string() }).collect();
             return Err(err(
-                "signature-untrusted",
+                DsseErrorKind::Untrusted,
                 format!("no signature by a trusted key: envelope key ids [{}], trusted key ids [{}]", list(&found), list(&trusted_ids)),
             ));
         }
@@ -365,7 +403,7 @@ pub fn verify_envelope(
 
     // 4. It must be about this document, for this purpose.
     if predicate_type != expected_predicate {
-        return Err(err("signature-mismatch", format!("predicateType is {}, expected {}", js(predicate_type), js(expected_predicate))));
+        return Err(err(DsseErrorKind::Mismatch, format!("predicateType is {}, expected {}", js(predicate_type), js(expected_predicate))));
     }
     let digests: Vec<Option<&str>> = subjects.iter().map(|s| s.get("digest").and_then(|d| d.get("sha256")).and_then(Value::as_str)).collect();
     // Exact compare, and only against well-formed lowercase hex: there is one spelling of a digest.
@@ -379,7 +417,7 @@ pub fn verify_envelope(
             })
             .collect();
         let note = if is_lower_hex64(expected_sha256) { "" } else { " (which is not 64 lowercase hex digits, so nothing can match)" };
-        return Err(err("signature-mismatch", format!("no subject has the document's sha256 {expected_sha256}{note}; subjects found: {}", list(&found))));
+        return Err(err(DsseErrorKind::Mismatch, format!("no subject has the document's sha256 {expected_sha256}{note}; subjects found: {}", list(&found))));
     }
 
     // 5. Still in force.
@@ -389,7 +427,7 @@ pub fn verify_envelope(
             .map_err(|e| malformed(format!("predicate expires {} is not an RFC 3339 time: {e}", js(text))))?
             .unix_timestamp();
         if at <= now_unix {
-            return Err(err("signature-expired", format!("signature expired at {} (now is {})", rfc3339(at), rfc3339(now_unix))));
+            return Err(err(DsseErrorKind::Expired, format!("signature expired at {} (now is {})", rfc3339(at), rfc3339(now_unix))));
         }
     }
 
@@ -429,6 +467,24 @@ pub fn rfc3339(unix: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every kind's wire code: a renamed code fails here, not silently in a consumer.
+    #[test]
+    fn kind_codes() {
+        use DsseErrorKind::*;
+        let table = [
+            (Malformed, "signature-malformed"),
+            (Keygen, "signature-keygen"),
+            (Invalid, "signature-invalid"),
+            (Untrusted, "signature-untrusted"),
+            (Mismatch, "signature-mismatch"),
+            (Expired, "signature-expired"),
+        ];
+        for (kind, code) in table {
+            assert_eq!(kind.code(), code);
+            assert_eq!(kind.to_string(), code);
+        }
+    }
 
     #[test]
     fn pae_matches_spec_example() {

@@ -2,9 +2,9 @@
 //! the module's decision says what happens to it.
 
 use super::passthrough::Kind;
-use super::{Dec, Failure, Shared};
+use super::{Dec, Failure, FailureKind, Shared};
 use crate::run::approvals;
-use crate::Profile;
+use crate::{wire, DecisionKind, Profile};
 use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult, ContentBlock, ErrorCode, GetPromptRequestParams,
@@ -49,7 +49,7 @@ fn tool_error(text: impl Into<String>) -> CallToolResponse {
 }
 
 fn failure_error(f: &Failure) -> McpError {
-    McpError::new(RUNBOOK_FAILED, format!("{}: {}", f.text(), f.message), Some(json!({"runbook_failed": f.code})))
+    McpError::new(RUNBOOK_FAILED, format!("{}: {}", f.text(), f.message), Some(json!({"runbook_failed": f.kind.code()})))
 }
 
 fn own_tool(name: &str, description: &str, schema: Value) -> Tool {
@@ -201,15 +201,15 @@ impl Proxy {
         self.s().after_event().await;
         match fed {
             Err(f) => tool_error(f.text()),
-            Ok(d) if d.decision == "allow" => CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(format!(
+            Ok(d) if d.decision == DecisionKind::Allow => CallToolResponse::Complete(CallToolResult::success(vec![ContentBlock::text(format!(
                 "now at `{}`\n{}",
                 d.step.as_deref().unwrap_or("?"),
                 super::status::render(&self.s())
             ))])),
-            Ok(d) if d.decision == "halt" => tool_error(self.halt_text(&d)),
+            Ok(d) if d.decision == DecisionKind::Halt => tool_error(self.halt_text(&d)),
             Ok(d) => tool_error(format!(
                 "{}: the move to `{to}` was not taken. {} Now at `{}`.",
-                d.reason.as_deref().or(d.deviation.as_deref()).unwrap_or("refused"),
+                d.reason_code().or(d.deviation_code()).unwrap_or_else(|| "refused".into()),
                 d.explanation,
                 d.step.as_deref().unwrap_or("?"),
             )),
@@ -218,12 +218,13 @@ impl Proxy {
 
     fn halt_text(&self, d: &Dec) -> String {
         let mut run = self.s().lock_run();
-        self.s().failed_text(&mut run, d.reason.as_deref()).unwrap_or_else(|| format!("runbook_failed:{}", d.reason.as_deref().unwrap_or("halted")))
+        let reason = d.reason_code();
+        self.s().failed_text(&mut run, reason.as_deref()).unwrap_or_else(|| format!("runbook_failed:{}", reason.as_deref().unwrap_or("halted")))
     }
 
     fn deny_text(&self, tool: &str, d: &Dec) -> String {
         // A deviation names what was reached for; a denial without one (9.28's inexact-number) its reason.
-        let class = d.deviation.as_deref().or(d.reason.as_deref()).unwrap_or("denied");
+        let class = d.deviation_code().or(d.reason_code()).unwrap_or_else(|| "denied".into());
         let in_scope = {
             let mut run = self.s().lock_run();
             self.s().visible_tool_names(&mut run)
@@ -399,10 +400,10 @@ impl Proxy {
         s.after_event().await;
         match fed {
             // An answer the host never asked for (or unsigned where signatures are required): the gate stays shut.
-            Err(f) if f.code == "approval-refused" => Held::Answer(format!("needs-approval: {}", f.message)),
+            Err(f) if f.kind == FailureKind::ApprovalRefused => Held::Answer(format!("needs-approval: {}", f.message)),
             Err(f) => Held::Answer(f.text()),
-            Ok(d) if d.decision == "allow" && grant.granted => Held::Approved,
-            Ok(d) if d.decision == "allow" => {
+            Ok(d) if d.decision == DecisionKind::Allow && grant.granted => Held::Approved,
+            Ok(d) if d.decision == DecisionKind::Allow => {
                 Held::Answer(format!("needs-approval: `{}` refused this call (approval recorded, seq {}); it will not run", grant.approver, d.seq))
             }
             Ok(d) => {
@@ -452,10 +453,10 @@ impl Proxy {
                 Ok(d) => d,
                 Err(f) => return Ok(tool_error(f.text())),
             };
-            if s.shadow && d.decision != "allow" {
+            if s.shadow && d.decision != DecisionKind::Allow {
                 let recorded = {
                     let mut run = s.lock_run();
-                    run.run.as_mut().map(|r| r.record_shadow_forward(&tool, &arguments, d.seq, &d.decision))
+                    run.run.as_mut().map(|r| r.record_shadow_forward(&tool, &arguments, d.seq, &wire::code(d.decision)))
                 };
                 if let Some(Err(e)) = recorded {
                     return Ok(tool_error(Failure::from(e).text()));
@@ -464,21 +465,23 @@ impl Proxy {
                 feed = false;
                 break;
             }
-            match d.decision.as_str() {
-                "allow" => break,
-                "deny" => {
+            match d.decision {
+                DecisionKind::Allow => break,
+                DecisionKind::Deny => {
                     s.after_event().await;
                     return Ok(tool_error(self.deny_text(&tool, &d)));
                 }
-                "needs-approval" if rounds < 4 => match self.hold(&d, &tool, &arguments_json, ctx).await {
+                DecisionKind::NeedsApproval if rounds < 4 => match self.hold(&d, &tool, &arguments_json, ctx).await {
                     Held::Approved => continue,
                     Held::Answer(t) => return Ok(tool_error(t)),
                 },
-                "halt" => {
+                DecisionKind::Halt => {
                     s.after_event().await;
                     return Ok(tool_error(self.halt_text(&d)));
                 }
-                _ => return Ok(tool_error(format!("needs-approval: the gate did not open (seq {})", d.seq))),
+                DecisionKind::NeedsApproval | DecisionKind::NeedsVerdict => {
+                    return Ok(tool_error(format!("needs-approval: the gate did not open (seq {})", d.seq)))
+                }
             }
         }
         // Allowed: forward to the server that has it.
@@ -585,8 +588,8 @@ impl Proxy {
                 s.after_event().await;
                 match d {
                     Err(f) => Ok(tool_error(f.text())),
-                    Ok(d) if d.decision == "halt" => Ok(tool_error(self.halt_text(&d))),
-                    Ok(d) if d.decision == "needs-verdict" => {
+                    Ok(d) if d.decision == DecisionKind::Halt => Ok(tool_error(self.halt_text(&d))),
+                    Ok(d) if d.decision == DecisionKind::NeedsVerdict => {
                         result.content.push(ContentBlock::text(format!(
                             "runbook: step `{}` cannot be judged from this result by the runbook's asserts; it waits for a human's verdict (see `{STATUS_TOOL}`).",
                             d.step.as_deref().unwrap_or("?")

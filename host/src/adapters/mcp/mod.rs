@@ -19,10 +19,11 @@ pub mod passthrough;
 mod status;
 mod upstream;
 
+use crate::registry::RegistryErrorKind;
 use crate::registry::{self, Resolved};
 use crate::run::{Answer, Claim, Guard, Run, RunError};
 use crate::signatures::Signers;
-use crate::{wire, Coverage, EndReason, Phase, Policy, Profile, Risk};
+use crate::{wire, Coverage, DecisionKind, Deviation, EndReason, Outcome, Phase, Policy, Profile, Reason, Refusal, Risk};
 use serde_json::{json, Value};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -100,29 +101,79 @@ pub struct ServerSpec {
 pub const ADAPTER: &str = "mcp-proxy";
 pub const BLIND_TO: &str = "shell";
 
-/// The module's answer in the proxy's terms: the codes as wire strings and the module's sentence.
+/// The module's answer in the proxy's terms: its typed decision and the module's sentence. The wire
+/// codes are made only where they are shown ([`Dec::reason_code`], [`Dec::deviation_code`]).
 #[derive(Clone, Debug)]
 pub struct Dec {
     pub seq: u64,
-    pub decision: String,
+    pub decision: DecisionKind,
     pub step: Option<String>,
-    pub deviation: Option<String>,
-    pub reason: Option<String>,
-    pub refusals: Vec<String>,
+    pub deviation: Option<Deviation>,
+    pub reason: Option<Reason>,
+    pub refusals: Vec<Refusal>,
     pub explanation: String,
 }
 
 impl From<Answer> for Dec {
     fn from(a: Answer) -> Dec {
         let d = a.decision;
-        Dec {
-            seq: d.seq,
-            decision: wire::code(d.kind),
-            step: d.step,
-            deviation: d.deviation.map(wire::code),
-            reason: d.reason.map(wire::code),
-            refusals: d.refusals.into_iter().map(wire::code).collect(),
-            explanation: a.explanation,
+        Dec { seq: d.seq, decision: d.kind, step: d.step, deviation: d.deviation, reason: d.reason, refusals: d.refusals, explanation: a.explanation }
+    }
+}
+
+impl Dec {
+    /// The reason's wire code (`assert-failed`), when there is one.
+    pub fn reason_code(&self) -> Option<String> {
+        self.reason.map(wire::code)
+    }
+
+    /// The deviation's wire code (`out-of-scope`), when there is one.
+    pub fn deviation_code(&self) -> Option<String> {
+        self.deviation.map(wire::code)
+    }
+}
+
+/// Why the proxy answers `runbook_failed:<code>` ([`FailureKind::code`]) instead of the traffic.
+#[non_exhaustive]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FailureKind {
+    /// `run-ended`: the run is over and its bundle finished.
+    RunEnded,
+    /// `approval-refused`: an approval the host never asked for, or unsigned where signatures are
+    /// required; nothing was recorded and the run goes on.
+    ApprovalRefused,
+    /// `bundle-unwritable`: the evidence cannot be written (a full or failing disk).
+    BundleUnwritable,
+    /// `host-error`: the host or the module failed.
+    HostError,
+    /// `refused:<codes>`: admission refused the run; the refusals' codes (or the reason's), joined by commas.
+    Refused(String),
+    /// The document did not resolve: the registry's code (`unknown-runbook`, `signature-missing`, ...).
+    Registry(RegistryErrorKind),
+    /// `signed-approvals-required`: the registry requires signed approvals and no signers were given.
+    SignedApprovalsRequired,
+    /// `approval-channel-refused`: `--approve-via elicitation` cannot be honoured for this run.
+    ApprovalChannelRefused,
+    /// `listen-failed`: the address to listen on could not be taken.
+    ListenFailed,
+    /// `server-unavailable`: a server behind the proxy did not start.
+    ServerUnavailable,
+}
+
+impl FailureKind {
+    /// The code after `runbook_failed:`, and the `runbook_failed` of the MCP error's data.
+    pub fn code(&self) -> String {
+        match self {
+            FailureKind::RunEnded => "run-ended".into(),
+            FailureKind::ApprovalRefused => "approval-refused".into(),
+            FailureKind::BundleUnwritable => "bundle-unwritable".into(),
+            FailureKind::HostError => "host-error".into(),
+            FailureKind::Refused(codes) => format!("refused:{codes}"),
+            FailureKind::Registry(k) => k.code().into(),
+            FailureKind::SignedApprovalsRequired => "signed-approvals-required".into(),
+            FailureKind::ApprovalChannelRefused => "approval-channel-refused".into(),
+            FailureKind::ListenFailed => "listen-failed".into(),
+            FailureKind::ServerUnavailable => "server-unavailable".into(),
         }
     }
 }
@@ -130,27 +181,31 @@ impl From<Answer> for Dec {
 /// A refusal before anything ran: `runbook_failed:<code>` and a sentence for the person reading logs.
 #[derive(Clone, Debug)]
 pub struct Failure {
-    pub code: String,
+    pub kind: FailureKind,
     pub message: String,
 }
 
 impl Failure {
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Failure {
+        Failure { kind, message: message.into() }
+    }
+
     pub fn text(&self) -> String {
-        format!("runbook_failed:{}", self.code)
+        format!("runbook_failed:{}", self.kind.code())
     }
 }
 
 impl From<RunError> for Failure {
     fn from(e: RunError) -> Failure {
-        let code = match e {
-            RunError::Finished(_) => "run-ended",
-            RunError::Refused(_) => "approval-refused",
+        let kind = match e {
+            RunError::Finished(_) => FailureKind::RunEnded,
+            RunError::Refused(_) => FailureKind::ApprovalRefused,
             // The evidence cannot be written (a full or failing disk): said as such, so an operator
             // looks at the disk, not at the agent.
-            RunError::Evidence(_) => "bundle-unwritable",
-            _ => "host-error",
+            RunError::Evidence(_) => FailureKind::BundleUnwritable,
+            RunError::Tampered(_) | RunError::Module(_) => FailureKind::HostError,
         };
-        Failure { code: code.into(), message: e.to_string() }
+        Failure { kind, message: e.to_string() }
     }
 }
 
@@ -357,7 +412,7 @@ impl Shared {
     /// broken for good (fail closed): the call that caused it is not forwarded and every later one
     /// answers `runbook_failed:host-error`.
     pub fn drive(&self, st: &mut RunState, f: impl FnOnce(&mut Run) -> Result<Answer, RunError>) -> Result<Dec, Failure> {
-        let Some(run) = st.run.as_mut() else { return Err(Failure { code: "host-error".into(), message: "the run has not started".into() }) };
+        let Some(run) = st.run.as_mut() else { return Err(Failure::new(FailureKind::HostError, "the run has not started")) };
         match off_runtime(|| f(run)) {
             Ok(a) => Ok(Dec::from(a)),
             Err(e) => {
@@ -396,9 +451,9 @@ impl Shared {
         if state.phase != Phase::Over {
             return None;
         }
-        match state.outcome.map(wire::code) {
-            Some(o) if o == "completed" => None,
-            Some(o) => Some(format!("runbook_failed:{o}")),
+        match state.outcome {
+            Some(Outcome::Completed) => None,
+            Some(o) => Some(format!("runbook_failed:{}", wire::code(o))),
             None => Some(format!("runbook_failed:{}", reason.unwrap_or("halted"))),
         }
     }
@@ -431,7 +486,7 @@ impl Shared {
             Some(store) => Run::create_in(Arc::clone(&self.policy), &self.doc, claim, Arc::clone(store), ADAPTER, guard, opts),
         };
         let result = match created {
-            Err(e @ RunError::Evidence(_)) => Err(Failure { code: "bundle-unwritable".into(), message: e.to_string() }),
+            Err(e @ RunError::Evidence(_)) => Err(Failure::new(FailureKind::BundleUnwritable, e.to_string())),
             Err(e) => Err(Failure::from(e)),
             Ok((mut run, a)) => {
                 if let Some(sg) = &self.signers {
@@ -454,8 +509,12 @@ impl Shared {
                     Ok(())
                 } else {
                     let d = Dec::from(a);
-                    let codes = if d.refusals.is_empty() { d.reason.clone().unwrap_or_else(|| "refused".into()) } else { d.refusals.join(",") };
-                    Err(Failure { code: format!("refused:{codes}"), message: format!("{} (run {run_id}; {})", d.explanation, refusal_hint(&d.refusals)) })
+                    let codes = if d.refusals.is_empty() {
+                        d.reason_code().unwrap_or_else(|| "refused".into())
+                    } else {
+                        d.refusals.iter().map(|r| wire::code(*r)).collect::<Vec<_>>().join(",")
+                    };
+                    Err(Failure::new(FailureKind::Refused(codes), format!("{} (run {run_id}; {})", d.explanation, refusal_hint(&d.refusals))))
                 }
             }
         };
@@ -622,16 +681,16 @@ impl Shared {
 }
 
 /// What the proxy can say beyond the module's sentence: which of its own options changes a refusal.
-fn refusal_hint(codes: &[String]) -> String {
-    let hints: Vec<String> = codes
+fn refusal_hint(refusals: &[Refusal]) -> String {
+    let hints: Vec<String> = refusals
         .iter()
-        .filter_map(|c| match c.as_str() {
-            "coverage-incomplete" => Some("the MCP proxy cannot see the shell; destructive work needs the tool-call hook".to_string()),
-            "profile-too-low" => Some("try --profile R2".into()),
-            "risk-above-ceiling" => Some("see --risk-ceiling".into()),
-            "capability-not-allowed" => Some("no server behind the proxy provides a tool the runbook needs".into()),
-            "invalid-document" => Some(format!("run `{} lint` on the runbook", crate::invocation())),
-            _ => None,
+        .filter_map(|r| match r {
+            Refusal::CoverageIncomplete => Some("the MCP proxy cannot see the shell; destructive work needs the tool-call hook".to_string()),
+            Refusal::ProfileTooLow => Some("try --profile R2".into()),
+            Refusal::RiskAboveCeiling => Some("see --risk-ceiling".into()),
+            Refusal::CapabilityNotAllowed => Some("no server behind the proxy provides a tool the runbook needs".into()),
+            Refusal::InvalidDocument => Some(format!("run `{} lint` on the runbook", crate::invocation())),
+            Refusal::AutonomousAtR0 | Refusal::PrerequisiteUnmet => None,
         })
         .collect();
     if hints.is_empty() {
@@ -646,7 +705,7 @@ fn refusal_hint(codes: &[String]) -> String {
 /// stand before the servers' tools are known is the module's rule (WIT `admission-preflight`); the rest
 /// are judged at `initialize`. Any refusal here would be the same there, so the proxy says it now and
 /// starts nothing.
-pub fn refusals_before_servers(policy: &Policy, document: &[u8], profile: Profile, risk_ceiling: Risk) -> Result<Vec<String>, crate::HostError> {
+pub fn refusals_before_servers(policy: &Policy, document: &[u8], profile: Profile, risk_ceiling: Risk) -> Result<Vec<Refusal>, crate::HostError> {
     let claim = crate::StartClaim {
         run_id: "preflight".into(),
         profile,
@@ -656,7 +715,7 @@ pub fn refusals_before_servers(policy: &Policy, document: &[u8], profile: Profil
         agent: "mcp-client".into(),
         available: None,
     };
-    Ok(policy.admission_preflight(document, &claim)?.into_iter().map(wire::code).collect())
+    policy.admission_preflight(document, &claim)
 }
 
 /// Runs the proxy until the client leaves (stdio), a server exits or a signal arrives; returns the exit code.
@@ -670,12 +729,12 @@ pub async fn main(config: Config) -> u8 {
     .await
     {
         Ok(Ok(d)) => d,
-        Ok(Err(e)) => return refuse(listen, Failure { code: e.code.to_string(), message: e.message }).await,
-        Err(e) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
+        Ok(Err(e)) => return refuse(listen, Failure::new(FailureKind::Registry(e.kind), e.message)).await,
+        Err(e) => return refuse(listen, Failure::new(FailureKind::HostError, e.to_string())).await,
     };
     if doc.signed_approvals && config.signers.is_none() {
         let message = format!("the registry requires signed approvals for {}: pass --allowed-signers FILE", doc.reference);
-        return refuse(listen, Failure { code: "signed-approvals-required".into(), message }).await;
+        return refuse(listen, Failure::new(FailureKind::SignedApprovalsRequired, message)).await;
     }
     // An answer through the client is not a signature, and a withheld elicitation cannot carry it: a run
     // that could not honour `--approve-via elicitation` is refused before anything starts.
@@ -689,35 +748,36 @@ pub async fn main(config: Config) -> u8 {
         };
         if let Some(why) = why {
             let message = format!("--approve-via elicitation cannot be used for {}: {why}", doc.reference);
-            return refuse(listen, Failure { code: "approval-channel-refused".into(), message }).await;
+            return refuse(listen, Failure::new(FailureKind::ApprovalChannelRefused, message)).await;
         }
     }
     let policy = match tokio::task::spawn_blocking(|| crate::files::shared_policy().map(Arc::clone)).await {
         Ok(Ok(p)) => p,
-        Ok(Err(e)) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
-        Err(e) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
+        Ok(Err(e)) => return refuse(listen, Failure::new(FailureKind::HostError, e.to_string())).await,
+        Err(e) => return refuse(listen, Failure::new(FailureKind::HostError, e.to_string())).await,
     };
     let envelope = match policy.envelope(&doc.bytes) {
         Ok(Ok(e)) => serde_json::from_str(&e).ok(),
         Ok(Err(_)) => None,
-        Err(e) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
+        Err(e) => return refuse(listen, Failure::new(FailureKind::HostError, e.to_string())).await,
     };
     // A run admission would refuse whatever the servers offer (destructive work behind a proxy that cannot
     // see the shell, a profile too low, a risk above the ceiling): said now, before any server starts.
     match refusals_before_servers(&policy, &doc.bytes, config.profile, config.risk_ceiling) {
-        Ok(codes) if !codes.is_empty() => {
+        Ok(refusals) if !refusals.is_empty() => {
+            let codes: Vec<String> = refusals.iter().map(|r| wire::code(*r)).collect();
             let sentences: Vec<String> = codes.iter().filter_map(|c| policy.explain("refusal", c).ok().flatten()).collect();
-            let message = format!("{} ({}; no server was started)", sentences.join("; "), refusal_hint(&codes));
-            return refuse(listen, Failure { code: format!("refused:{}", codes.join(",")), message }).await;
+            let message = format!("{} ({}; no server was started)", sentences.join("; "), refusal_hint(&refusals));
+            return refuse(listen, Failure::new(FailureKind::Refused(codes.join(",")), message)).await;
         }
         Ok(_) => {}
-        Err(e) => return refuse(listen, Failure { code: "host-error".into(), message: e.to_string() }).await,
+        Err(e) => return refuse(listen, Failure::new(FailureKind::HostError, e.to_string())).await,
     }
     // The address is taken before any server starts, so a port in use costs nothing.
     let listener = match config.listen {
         Some(addr) => match http::bind(addr).await {
             Ok(l) => Some(l),
-            Err(m) => return refuse(listen, Failure { code: "listen-failed".into(), message: m }).await,
+            Err(m) => return refuse(listen, Failure::new(FailureKind::ListenFailed, m)).await,
         },
         None => None,
     };
@@ -725,7 +785,7 @@ pub async fn main(config: Config) -> u8 {
     let upstream =
         match Upstream::start(&config.servers, &config.upstream_ca, config.start_timeout, config.call_timeout, config.pass_through.clone(), said_tx).await {
             Ok(u) => u,
-            Err(m) => return refuse(listen, Failure { code: "server-unavailable".into(), message: m }).await,
+            Err(m) => return refuse(listen, Failure::new(FailureKind::ServerUnavailable, m)).await,
         };
     let base = Arc::new(Base {
         envelope,

@@ -47,7 +47,7 @@ pub fn receipt_signature(dir: &Dir, keys: &[ed25519_dalek::VerifyingKey]) -> Res
     };
     let receipt = read(dir, "receipt.json")?;
     let v = crate::signatures::dsse::verify_envelope(&envelope, &trusted, &sha256_hex(&receipt), crate::signatures::dsse::RECEIPT_PREDICATE, i64::MIN)
-        .map_err(|e| Failure { place: bundle::RECEIPT_SIGNATURE.into(), message: format!("{}: {}", e.code, e.message) })?;
+        .map_err(|e| Failure { place: bundle::RECEIPT_SIGNATURE.into(), message: format!("{}: {}", e.kind, e.message) })?;
     if let Some(id) = announced["key_id"].as_str() {
         if id != v.key_id {
             return fail("run.json", format!("`receipt_signature.key_id` is {id}, the receipt is signed by {}", v.key_id));

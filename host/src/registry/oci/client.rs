@@ -48,22 +48,71 @@ pub struct OciRef {
     pub plain_http: bool,
 }
 
-/// A failure with a stable `code` (see the module's list) and a message that names the reference.
+/// What went wrong with a registry; [`OciErrorKind::code`] is its stable code.
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OciErrorKind {
+    /// `invalid-reference`: not an `oci://` reference this module accepts (or not one a push takes).
+    InvalidReference,
+    /// `auth-failed`: the registry refused the credentials, or half of them are set.
+    AuthFailed,
+    /// `not-found`: no such repository, tag, manifest or blob.
+    NotFound,
+    /// `digest-mismatch`: bytes that do not hash to the digest they were asked for or declared with.
+    DigestMismatch,
+    /// `wrong-type`: an artifact or layer of another type than asked for.
+    WrongType,
+    /// `too-large`: more bytes (or layers) than allowed.
+    TooLarge,
+    /// `tls-failed`: the TLS handshake failed, or the extra CA certificates are unusable.
+    TlsFailed,
+    /// `timeout`: the registry did not answer in time.
+    Timeout,
+    /// `unreachable`: no connection to the registry.
+    Unreachable,
+    /// `registry-error`: any other failure of the registry or of its answer.
+    RegistryError,
+}
+
+impl OciErrorKind {
+    pub fn code(&self) -> &'static str {
+        match self {
+            OciErrorKind::InvalidReference => "invalid-reference",
+            OciErrorKind::AuthFailed => "auth-failed",
+            OciErrorKind::NotFound => "not-found",
+            OciErrorKind::DigestMismatch => "digest-mismatch",
+            OciErrorKind::WrongType => "wrong-type",
+            OciErrorKind::TooLarge => "too-large",
+            OciErrorKind::TlsFailed => "tls-failed",
+            OciErrorKind::Timeout => "timeout",
+            OciErrorKind::Unreachable => "unreachable",
+            OciErrorKind::RegistryError => "registry-error",
+        }
+    }
+}
+
+impl fmt::Display for OciErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.code())
+    }
+}
+
+/// A failure: its kind and a message that names the reference.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OciError {
-    pub code: &'static str,
+    pub kind: OciErrorKind,
     pub message: String,
 }
 
 impl OciError {
-    fn new(code: &'static str, message: impl Into<String>) -> OciError {
-        OciError { code, message: message.into() }
+    fn new(kind: OciErrorKind, message: impl Into<String>) -> OciError {
+        OciError { kind, message: message.into() }
     }
 }
 
 impl fmt::Display for OciError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
+        write!(f, "{}: {}", self.kind, self.message)
     }
 }
 
@@ -130,7 +179,7 @@ impl OciRef {
     /// Parses `oci://HOST[:PORT]/REPO[/MORE]:TAG`, `oci://HOST/REPO@sha256:HEX` or both (`REPO:TAG@sha256:HEX`).
     /// A tag or a digest is required: there is no implicit `latest`. `oci+http://` is accepted for loopback hosts only.
     pub fn parse(s: &str) -> Result<OciRef, OciError> {
-        let bad = |why: &str| OciError::new("invalid-reference", format!("invalid OCI reference {s:?}: {why}"));
+        let bad = |why: &str| OciError::new(OciErrorKind::InvalidReference, format!("invalid OCI reference {s:?}: {why}"));
         let (plain_http, rest) = if let Some(rest) = s.strip_prefix("oci+http://") {
             (true, rest)
         } else if let Some(rest) = s.strip_prefix("oci://") {
@@ -195,7 +244,7 @@ impl OciRef {
     }
 
     fn checked(&self) -> Result<(), OciError> {
-        self.check().map_err(|why| OciError::new("invalid-reference", format!("invalid OCI reference {self}: {why}")))
+        self.check().map_err(|why| OciError::new(OciErrorKind::InvalidReference, format!("invalid OCI reference {self}: {why}")))
     }
 
     /// The `oci-client` reference: by digest when there is one, so the registry cannot substitute content.
@@ -338,10 +387,10 @@ pub fn push_layers(
 ) -> Result<String, OciError> {
     reference.checked()?;
     let Some(tag) = &reference.tag else {
-        return Err(OciError::new("invalid-reference", format!("{reference}: a push needs a tag to publish under")));
+        return Err(OciError::new(OciErrorKind::InvalidReference, format!("{reference}: a push needs a tag to publish under")));
     };
     if reference.digest.is_some() {
-        return Err(OciError::new("invalid-reference", format!("{reference}: a push takes a tag only; the digest is the result of the push")));
+        return Err(OciError::new(OciErrorKind::InvalidReference, format!("{reference}: a push takes a tag only; the digest is the result of the push")));
     }
     run_blocking(reference, || async move {
         let (client, _auth) = connect(reference, opts, RegistryOperation::Push).await?;
@@ -379,7 +428,7 @@ pub fn push_layers(
         if let Some((_, stored)) = location.rsplit_once("/manifests/") {
             if stored.starts_with("sha256:") && stored != digest {
                 return Err(OciError::new(
-                    "digest-mismatch",
+                    OciErrorKind::DigestMismatch,
                     format!("{reference}: the registry stored the manifest as {stored}, but the bytes sent hash to {digest}"),
                 ));
             }
@@ -411,31 +460,31 @@ pub fn pull_layers(
     run_blocking(reference, || async move {
         let (client, auth) = connect(reference, opts, RegistryOperation::Pull).await?;
         let image = reference.client_ref();
-        let err = |code: &'static str, what: String| OciError::new(code, format!("{reference}: {what}"));
+        let err = |kind: OciErrorKind, what: String| OciError::new(kind, format!("{reference}: {what}"));
         let (body, manifest_digest) = fetch_manifest(&client, &auth, reference).await?;
-        let m: Value = serde_json::from_slice(&body).map_err(|e| err("registry-error", format!("the manifest is not valid JSON: {e}")))?;
+        let m: Value = serde_json::from_slice(&body).map_err(|e| err(OciErrorKind::RegistryError, format!("the manifest is not valid JSON: {e}")))?;
         let found_type = m["artifactType"].as_str().or(m["config"]["mediaType"].as_str()).unwrap_or("(none)");
         if m["schemaVersion"].as_u64() != Some(2) || found_type != artifact_type {
-            return Err(err("wrong-type", format!("it holds an artifact of type {found_type}, not {artifact_type}")));
+            return Err(err(OciErrorKind::WrongType, format!("it holds an artifact of type {found_type}, not {artifact_type}")));
         }
         let layers = m["layers"].as_array().cloned().unwrap_or_default();
         if layers.is_empty() || layers.len() > max_layers {
-            return Err(err("too-large", format!("the manifest has {} layers; between 1 and {max_layers} are accepted", layers.len())));
+            return Err(err(OciErrorKind::TooLarge, format!("the manifest has {} layers; between 1 and {max_layers} are accepted", layers.len())));
         }
         let mut infos = Vec::new();
         let mut total: u64 = 0;
         for l in &layers {
             let media = l["mediaType"].as_str().unwrap_or("(none)");
             if media != layer_media_type {
-                return Err(err("wrong-type", format!("a layer is of media type {media}, not {layer_media_type}")));
+                return Err(err(OciErrorKind::WrongType, format!("a layer is of media type {media}, not {layer_media_type}")));
             }
             let digest = l["digest"].as_str().filter(|d| is_sha256_digest(d));
             let (Some(digest), Some(size)) = (digest, l["size"].as_u64()) else {
-                return Err(err("registry-error", format!("a layer has a malformed digest or size: {l}")));
+                return Err(err(OciErrorKind::RegistryError, format!("a layer has a malformed digest or size: {l}")));
             };
             total = total.saturating_add(size);
             if total > max_total as u64 {
-                return Err(err("too-large", format!("the layers declare more than the {max_total} bytes allowed")));
+                return Err(err(OciErrorKind::TooLarge, format!("the layers declare more than the {max_total} bytes allowed")));
             }
             let ann: BTreeMap<String, String> =
                 l["annotations"].as_object().map(|o| o.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect()).unwrap_or_default();
@@ -447,12 +496,15 @@ pub fn pull_layers(
             let mut sink = BoundedSink { buf: Vec::with_capacity(layer.size.min(1 << 20) as usize), limit: layer.size as usize, overflowed: false };
             let fetched = client.pull_blob(&image, &descriptor, &mut sink).await;
             if sink.overflowed {
-                return Err(err("digest-mismatch", format!("the registry sent more than a layer's declared {} bytes", layer.size)));
+                return Err(err(OciErrorKind::DigestMismatch, format!("the registry sent more than a layer's declared {} bytes", layer.size)));
             }
             fetched.map_err(|e| classify(reference, "downloading a layer", &e))?;
             let got = sha256_digest(&sink.buf);
             if sink.buf.len() as u64 != layer.size || got != layer.digest {
-                return Err(err("digest-mismatch", format!("a layer's {} bytes hash to {got}, not to its declared {}", sink.buf.len(), layer.digest)));
+                return Err(err(
+                    OciErrorKind::DigestMismatch,
+                    format!("a layer's {} bytes hash to {got}, not to its declared {}", sink.buf.len(), layer.digest),
+                ));
             }
             out.push((ann, sink.buf));
         }
@@ -465,23 +517,23 @@ pub fn pull_layers(
 /// Fetches a manifest and checks it: bounded in size, hashing to the digest asked for (when the reference
 /// has one) and to the one the registry advertised. Returns its bytes and their digest.
 async fn fetch_manifest(client: &Client, auth: &RegistryAuth, reference: &OciRef) -> Result<(Vec<u8>, String), OciError> {
-    let err = |code: &'static str, what: String| OciError::new(code, format!("{reference}: {what}"));
+    let err = |kind: OciErrorKind, what: String| OciError::new(kind, format!("{reference}: {what}"));
     // oci-client reads the whole manifest body; only a size check after the fact is possible here.
     let (body, advertised) = client
         .pull_manifest_raw(&reference.client_ref(), auth, &[OCI_MANIFEST_MEDIA_TYPE])
         .await
         .map_err(|e| classify(reference, "fetching the manifest", &e))?;
     if body.len() > MAX_MANIFEST_BYTES {
-        return Err(err("too-large", format!("the manifest is {} bytes, more than the {MAX_MANIFEST_BYTES} accepted", body.len())));
+        return Err(err(OciErrorKind::TooLarge, format!("the manifest is {} bytes, more than the {MAX_MANIFEST_BYTES} accepted", body.len())));
     }
     let manifest_digest = sha256_digest(&body);
     if let Some(wanted) = &reference.digest {
         if *wanted != manifest_digest {
-            return Err(err("digest-mismatch", format!("the manifest's bytes hash to {manifest_digest}, not to the digest asked for")));
+            return Err(err(OciErrorKind::DigestMismatch, format!("the manifest's bytes hash to {manifest_digest}, not to the digest asked for")));
         }
     }
     if advertised.starts_with("sha256:") && advertised != manifest_digest {
-        return Err(err("digest-mismatch", format!("the registry advertised manifest {advertised}, but its bytes hash to {manifest_digest}")));
+        return Err(err(OciErrorKind::DigestMismatch, format!("the registry advertised manifest {advertised}, but its bytes hash to {manifest_digest}")));
     }
     Ok((body.to_vec(), manifest_digest))
 }
@@ -494,14 +546,14 @@ pub fn pull(reference: &OciRef, artifact_type: &str, layer_media_type: &str, max
     run_blocking(reference, || async move {
         let (client, auth) = connect(reference, opts, RegistryOperation::Pull).await?;
         let image = reference.client_ref();
-        let err = |code: &'static str, what: String| OciError::new(code, format!("{reference}: {what}"));
+        let err = |kind: OciErrorKind, what: String| OciError::new(kind, format!("{reference}: {what}"));
 
         let (body, manifest_digest) = fetch_manifest(&client, &auth, reference).await?;
 
-        let m: Value = serde_json::from_slice(&body).map_err(|e| err("registry-error", format!("the manifest is not valid JSON: {e}")))?;
-        let layer = check_manifest(&m, artifact_type, layer_media_type).map_err(|(code, what)| err(code, what))?;
+        let m: Value = serde_json::from_slice(&body).map_err(|e| err(OciErrorKind::RegistryError, format!("the manifest is not valid JSON: {e}")))?;
+        let layer = check_manifest(&m, artifact_type, layer_media_type).map_err(|(kind, what)| err(kind, what))?;
         if layer.size > max_bytes as u64 {
-            return Err(err("too-large", format!("the layer is {} bytes, more than the {max_bytes} allowed", layer.size)));
+            return Err(err(OciErrorKind::TooLarge, format!("the layer is {} bytes, more than the {max_bytes} allowed", layer.size)));
         }
 
         // The descriptor is rebuilt without the manifest's `urls`, so the blob only ever comes from this registry.
@@ -509,14 +561,14 @@ pub fn pull(reference: &OciRef, artifact_type: &str, layer_media_type: &str, max
         let mut sink = BoundedSink { buf: Vec::with_capacity(layer.size.min(1 << 20) as usize), limit: layer.size as usize, overflowed: false };
         let fetched = client.pull_blob(&image, &descriptor, &mut sink).await;
         if sink.overflowed {
-            return Err(err("digest-mismatch", format!("the registry sent more than the layer's declared {} bytes", layer.size)));
+            return Err(err(OciErrorKind::DigestMismatch, format!("the registry sent more than the layer's declared {} bytes", layer.size)));
         }
         fetched.map_err(|e| classify(reference, "downloading the layer", &e))?;
         // Checked here too: oci-client's own check is skipped on some paths (e.g. partial responses).
         let got = sha256_digest(&sink.buf);
         if sink.buf.len() as u64 != layer.size || got != layer.digest {
             return Err(err(
-                "digest-mismatch",
+                OciErrorKind::DigestMismatch,
                 format!("the layer's {} bytes hash to {got}, not to its declared {} ({} bytes)", sink.buf.len(), layer.digest, layer.size),
             ));
         }
@@ -535,11 +587,11 @@ pub fn resolve_digest(reference: &OciRef, opts: &Options) -> Result<String, OciE
         let digest =
             client.fetch_manifest_digest(&reference.client_ref(), &auth).await.map_err(|e| classify(reference, "resolving the manifest digest", &e))?;
         if !is_sha256_digest(&digest) {
-            return Err(OciError::new("registry-error", format!("{reference}: the registry answered a digest that is not sha256: {digest:?}")));
+            return Err(OciError::new(OciErrorKind::RegistryError, format!("{reference}: the registry answered a digest that is not sha256: {digest:?}")));
         }
         if let Some(wanted) = &reference.digest {
             if *wanted != digest {
-                return Err(OciError::new("digest-mismatch", format!("{reference}: the registry resolved it to {digest}")));
+                return Err(OciError::new(OciErrorKind::DigestMismatch, format!("{reference}: the registry resolved it to {digest}")));
             }
         }
         Ok(digest)
@@ -552,31 +604,31 @@ pub struct LayerInfo {
 }
 
 /// The shape checks of `pull`: one OCI image manifest holding exactly one layer of the expected types.
-pub fn check_manifest(m: &Value, artifact_type: &str, layer_media_type: &str) -> Result<LayerInfo, (&'static str, String)> {
+pub fn check_manifest(m: &Value, artifact_type: &str, layer_media_type: &str) -> Result<LayerInfo, (OciErrorKind, String)> {
     if m["schemaVersion"].as_u64() != Some(2) {
-        return Err(("wrong-type", format!("the manifest has schemaVersion {}, not 2", m["schemaVersion"])));
+        return Err((OciErrorKind::WrongType, format!("the manifest has schemaVersion {}, not 2", m["schemaVersion"])));
     }
     // mediaType is only a SHOULD in the image spec; when present it must be an image manifest (not an index).
     if let Some(media_type) = m["mediaType"].as_str() {
         if media_type != OCI_MANIFEST_MEDIA_TYPE {
-            return Err(("wrong-type", format!("the manifest is a {media_type}, not an {OCI_MANIFEST_MEDIA_TYPE}")));
+            return Err((OciErrorKind::WrongType, format!("the manifest is a {media_type}, not an {OCI_MANIFEST_MEDIA_TYPE}")));
         }
     }
     let found_type = m["artifactType"].as_str().or(m["config"]["mediaType"].as_str()).unwrap_or("(none)");
     if found_type != artifact_type {
-        return Err(("wrong-type", format!("it holds an artifact of type {found_type}, not {artifact_type}")));
+        return Err((OciErrorKind::WrongType, format!("it holds an artifact of type {found_type}, not {artifact_type}")));
     }
     let layers = m["layers"].as_array().map(Vec::as_slice).unwrap_or_default();
     let [layer] = layers else {
-        return Err(("wrong-type", format!("the manifest has {} layers; a {artifact_type} has exactly one", layers.len())));
+        return Err((OciErrorKind::WrongType, format!("the manifest has {} layers; a {artifact_type} has exactly one", layers.len())));
     };
     let found_media = layer["mediaType"].as_str().unwrap_or("(none)");
     if found_media != layer_media_type {
-        return Err(("wrong-type", format!("its layer is of media type {found_media}, not {layer_media_type}")));
+        return Err((OciErrorKind::WrongType, format!("its layer is of media type {found_media}, not {layer_media_type}")));
     }
     let digest = layer["digest"].as_str().filter(|d| is_sha256_digest(d));
     let (Some(digest), Some(size)) = (digest, layer["size"].as_u64()) else {
-        return Err(("registry-error", format!("the manifest's layer has a malformed digest or size: {layer}")));
+        return Err((OciErrorKind::RegistryError, format!("the manifest's layer has a malformed digest or size: {layer}")));
     };
     Ok(LayerInfo { digest: digest.to_string(), size })
 }
@@ -620,7 +672,7 @@ where
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
-                .map_err(|e| OciError::new("registry-error", format!("{reference}: cannot start the async runtime: {e}")))?;
+                .map_err(|e| OciError::new(OciErrorKind::RegistryError, format!("{reference}: cannot start the async runtime: {e}")))?;
             runtime.block_on(make())
         });
         worker.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic))
@@ -635,7 +687,7 @@ async fn connect(reference: &OciRef, opts: &Options, op: RegistryOperation) -> R
     for (i, pem) in opts.extra_ca_pem.iter().enumerate() {
         let certs = split_pem_certificates(pem);
         if certs.is_empty() {
-            return Err(OciError::new("tls-failed", format!("{reference}: extra CA entry #{i} holds no PEM certificate")));
+            return Err(OciError::new(OciErrorKind::TlsFailed, format!("{reference}: extra CA entry #{i} holds no PEM certificate")));
         }
         extra_roots.extend(certs.into_iter().map(|data| Certificate { encoding: CertificateEncoding::Pem, data }));
     }
@@ -650,17 +702,18 @@ async fn connect(reference: &OciRef, opts: &Options, op: RegistryOperation) -> R
         ..ClientConfig::default()
     };
     // Not Client::new: on a bad config (e.g. an unparsable CA) it logs and silently falls back to defaults.
-    let client = Client::try_from(config)
-        .map_err(|e| OciError::new("tls-failed", format!("{reference}: cannot set up the HTTPS client with the extra CA certificates: {}", describe(&e))))?;
+    let client = Client::try_from(config).map_err(|e| {
+        OciError::new(OciErrorKind::TlsFailed, format!("{reference}: cannot set up the HTTPS client with the extra CA certificates: {}", describe(&e)))
+    })?;
 
     let auth = match (&opts.username, &opts.password) {
         (Some(user), Some(password)) => RegistryAuth::Basic(user.clone(), password.clone()),
         (None, None) => RegistryAuth::Anonymous,
         (Some(_), None) => {
-            return Err(OciError::new("auth-failed", format!("{reference}: a registry username is set but no password ({ENV_PASSWORD})")));
+            return Err(OciError::new(OciErrorKind::AuthFailed, format!("{reference}: a registry username is set but no password ({ENV_PASSWORD})")));
         }
         (None, Some(_)) => {
-            return Err(OciError::new("auth-failed", format!("{reference}: a registry password is set but no username ({ENV_USERNAME})")));
+            return Err(OciError::new(OciErrorKind::AuthFailed, format!("{reference}: a registry password is set but no username ({ENV_USERNAME})")));
         }
     };
     client.auth(&reference.client_ref(), &auth, op).await.map_err(|e| classify(reference, "contacting the registry", &e))?;
@@ -686,45 +739,45 @@ fn split_pem_certificates(pem: &[u8]) -> Vec<Vec<u8>> {
 /// Maps an oci-client error to a code and a message naming the reference and what was being done.
 fn classify(reference: &OciRef, doing: &str, e: &OciDistributionError) -> OciError {
     use OciDistributionError as E;
-    let (code, detail) = match e {
-        E::AuthenticationFailure(m) => ("auth-failed", format!("the registry refused the credentials: {}", shorten(m))),
-        E::UnauthorizedError { url } => ("auth-failed", format!("HTTP 401 Unauthorized from {url} (check {ENV_USERNAME}/{ENV_PASSWORD})")),
+    let (kind, detail) = match e {
+        E::AuthenticationFailure(m) => (OciErrorKind::AuthFailed, format!("the registry refused the credentials: {}", shorten(m))),
+        E::UnauthorizedError { url } => (OciErrorKind::AuthFailed, format!("HTTP 401 Unauthorized from {url} (check {ENV_USERNAME}/{ENV_PASSWORD})")),
         E::ServerError { code, url, message } => from_status(reference, *code, url, message),
         E::RegistryError { envelope, url } => from_envelope(envelope, url),
         E::DigestError(DigestError::VerificationError { expected, actual }) => {
-            ("digest-mismatch", format!("content does not match its digest: expected {expected}, got {actual}"))
+            (OciErrorKind::DigestMismatch, format!("content does not match its digest: expected {expected}, got {actual}"))
         }
         E::RequestError(inner) => from_transport(inner),
         E::IoError(inner) => from_transport(inner),
-        other => ("registry-error", describe(other)),
+        other => (OciErrorKind::RegistryError, describe(other)),
     };
-    OciError::new(code, format!("{reference}: {doing}: {detail}"))
+    OciError::new(kind, format!("{reference}: {doing}: {detail}"))
 }
 
-fn from_status(reference: &OciRef, code: u16, url: &str, message: &str) -> (&'static str, String) {
+fn from_status(reference: &OciRef, code: u16, url: &str, message: &str) -> (OciErrorKind, String) {
     // oci-client leaves some error bodies unparsed; the registry's own error codes read better than raw JSON.
     let said = serde_json::from_str::<OciEnvelope>(message).map(|envelope| envelope_text(&envelope)).unwrap_or_else(|_| shorten(message));
     let detail = format!("HTTP {code} from {url}: {said}");
     match code {
-        401 | 403 => ("auth-failed", format!("{detail} (check {ENV_USERNAME}/{ENV_PASSWORD})")),
-        404 => ("not-found", detail),
+        401 | 403 => (OciErrorKind::AuthFailed, format!("{detail} (check {ENV_USERNAME}/{ENV_PASSWORD})")),
+        404 => (OciErrorKind::NotFound, detail),
         // Go's TLS servers answer a plain-HTTP request this way.
         400 if reference.plain_http && message.contains("HTTPS") => {
-            ("registry-error", format!("{detail} (the registry speaks HTTPS: write oci:// instead of oci+http://)"))
+            (OciErrorKind::RegistryError, format!("{detail} (the registry speaks HTTPS: write oci:// instead of oci+http://)"))
         }
-        _ => ("registry-error", detail),
+        _ => (OciErrorKind::RegistryError, detail),
     }
 }
 
-fn from_envelope(envelope: &OciEnvelope, url: &str) -> (&'static str, String) {
-    let code = envelope.errors.iter().find_map(|e| match e.code {
-        OciErrorCode::Unauthorized | OciErrorCode::Denied => Some("auth-failed"),
-        OciErrorCode::ManifestUnknown | OciErrorCode::NameUnknown | OciErrorCode::BlobUnknown | OciErrorCode::NotFound => Some("not-found"),
-        OciErrorCode::DigestInvalid => Some("digest-mismatch"),
-        OciErrorCode::SizeInvalid => Some("too-large"),
+fn from_envelope(envelope: &OciEnvelope, url: &str) -> (OciErrorKind, String) {
+    let kind = envelope.errors.iter().find_map(|e| match e.code {
+        OciErrorCode::Unauthorized | OciErrorCode::Denied => Some(OciErrorKind::AuthFailed),
+        OciErrorCode::ManifestUnknown | OciErrorCode::NameUnknown | OciErrorCode::BlobUnknown | OciErrorCode::NotFound => Some(OciErrorKind::NotFound),
+        OciErrorCode::DigestInvalid => Some(OciErrorKind::DigestMismatch),
+        OciErrorCode::SizeInvalid => Some(OciErrorKind::TooLarge),
         _ => None,
     });
-    (code.unwrap_or("registry-error"), format!("the registry answered {} (for {url})", envelope_text(envelope)))
+    (kind.unwrap_or(OciErrorKind::RegistryError), format!("the registry answered {} (for {url})", envelope_text(envelope)))
 }
 
 /// `CODE: message; CODE: message`, with the spec's spelling of the codes.
@@ -741,7 +794,7 @@ fn envelope_text(envelope: &OciEnvelope) -> String {
 }
 
 /// Classifies a transport failure by walking its causes, TLS first (a failed handshake is also a "connect" error).
-fn from_transport(e: &(dyn StdError + 'static)) -> (&'static str, String) {
+fn from_transport(e: &(dyn StdError + 'static)) -> (OciErrorKind, String) {
     let causes = causes(e);
     let text = describe(e);
     let any = |f: &dyn Fn(&(dyn StdError + 'static)) -> bool| causes.iter().any(|c| f(*c));
@@ -749,16 +802,16 @@ fn from_transport(e: &(dyn StdError + 'static)) -> (&'static str, String) {
     let reqwest_is = |c: &(dyn StdError + 'static), f: fn(&reqwest::Error) -> bool| c.downcast_ref::<reqwest::Error>().is_some_and(f);
 
     if any(&|c| c.downcast_ref::<rustls::Error>().is_some()) || text.contains("invalid peer certificate") || text.contains("UnknownIssuer") {
-        ("tls-failed", format!("TLS failed (is the registry's CA among the extra CA certificates?): {text}"))
+        (OciErrorKind::TlsFailed, format!("TLS failed (is the registry's CA among the extra CA certificates?): {text}"))
     } else if any(&|c| io_kind(c, &[io::ErrorKind::TimedOut]) || reqwest_is(c, reqwest::Error::is_timeout)) {
-        ("timeout", format!("the registry did not answer in time: {text}"))
+        (OciErrorKind::Timeout, format!("the registry did not answer in time: {text}"))
     } else if any(&|c| {
         io_kind(c, &[io::ErrorKind::ConnectionRefused, io::ErrorKind::AddrNotAvailable, io::ErrorKind::HostUnreachable, io::ErrorKind::NetworkUnreachable])
             || reqwest_is(c, reqwest::Error::is_connect)
     }) {
-        ("unreachable", format!("cannot connect to the registry: {text}"))
+        (OciErrorKind::Unreachable, format!("cannot connect to the registry: {text}"))
     } else {
-        ("registry-error", text)
+        (OciErrorKind::RegistryError, text)
     }
 }
 
@@ -796,5 +849,32 @@ fn shorten(s: &str) -> String {
     match s.char_indices().nth(300) {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind's code (messages and the registry errors made of them name it): a renamed code fails here.
+    #[test]
+    fn kind_codes() {
+        use OciErrorKind::*;
+        let table = [
+            (InvalidReference, "invalid-reference"),
+            (AuthFailed, "auth-failed"),
+            (NotFound, "not-found"),
+            (DigestMismatch, "digest-mismatch"),
+            (WrongType, "wrong-type"),
+            (TooLarge, "too-large"),
+            (TlsFailed, "tls-failed"),
+            (Timeout, "timeout"),
+            (Unreachable, "unreachable"),
+            (RegistryError, "registry-error"),
+        ];
+        for (kind, code) in table {
+            assert_eq!(kind.code(), code);
+            assert_eq!(OciError::new(kind, "m").to_string(), format!("{code}: m"));
+        }
     }
 }

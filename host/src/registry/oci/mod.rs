@@ -27,8 +27,8 @@ pub mod client;
 
 use crate::files::sha256_hex;
 use crate::registry::https as fetch;
-use crate::registry::{self, Provenance, RegistryError, Resolved, Settings, Trust, MAX_DOCUMENT, MAX_INDEX, MAX_SIGNATURE};
-use client::{OciError, OciRef};
+use crate::registry::{self, Provenance, RegistryError, RegistryErrorKind, Resolved, Settings, Trust, MAX_DOCUMENT, MAX_INDEX, MAX_SIGNATURE};
+use client::{OciError, OciErrorKind, OciRef};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;
 
@@ -59,19 +59,20 @@ fn options(settings: &Settings) -> client::Options {
 /// bytes that do not match what was asked (`tampered`), or refused (`unreachable`, with its code in the
 /// message).
 fn from_oci(e: OciError) -> RegistryError {
-    let code = match e.code {
-        "digest-mismatch" => "tampered",
-        "not-found" => "unknown-runbook",
-        "invalid-reference" => "unknown-runbook",
-        "wrong-type" | "too-large" => "invalid-index",
-        _ => "unreachable",
+    let kind = match e.kind {
+        OciErrorKind::DigestMismatch => RegistryErrorKind::Tampered,
+        OciErrorKind::NotFound | OciErrorKind::InvalidReference => RegistryErrorKind::UnknownRunbook,
+        OciErrorKind::WrongType | OciErrorKind::TooLarge => RegistryErrorKind::InvalidIndex,
+        OciErrorKind::AuthFailed | OciErrorKind::TlsFailed | OciErrorKind::Timeout | OciErrorKind::Unreachable | OciErrorKind::RegistryError => {
+            RegistryErrorKind::Unreachable
+        }
     };
-    RegistryError { code, message: format!("{} ({})", e.message, e.code) }
+    RegistryError { kind, message: format!("{} ({})", e.message, e.kind) }
 }
 
 /// Whether an OCI failure means the registry could not be reached at all (cached pins may stand in).
 fn is_down(e: &OciError) -> bool {
-    matches!(e.code, "unreachable" | "timeout")
+    matches!(e.kind, OciErrorKind::Unreachable | OciErrorKind::Timeout)
 }
 
 /// The tag under which a document's signature is stored.
@@ -103,12 +104,12 @@ pub fn resolve_ref(reference: &str, settings: &Settings) -> Result<Resolved, Reg
             }
             Err(e) if is_down(&e) && r.digest.is_none() => {
                 return Err(RegistryError::new(
-                    "unreachable",
-                    format!("{} ({}); a tag is not a pin, so nothing cached stands in for it: name the document by digest", e.message, e.code),
+                    RegistryErrorKind::Unreachable,
+                    format!("{} ({}); a tag is not a pin, so nothing cached stands in for it: name the document by digest", e.message, e.kind),
                 ))
             }
             Err(e) if is_down(&e) => {
-                return Err(RegistryError::new("unreachable", format!("{} ({}), and the document is not in the cache", e.message, e.code)))
+                return Err(RegistryError::new(RegistryErrorKind::Unreachable, format!("{} ({}), and the document is not in the cache", e.message, e.kind)))
             }
             Err(e) => return Err(from_oci(e)),
         },
@@ -166,7 +167,7 @@ fn pull_signature(
             }
             Ok(Some(p.bytes))
         }
-        Err(e) if e.code == "not-found" => Ok(None),
+        Err(e) if e.kind == OciErrorKind::NotFound => Ok(None),
         Err(e) if is_down(&e) => {
             let got = cache.and_then(|c| fetch::cached(c, &key)).map(|c| c.0);
             if got.is_some() && provenance.from_cache.is_none() {
@@ -180,8 +181,9 @@ fn pull_signature(
 
 /// The index reference of an `oci://HOST/PREFIX` registry.
 fn index_ref(registry: &str) -> Result<OciRef, RegistryError> {
-    OciRef::parse(&format!("{}:index", registry.trim_end_matches('/')))
-        .map_err(|e| RegistryError::new("unreachable", format!("`{registry}` is not a usable OCI registry prefix (oci://HOST/PREFIX): {}", e.message)))
+    OciRef::parse(&format!("{}:index", registry.trim_end_matches('/'))).map_err(|e| {
+        RegistryError::new(RegistryErrorKind::Unreachable, format!("`{registry}` is not a usable OCI registry prefix (oci://HOST/PREFIX): {}", e.message))
+    })
 }
 
 /// A version as an OCI tag (`+` is not allowed in tags).
@@ -209,36 +211,44 @@ pub fn resolve_pinned(id: &str, version: &str, settings: &Settings) -> Result<Re
         }
         Err(e) if is_down(&e) => {
             let Some((bytes, _, at)) = cache.and_then(|c| fetch::cached(c, &key)) else {
-                return Err(named(RegistryError::new("unreachable", format!("{} ({}), and no copy of its index is cached", e.message, e.code))));
+                return Err(named(RegistryError::new(
+                    RegistryErrorKind::Unreachable,
+                    format!("{} ({}), and no copy of its index is cached", e.message, e.kind),
+                )));
             };
             let age = fetch::now_unix() - at;
             if age > settings.offline_max_age {
                 return Err(named(RegistryError::new(
-                    "unreachable",
-                    format!("{} ({}); the cached index is {age} s old, more than the {} s allowed offline", e.message, e.code, settings.offline_max_age),
+                    RegistryErrorKind::Unreachable,
+                    format!("{} ({}); the cached index is {age} s old, more than the {} s allowed offline", e.message, e.kind, settings.offline_max_age),
                 )));
             }
             provenance.from_cache = Some(format!("the registry was unreachable; its index as pulled {age} s before ({})", e.message));
             registry::parse_index(&bytes)?
         }
-        Err(e) if e.code == "not-found" => return Err(named(RegistryError::new("unreachable", format!("the registry has no index ({})", e.message)))),
+        Err(e) if e.kind == OciErrorKind::NotFound => {
+            return Err(named(RegistryError::new(RegistryErrorKind::Unreachable, format!("the registry has no index ({})", e.message))))
+        }
         Err(e) => return Err(named(from_oci(e))),
     };
     let Some(versions) = index["runbooks"].get(id) else {
-        return Err(named(RegistryError::new("unknown-runbook", format!("the registry has no runbook `{id}`"))));
+        return Err(named(RegistryError::new(RegistryErrorKind::UnknownRunbook, format!("the registry has no runbook `{id}`"))));
     };
     let Some(entry) = versions.get(version) else {
-        return Err(named(RegistryError::new("unknown-version", format!("the registry has no version `{version}` of `{id}`"))));
+        return Err(named(RegistryError::new(RegistryErrorKind::UnknownVersion, format!("the registry has no version `{version}` of `{id}`"))));
     };
     let pin = entry["sha256"].as_str().unwrap_or_default().to_string();
     let manifest = entry["manifest"]
         .as_str()
-        .ok_or_else(|| RegistryError::new("invalid-index", format!("the index entry of `{id}@{version}` has no `manifest` digest")))?;
+        .ok_or_else(|| RegistryError::new(RegistryErrorKind::InvalidIndex, format!("the index entry of `{id}@{version}` has no `manifest` digest")))?;
     let doc_ref = OciRef::parse(&format!("{}/{id}@{manifest}", settings.registry.trim_end_matches('/'))).map_err(from_oci)?;
     let bytes = match cache.and_then(|c| c.blob(&pin)) {
         Some(b) => b,
         None if provenance.from_cache.is_some() => {
-            return Err(RegistryError::new("unreachable", format!("the registry is unreachable and `{id}@{version}` (sha256 {pin}) is not in the cache")))
+            return Err(RegistryError::new(
+                RegistryErrorKind::Unreachable,
+                format!("the registry is unreachable and `{id}@{version}` (sha256 {pin}) is not in the cache"),
+            ))
         }
         None => {
             let p = client::pull(&doc_ref, DOCUMENT_ARTIFACT_TYPE, DOCUMENT_LAYER, MAX_DOCUMENT, &opts).map_err(from_oci)?;
@@ -252,7 +262,10 @@ pub fn resolve_pinned(id: &str, version: &str, settings: &Settings) -> Result<Re
     };
     let sha = sha256_hex(&bytes);
     if sha != pin {
-        return Err(RegistryError::new("tampered", format!("`{id}@{version}`: the document's sha256 is {sha}, the registry's index pins {pin}")));
+        return Err(RegistryError::new(
+            RegistryErrorKind::Tampered,
+            format!("`{id}@{version}`: the document's sha256 is {sha}, the registry's index pins {pin}"),
+        ));
     }
     let signature = if settings.require_signature.is_empty() { None } else { pull_signature(&doc_ref, &sha, &opts, cache, &mut provenance)? };
     Ok(Resolved {
@@ -284,7 +297,10 @@ pub struct Pushed {
 pub fn push_document(bytes: &[u8], target: &str, signature: Option<&[u8]>, settings: &Settings) -> Result<Pushed, RegistryError> {
     let r = OciRef::parse(target).map_err(from_oci)?;
     if r.tag.is_none() || r.digest.is_some() {
-        return Err(RegistryError::new("unreachable", format!("`{target}`: push to a tag (oci://HOST/REPO:TAG); a digest is what a push produces")));
+        return Err(RegistryError::new(
+            RegistryErrorKind::Unreachable,
+            format!("`{target}`: push to a tag (oci://HOST/REPO:TAG); a digest is what a push produces"),
+        ));
     }
     let (id, version) = registry::document_id(bytes)?;
     push_at(bytes, &r, signature, &options(settings), &id, &version)
@@ -329,20 +345,21 @@ pub fn publish(bytes: &[u8], registry_prefix: &str, signature: Option<&[u8]>, se
     let sha = sha256_hex(bytes);
     let mut index = match client::pull(&ir, INDEX_ARTIFACT_TYPE, INDEX_LAYER, MAX_INDEX, &opts) {
         Ok(p) => registry::parse_index(&p.bytes)?,
-        Err(e) if e.code == "not-found" => json!({"schema": registry::INDEX_SCHEMA, "runbooks": {}}),
+        Err(e) if e.kind == OciErrorKind::NotFound => json!({"schema": registry::INDEX_SCHEMA, "runbooks": {}}),
         Err(e) => return Err(from_oci(e)),
     };
     if let Some(e) = index["runbooks"].get(&id).and_then(|v| v.get(&version)) {
         if e["sha256"] != sha.as_str() {
             return Err(RegistryError::new(
-                "conflict",
+                RegistryErrorKind::Conflict,
                 format!("`{id}@{version}` is already pinned to a different document ({})", e["sha256"].as_str().unwrap_or("")),
             ));
         }
     }
     let tag = version_tag(&version);
-    let doc_ref = OciRef::parse(&format!("{}/{id}:{tag}", registry_prefix.trim_end_matches('/')))
-        .map_err(|e| RegistryError::new("invalid-document", format!("`{id}@{version}` cannot name an OCI repository and tag: {}", e.message)))?;
+    let doc_ref = OciRef::parse(&format!("{}/{id}:{tag}", registry_prefix.trim_end_matches('/'))).map_err(|e| {
+        RegistryError::new(RegistryErrorKind::InvalidDocument, format!("`{id}@{version}` cannot name an OCI repository and tag: {}", e.message))
+    })?;
     let pushed = push_at(bytes, &doc_ref, signature, &opts, &id, &version)?;
     let runbooks = index["runbooks"].as_object_mut().expect("checked by parse_index");
     let versions = runbooks.entry(id.clone()).or_insert_with(|| Value::Object(Map::new()));
@@ -353,7 +370,7 @@ pub fn publish(bytes: &[u8], registry_prefix: &str, signature: Option<&[u8]>, se
         }
     }
     versions.as_object_mut().expect("checked by parse_index").insert(version.clone(), entry);
-    let mut text = serde_json::to_string_pretty(&index).map_err(|e| RegistryError::new("io", e.to_string()))?;
+    let mut text = serde_json::to_string_pretty(&index).map_err(|e| RegistryError::new(RegistryErrorKind::Io, e.to_string()))?;
     text.push('\n');
     let art = client::Artifact { artifact_type: INDEX_ARTIFACT_TYPE, layer_media_type: INDEX_LAYER, bytes: text.as_bytes(), annotations: BTreeMap::new() };
     client::push(&ir, &art, &opts).map_err(from_oci)?;
@@ -402,7 +419,7 @@ fn evidence_name_ok(n: &str) -> bool {
 /// channel) are not evidence and are left out.
 pub fn push_evidence(dir: &std::path::Path, target: &str, settings: &Settings) -> Result<Pushed, RegistryError> {
     let r = OciRef::parse(target).map_err(from_oci)?;
-    let io = |e: std::io::Error| RegistryError::new("io", format!("`{}`: {e}", dir.display()));
+    let io = |e: std::io::Error| RegistryError::new(RegistryErrorKind::Io, format!("`{}`: {e}", dir.display()));
     let mut files = Vec::new();
     for e in std::fs::read_dir(dir).map_err(io)? {
         let e = e.map_err(io)?;
@@ -449,9 +466,12 @@ pub fn pull_evidence(reference: &str, into: &std::path::Path, settings: &Setting
     for (ann, bytes) in &p.layers {
         let name = ann.get(ANNOTATION_TITLE).map(String::as_str).unwrap_or("");
         if !evidence_name_ok(name) || !seen.insert(name.to_string()) {
-            return Err(RegistryError::new("tampered", format!("{reference}: a layer is named {name:?}: not one plain file name, or named twice")));
+            return Err(RegistryError::new(
+                RegistryErrorKind::Tampered,
+                format!("{reference}: a layer is named {name:?}: not one plain file name, or named twice"),
+            ));
         }
-        std::fs::write(into.join(name), bytes).map_err(|e| RegistryError::new("io", format!("`{name}`: {e}")))?;
+        std::fs::write(into.join(name), bytes).map_err(|e| RegistryError::new(RegistryErrorKind::Io, format!("`{name}`: {e}")))?;
     }
     Ok(p.manifest_digest)
 }
