@@ -350,4 +350,10 @@ fn a_checkpoint_resumes_the_run_a_full_replay_gives() {
     std::fs::write(&events, tampered).unwrap();
     let e = refused(&cp);
     assert!(e.contains("after the checkpoint"), "{e}");
+    // Tampered is a variant to match, also through an anyhow error that wraps it (downcast, not searched).
+    use runbook_host::run::RunError;
+    let err = Run::resume_at(Arc::clone(&policy), &runs, &cp, t0, None, Guard::new(&runs, None)).err().expect("refused");
+    assert!(matches!(err, RunError::Tampered(_)), "{err}");
+    let wrapped = anyhow::Error::from(err).context("resuming the run");
+    assert!(matches!(wrapped.downcast_ref::<RunError>(), Some(RunError::Tampered(_))), "{wrapped:#}");
 }

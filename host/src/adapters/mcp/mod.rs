@@ -919,3 +919,43 @@ async fn refuse(listen: bool, failure: Failure) -> u8 {
     }
     1
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signatures::dsse::DsseErrorKind;
+
+    /// Every failure's `runbook_failed:<code>` (clients and the tests read it): a renamed code fails here.
+    #[test]
+    fn failure_codes() {
+        use FailureKind::*;
+        let table = [
+            (RunEnded, "run-ended"),
+            (ApprovalRefused, "approval-refused"),
+            (BundleUnwritable, "bundle-unwritable"),
+            (HostError, "host-error"),
+            (Refused("coverage-incomplete,profile-too-low".into()), "refused:coverage-incomplete,profile-too-low"),
+            (Registry(RegistryErrorKind::UnknownRunbook), "unknown-runbook"),
+            (Registry(RegistryErrorKind::Signature(DsseErrorKind::Untrusted)), "signature-untrusted"),
+            (SignedApprovalsRequired, "signed-approvals-required"),
+            (ApprovalChannelRefused, "approval-channel-refused"),
+            (ListenFailed, "listen-failed"),
+            (ServerUnavailable, "server-unavailable"),
+        ];
+        for (kind, code) in table {
+            assert_eq!(kind.code(), code);
+            assert_eq!(Failure::new(kind, "m").text(), format!("runbook_failed:{code}"));
+        }
+    }
+
+    /// A run error's failure: approval-refused is its own kind (the gate stays shut, the run goes on).
+    #[test]
+    fn run_errors_as_failures() {
+        let kind = |e: RunError| Failure::from(e).kind;
+        assert_eq!(kind(RunError::Refused("x".into())), FailureKind::ApprovalRefused);
+        assert_eq!(kind(RunError::Finished("x".into())), FailureKind::RunEnded);
+        assert_eq!(kind(RunError::Evidence("x".into())), FailureKind::BundleUnwritable);
+        assert_eq!(kind(RunError::Tampered("x".into())), FailureKind::HostError);
+        assert_eq!(kind(RunError::Module("x".into())), FailureKind::HostError);
+    }
+}
