@@ -2,9 +2,11 @@
 //! everything in memory (`hooks::MemoryHook`: the session store, the bundle in a `MemoryStore`, the
 //! approval channel; the session's run resident between events, as the resident server keeps it): no
 //! panic, whatever the payload; and the evidence the adapter writes is always evidence it can replay:
-//! every 8 events and at the end, the session's run is resumed from the store by a full replay
-//! (`Run::resume_in`, what a command-mode process does), which must not be refused as tampered
-//! (`RunError::Tampered`, by type) and must reach the resident run's chain head and event count.
+//! at the end, the session's run is resumed from the store by a full replay (`Run::resume_in`, what a
+//! command-mode process does), which must not be refused as tampered (`RunError::Tampered`, by type) and
+//! must reach the resident run's chain head and event count. One replay at the end checks what one
+//! after every event would: the replay checks every record in order, so a prefix that did not replay
+//! would fail it too (replaying every 8 events as well cost a third of the executions).
 //! The first byte chooses the corpus document; the rest is payload lines, each for session `s`.
 #![no_main]
 mod common;
@@ -102,9 +104,6 @@ fuzz_target!(init: { policy(); documents(); }, |data: &[u8]| {
     for (i, line) in rest.split(|b| *b == b'\n').take(32).enumerate() {
         clock.set(1_780_000_000_000 + 1_000 * (i as u64 + 1));
         handle(&mut h, line);
-        if i % 8 == 7 {
-            replays(&mut h);
-        }
     }
     handle(&mut h, br#"{"session_id":"s","hook_event_name":"SessionEnd"}"#);
     replays(&mut h);

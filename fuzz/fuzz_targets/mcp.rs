@@ -61,7 +61,9 @@ fn world() -> &'static World {
             argv: vec!["python3".into(), repo.join("host/tests/mcp/bad_server.py").display().to_string(), server_log.display().to_string()],
             ..Default::default()
         };
-        let upstream = rt.block_on(Upstream::start(&[spec], &[], Duration::from_secs(60), Duration::from_millis(100), Vec::new(), tx)).expect("the bad server starts (python3)");
+        let upstream = rt
+            .block_on(Upstream::start(&[spec], &[], Duration::from_secs(60), Duration::from_millis(100), Vec::new(), tx))
+            .expect("the bad server starts (python3)");
         let runs = dir.join("runs");
         let store = runbook_host::bundle::MemoryStore::named(&runs);
         let base = Arc::new(Base {

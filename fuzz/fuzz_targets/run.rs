@@ -46,7 +46,8 @@ fn documents() -> &'static Vec<Doc> {
                 std::fs::write(&p, doc).unwrap();
                 let resolved = runbook_host::registry::resolve(&p.to_string_lossy(), "unused").expect("a corpus document resolves");
                 let env: Value = policy().envelope(doc).unwrap().ok().and_then(|e| serde_json::from_str(&e).ok()).unwrap_or_default();
-                let mut tools: Vec<String> = env["capabilities"].as_object().into_iter().flatten().filter_map(|(_, c)| c["tool"].as_str().map(str::to_string)).collect();
+                let mut tools: Vec<String> =
+                    env["capabilities"].as_object().into_iter().flatten().filter_map(|(_, c)| c["tool"].as_str().map(str::to_string)).collect();
                 tools.extend(["Bash".to_string(), "undeclared".to_string()]);
                 let mut steps: Vec<String> = env["steps"].as_object().into_iter().flatten().map(|(k, _)| k.clone()).collect();
                 steps.extend(env["terminals"].as_object().into_iter().flatten().map(|(k, _)| k.clone()));

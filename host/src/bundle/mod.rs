@@ -15,8 +15,10 @@
 //!                                    the approval channel (see [`crate::run::approvals`]); not part of the evidence
 //! ```
 //!
-//! The bundle directory is opened as a `cap-std` capability directory: nothing written or read here can
-//! reach outside it, whatever a name says. No absolute path is written into `run.json`, the report, the
+//! Where these files live is a [`Store`] (see [`store`]): a directory, opened as a `cap-std` capability
+//! directory ([`DirStore`], every production run), or memory ([`MemoryStore`]: tests and the fuzz targets,
+//! the same bytes without a disk). On disk nothing written or read here can reach outside the runs
+//! directory, whatever a name says. No absolute path is written into `run.json`, the report, the
 //! receipt, `latest.json` or `history.ndjson`: `path` fields are relative (to the run directory for
 //! artifacts, to `runs_root` for `latest.json`/history), and a local document is named by its file name.
 //!
