@@ -6,16 +6,14 @@
 //!
 //! A case the core gets wrong keeps asserting the right behaviour and is marked `#[ignore = "core bug: .."]`.
 
+use crate::common::{cmd, repo, Tmp, BIN};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::path::PathBuf;
+use std::process::{ExitStatus, Stdio};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
 
 /// A run that takes longer than this is a failure (a hang, a blow-up); no other duration is asserted.
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -25,16 +23,15 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 
 struct Sandbox {
     dir: PathBuf,
+    _tmp: Tmp,
 }
 
 impl Sandbox {
     fn new(tag: &str) -> Sandbox {
-        static N: AtomicU32 = AtomicU32::new(0);
         let tag: String = tag.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '-' }).collect();
-        let dir = std::env::temp_dir().join(format!("runbook-host-bad-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("cache")).expect("create the sandbox");
-        Sandbox { dir }
+        let t = Tmp::new(&format!("bad-{tag}"));
+        std::fs::create_dir_all(t.join("cache")).expect("create the sandbox");
+        Sandbox { dir: t.0.clone(), _tmp: t }
     }
 
     fn write(&self, name: &str, bytes: impl AsRef<[u8]>) {
@@ -50,7 +47,7 @@ impl Sandbox {
 
     fn run<S: AsRef<OsStr>>(&self, args: &[S]) -> Run {
         let shown: Vec<String> = args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
-        let mut child = Command::new(BIN)
+        let mut child = cmd(BIN)
             .args(args)
             .current_dir(&self.dir)
             .env("RUNBOOK_HOST_CACHE", self.dir.join("cache"))
@@ -89,14 +86,8 @@ impl Sandbox {
     }
 }
 
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn fixture_path(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/bad").join(name)
+    repo().join("host/tests/fixtures/bad").join(name)
 }
 
 struct Run {

@@ -1,11 +1,11 @@
 //! The host's backstop bounds: an exhausted fuel budget or memory cap is a fail-closed `halt` with reason
 //! `host-trap`, never a panic and never an allow.
 
+use crate::common::{module_cache, repo};
 use runbook_host::{HostError, Limits, Policy};
-use std::path::Path;
 
 fn doc() -> Vec<u8> {
-    std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/executive-snapshot/runbook.json")).unwrap()
+    std::fs::read(repo().join("examples/executive-snapshot/runbook.json")).unwrap()
 }
 
 const START: &str =
@@ -13,9 +13,8 @@ const START: &str =
 
 #[test]
 fn exhausted_fuel_halts_with_host_trap() {
-    let cache = std::env::temp_dir().join(format!("runbook-host-bounds-{}", std::process::id()));
     // Enough to construct a session, not enough to decide much.
-    let p = Policy::load_with(Some(&cache), Limits { fuel_per_call: 2_000_000, ..Limits::default() }).unwrap();
+    let p = Policy::load_with(Some(module_cache()), Limits { fuel_per_call: 2_000_000, ..Limits::default() }).unwrap();
     let mut s = p.session(&doc()).unwrap();
     let big = format!(r#"{{"type":"invoke","at":1,"tool":"quickbooks_profit_and_loss","arguments":{{"x":"{}"}}}}"#, "a".repeat(500_000));
     assert!(s.handle_line(START).contains(r#""decision":"allow""#));
@@ -32,8 +31,7 @@ fn exhausted_fuel_halts_with_host_trap() {
 
 #[test]
 fn memory_cap_is_a_trap_not_a_crash() {
-    let cache = std::env::temp_dir().join(format!("runbook-host-bounds-mem-{}", std::process::id()));
-    let p = Policy::load_with(Some(&cache), Limits { memory_cap: 2 << 20, ..Limits::default() }).unwrap();
+    let p = Policy::load_with(Some(module_cache()), Limits { memory_cap: 2 << 20, ..Limits::default() }).unwrap();
     let huge = format!("{{\"runbook_id\":\"x\",\"version\":\"1.0.0\",\"title\":\"{}\"}}", "t".repeat(1_000_000));
     assert!(matches!(p.lint(huge.as_bytes()), Err(HostError::Trap(_))));
     // Small documents still work under the same cap.
@@ -50,8 +48,7 @@ fn default_bounds_never_change_an_answer() {
         i += 1;
     }
     doc.push_str(&format!("{{\"id\":\"s{i}\",\"tool\":\"t\",\"next\":\"end\"}}],\"terminals\":[\"end\"]}}"));
-    let cache = std::env::temp_dir().join(format!("runbook-host-bounds-def-{}", std::process::id()));
-    let p = Policy::load_with_cache(Some(&cache)).unwrap();
+    let p = Policy::load_with_cache(Some(module_cache())).unwrap();
     let native = runbook_policy::lint(doc.as_bytes());
     let comp = p.lint(doc.as_bytes()).unwrap();
     assert_eq!(native.findings.len(), comp.findings.len());

@@ -4,17 +4,14 @@
 //! hash chain; `approve` refuses without a terminal and, on a pseudo-terminal, writes a grant bound to the
 //! call.
 
-mod common;
-use common::{all_streams, document_of, event_lines, repo, Tmp};
+use crate::common::{self, all_streams, document_of, event_lines, repo, Tmp, BIN};
 use runbook_host::approvals;
 use runbook_host::bundle::{self, Bundle};
 use runbook_host::registry;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-
-const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
+use std::process::{Output, Stdio};
 
 fn policy() -> &'static runbook_host::Policy {
     bundle::shared_policy().expect("load the policy module")
@@ -40,7 +37,7 @@ fn write_bundle(runs: &Path, doc: &Path, lines: &[String]) -> PathBuf {
 }
 
 fn verify(dir: &Path) -> (Option<i32>, Value, String) {
-    let o = Command::new(BIN).args(["verify", "--format", "json"]).arg(dir).stdin(Stdio::null()).output().unwrap();
+    let o = common::cmd(BIN).args(["verify", "--format", "json"]).arg(dir).stdin(Stdio::null()).output().unwrap();
     let v = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("verify printed no JSON ({e}): {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)));
     (o.status.code(), v, String::from_utf8_lossy(&o.stderr).into_owned())
@@ -220,7 +217,7 @@ fn text_output_names_the_place() {
     let t = Tmp::new("text");
     let runs = t.0.join("runs");
     let dir = write_bundle(&runs, &document_of("executive-snapshot"), &event_lines(&repo().join("examples/executive-snapshot/events.ndjson")));
-    let o: Output = Command::new(BIN).arg("verify").arg(&dir).output().unwrap();
+    let o: Output = common::cmd(BIN).arg("verify").arg(&dir).output().unwrap();
     assert_eq!(o.status.code(), Some(0));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.starts_with("verified: run ") && out.contains("share safety:"), "{out}");
@@ -228,7 +225,7 @@ fn text_output_names_the_place() {
     let mut b = std::fs::read(&p).unwrap();
     b[2] = mutate(b[2]);
     std::fs::write(&p, &b).unwrap();
-    let o = Command::new(BIN).arg("verify").arg(&dir).output().unwrap();
+    let o = common::cmd(BIN).arg("verify").arg(&dir).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("NOT VERIFIED: report.json") && out.contains("share safety: blocked"), "{out}");
@@ -283,7 +280,7 @@ fn gated_run(runs: &Path) -> (PathBuf, runbook_host::Session, Bundle, String, St
 fn approve_on_a_pty(runs: &Path, run: &str, step: &str, extra: &str, typed: &str) -> Output {
     let cmd = format!("'{BIN}' approve {run} {step} --runs '{}' {extra}", runs.display());
     let mut child =
-        Command::new("script").args(["-qec", &cmd, "/dev/null"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        common::cmd("script").args(["-qec", &cmd, "/dev/null"]).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let typed = typed.to_string();
     let writer = std::thread::spawn(move || {
@@ -298,7 +295,7 @@ fn approve_on_a_pty(runs: &Path, run: &str, step: &str, extra: &str, typed: &str
 }
 
 fn have_script() -> bool {
-    Command::new("script").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    common::cmd("script").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
 #[test]
@@ -307,13 +304,13 @@ fn approve_refuses_without_a_terminal() {
     let runs = t.0.join("runs");
     let (_dir, _s, _b, _id, _hash) = gated_run(&runs);
     // `setsid` leaves the process without a controlling terminal, as an agent's tool call is.
-    let has_setsid = Command::new("setsid").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    let has_setsid = common::cmd("setsid").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
     let mut cmd = if has_setsid {
-        let mut c = Command::new("setsid");
+        let mut c = common::cmd("setsid");
         c.args(["-w", BIN]);
         c
     } else {
-        Command::new(BIN)
+        common::cmd(BIN)
     };
     let o = cmd.args(["approve", "latest", "rotate", "--runs"]).arg(&runs).stdin(Stdio::null()).output().unwrap();
     assert_eq!(o.status.code(), Some(1));

@@ -21,17 +21,14 @@
 //! Cross-file references (`urn:runbook-host:schema:<name>`) are resolved by registering every schema of
 //! `schema/` as a resource of the validator (jsonschema 0.30 `with_resource`), never by fetching.
 
-mod common;
-use common::{all_streams, document_of, event_lines, repo, Tmp};
+use crate::common::{self, all_streams, document_of, event_lines, repo, Tmp, BIN};
 use jsonschema::{Draft, Validator};
 use runbook_host::approvals;
 use runbook_host::bundle::{self, Bundle};
 use runbook_host::registry;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
-const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
+use std::process::Stdio;
 
 /// The schemas this file owns (the five of host/tests/schema.rs are used through references only).
 const NEW_SCHEMAS: &[&str] = &[
@@ -127,7 +124,7 @@ fn local(doc: &Path) -> registry::Resolved {
 
 /// `runbook-host verify --format json DIR`: (exit code, the JSON it printed).
 fn verify(dir: &Path) -> (Option<i32>, Value) {
-    let o = Command::new(BIN).args(["verify", "--format", "json"]).arg(dir).stdin(Stdio::null()).output().unwrap();
+    let o = common::cmd(BIN).args(["verify", "--format", "json"]).arg(dir).stdin(Stdio::null()).output().unwrap();
     let v = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("verify printed no JSON ({e}): {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)));
     (o.status.code(), v)

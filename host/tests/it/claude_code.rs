@@ -6,14 +6,12 @@
 //! host/tests/claude/say-hello.yaml (Bash `echo hello` only). And the MCP proxy in front of the conformance
 //! fixture as one of the CLI's MCP servers: the CLI lists and reads the fixture's resources through it.
 
+use crate::common::{self, repo, Tmp};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-mod common;
-use common::claude_cli::{self, CliRun};
-use common::hooks::BIN;
-use common::{repo, Tmp};
+use crate::common::claude_cli::{self, CliRun};
+use crate::common::hooks::BIN;
 
 /// The model's turns: a command the runbook does not allow, then the one it does, then an answer.
 fn script() -> Value {
@@ -38,7 +36,7 @@ fn project(t: &Tmp) -> (PathBuf, PathBuf) {
 
 /// Runs `bin hook ARGS` in the project; panics unless it exits 0.
 fn hook_cli(bin: &Path, project: &Path, args: &[&str]) {
-    let o = Command::new(bin).arg("hook").args(args).current_dir(project).output().unwrap();
+    let o = common::cmd(bin).arg("hook").args(args).current_dir(project).output().unwrap();
     assert!(o.status.success(), "hook {args:?}: {}", String::from_utf8_lossy(&o.stderr));
 }
 
@@ -55,7 +53,7 @@ struct StopServer(PathBuf);
 
 impl Drop for StopServer {
     fn drop(&mut self) {
-        let _ = Command::new(BIN).args(["hook", "stop"]).current_dir(&self.0).output();
+        let _ = common::cmd(BIN).args(["hook", "stop"]).current_dir(&self.0).output();
     }
 }
 
@@ -134,7 +132,7 @@ fn denies_and_completes(p: &Path, s: &Path, mode: &str) {
     // The same decision lines, byte for byte, as every other agent CLI gives for this session.
     assert_eq!(common::chat_cli::decisions(&events), common::chat_cli::say_hello_decisions(), "{events:#?}");
     assert!(dir.join("receipt.json").is_file());
-    let v = Command::new(BIN).args(["verify", "latest"]).current_dir(p).output().unwrap();
+    let v = common::cmd(BIN).args(["verify", "latest"]).current_dir(p).output().unwrap();
     assert!(v.status.success(), "verify latest: {}{}", String::from_utf8_lossy(&v.stdout), String::from_utf8_lossy(&v.stderr));
     let runs: Vec<_> = std::fs::read_dir(p.join(".runbook/runs")).unwrap().flatten().filter(|e| e.path().join("run.json").is_file()).collect();
     assert_eq!(runs.len(), 1, "one session, one run");
@@ -155,7 +153,7 @@ fn denies_and_completes(p: &Path, s: &Path, mode: &str) {
         assert!(log.contains(&format!("session {session} is bound to its client (pid ")), "{log}");
         assert!(!log.contains("refused"), "{log}");
         // The server the SessionStart started decided the session's events and closed it at SessionEnd.
-        let o = Command::new(BIN).args(["hook", "status", "--json"]).current_dir(p).output().unwrap();
+        let o = common::cmd(BIN).args(["hook", "status", "--json"]).current_dir(p).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let st: Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(st["pid"], server_json(p)["pid"]);
@@ -264,7 +262,7 @@ fn the_server_killed_mid_session_blocks_every_call_and_the_resumed_session_compl
     assert_eq!(dir2, dir, "the same run goes on");
     assert_eq!(decision_of(&events, "echo hello")["decision"], "allow");
     assert_eq!(report["outcome"], "completed", "{report}");
-    let v = Command::new(BIN).args(["verify", "latest"]).current_dir(&p).output().unwrap();
+    let v = common::cmd(BIN).args(["verify", "latest"]).current_dir(&p).output().unwrap();
     assert!(v.status.success(), "verify latest: {}{}", String::from_utf8_lossy(&v.stdout), String::from_utf8_lossy(&v.stderr));
     let log = std::fs::read_to_string(p.join(".runbook/runs/.hook/server/log")).unwrap();
     assert!(log.contains(&format!("resumed session {session}")), "{log}");
@@ -288,7 +286,7 @@ fn install_chooses_the_server_mode_only_for_a_claude_that_has_http_hooks() {
         (old.as_path(), "command", "command mode: the claude on PATH is 2.1.200, older than 2.1.295"),
         (Path::new("/nonexistent"), "command", "command mode: no `claude` on PATH answered --version"),
     ] {
-        let o = Command::new(BIN)
+        let o = common::cmd(BIN)
             .args(["hook", "--runbook", "runbook.yaml", "install"])
             .current_dir(&p)
             .env("PATH", format!("{}:/usr/bin:/bin", path.display()))
@@ -340,6 +338,6 @@ fn claude_code_lists_and_reads_the_fixtures_resources_through_the_proxy() {
         .map(|l| serde_json::from_str::<Value>(l).unwrap()["method"].as_str().unwrap().to_string())
         .collect();
     assert!(methods.contains(&"resources/list".to_string()) && methods.contains(&"resources/read".to_string()), "{methods:?}");
-    let v = Command::new(BIN).arg("verify").arg(&run).output().unwrap();
+    let v = common::cmd(BIN).arg("verify").arg(&run).output().unwrap();
     assert!(v.status.success(), "{}", String::from_utf8_lossy(&v.stdout));
 }

@@ -2,16 +2,14 @@
 //! directory per test (which is also that test's RUNBOOK_HOST_CACHE), asserting what is printed and the exit
 //! codes of docs/spec/cli.md#exit-codes (0 success, 1 refused or found wanting, 2 usage or IO error).
 
+use crate::common::{self, repo, Tmp, BIN};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::ffi::OsStr;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
 
 /// A run that takes longer than this is a failure (a hang); no other duration is asserted.
 const TIMEOUT: Duration = Duration::from_secs(20);
@@ -21,15 +19,14 @@ const TIMEOUT: Duration = Duration::from_secs(20);
 
 struct Sandbox {
     dir: PathBuf,
+    _tmp: Tmp,
 }
 
 impl Sandbox {
     fn new(tag: &str) -> Sandbox {
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = std::env::temp_dir().join(format!("runbook-host-cli-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("cache")).expect("create the sandbox");
-        Sandbox { dir }
+        let t = Tmp::new(&format!("cli-{tag}"));
+        std::fs::create_dir_all(t.join("cache")).expect("create the sandbox");
+        Sandbox { dir: t.0.clone(), _tmp: t }
     }
 
     fn write(&self, name: &str, bytes: impl AsRef<[u8]>) {
@@ -41,7 +38,7 @@ impl Sandbox {
     }
 
     fn command<S: AsRef<OsStr>>(&self, args: &[S]) -> Command {
-        let mut cmd = Command::new(BIN);
+        let mut cmd = common::cmd(BIN);
         cmd.args(args)
             .current_dir(&self.dir)
             .env("RUNBOOK_HOST_CACHE", self.dir.join("cache"))
@@ -87,12 +84,6 @@ impl Sandbox {
         let stdout = out_reader.join().unwrap();
         let stderr = String::from_utf8_lossy(&err_reader.join().unwrap()).into_owned();
         Run { cmd: shown.join(" "), status, stdout, stderr }
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -693,7 +684,7 @@ fn replay_text_names_refusals_failed_asserts_and_deviations() {
     let sb = Sandbox::new("replay-text-failures");
     sb.write("rotate.yaml", ROTATE);
     // A refused start: an R1 claim whose coverage is the shell only, for the P2 credential rotation.
-    let example = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("examples/rotate-credentials");
+    let example = repo().join("examples/rotate-credentials");
     let doc = example.join("runbook.yaml");
     sb.write("refused.ndjson", "{\"type\":\"start\",\"at\":0,\"run_id\":\"r\",\"profile\":\"R1\",\"allowlist\":[\"*\"],\"risk_ceiling\":\"irreversible\",\"coverage\":[\"shell\"],\"agent\":\"a\"}\n");
     let run = sb.run(&["replay", "--format", "text", doc.to_str().unwrap(), "refused.ndjson"]);
@@ -720,8 +711,8 @@ fn replay_speaks_to_a_terminal_and_prints_json_to_a_pipe() {
     assert!(piped.lines().all(|l| l.starts_with('{')), "{piped}");
     // On a terminal (a pseudo-terminal from `script`): words and colour, none with NO_COLOR.
     let on_tty = |no_color: bool| {
-        let cmd = format!("{} replay rotate.yaml run.ndjson", env!("CARGO_BIN_EXE_runbook-host"));
-        let mut c = std::process::Command::new("script");
+        let cmd = format!("{BIN} replay rotate.yaml run.ndjson");
+        let mut c = common::cmd("script");
         c.args(["-qec", &cmd, "/dev/null"]).current_dir(&sb.dir).env_remove("NO_COLOR");
         if no_color {
             c.env("NO_COLOR", "1");
@@ -1007,7 +998,7 @@ fn approve_with_nothing_pending_exits_1_and_says_so() {
     let id = hook_run(&sb, "s-approve", false);
     // On a pseudo-terminal (`script`, util-linux), as a person in another terminal runs it.
     let cmd = format!("'{BIN}' approve latest rotate; echo \"exit=$?\"");
-    let o = Command::new("script")
+    let o = common::cmd("script")
         .args(["-qec", &cmd, "/dev/null"])
         .current_dir(&sb.dir)
         .env("RUNBOOK_HOST_CACHE", sb.dir.join("cache"))
@@ -1043,7 +1034,7 @@ fn a_tab_in_the_indentation_is_shown_and_named() {
 
 #[test]
 fn the_readme_starts_with_two_commands_and_the_first_says_what_happened() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let root = repo();
     let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
     let block = readme.split("```sh\n").nth(1).and_then(|b| b.split("```").next()).expect("a shell block");
     let commands: Vec<&str> = block.lines().map(|l| l.split('#').next().unwrap().trim()).filter(|l| !l.is_empty()).collect();
@@ -1052,7 +1043,7 @@ fn the_readme_starts_with_two_commands_and_the_first_says_what_happened() {
     assert!(ci.lines().any(|l| l.trim() == "exec bash tools/test"), "CI runs the second command: {ci}");
     // The first, as a newcomer runs it. Its build is the one this test run made (the same cargo command),
     // so it compiles nothing, and it prints the replay and the outcome in words.
-    let o = std::process::Command::new("bash").arg("tools/demo").current_dir(root).env("NO_COLOR", "1").output().unwrap();
+    let o = common::toolchain(&mut common::cmd("bash")).arg("tools/demo").current_dir(&root).env("NO_COLOR", "1").output().unwrap();
     let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success(), "tools/demo: {out}{err}");
     assert!(!err.contains("Compiling"), "tools/demo rebuilt what the tests built: {err}");
@@ -1069,7 +1060,7 @@ fn the_readme_starts_with_two_commands_and_the_first_says_what_happened() {
 fn precompiled_code_is_used_only_when_its_digest_matches_and_the_cache_is_private() {
     use std::os::unix::fs::PermissionsExt;
     let sb = Sandbox::new("cwasm");
-    let doc = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/rotate-credentials/runbook.yaml")).unwrap();
+    let doc = std::fs::read(repo().join("examples/rotate-credentials/runbook.yaml")).unwrap();
     sb.write("runbook.yaml", &doc);
     let cache = sb.dir.join("cache");
     let code = || -> Vec<PathBuf> {

@@ -5,11 +5,9 @@
 //! Claude Code tests run (say-hello), unchanged: Cline's `run_commands` is decided as one `Bash` per
 //! command.
 
-mod common;
-
-use common::chat_cli::{self, ChatApi, CliRun};
-use common::hooks::BIN;
-use common::{repo, Tmp};
+use crate::common::chat_cli::{self, ChatApi, CliRun};
+use crate::common::hooks::BIN;
+use crate::common::{self, repo, Tmp};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -38,8 +36,8 @@ fn run_script(project: &Path, home: &Path, scratch: &Path, script: &Value) -> Cl
     std::fs::write(settings.join("providers.json"), providers.to_string()).unwrap();
     let mut cmd = Command::new(cline());
     cmd.args(["--json", "Say hello through the shell."]).current_dir(project).env_clear();
-    cmd.env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-        .env("HOME", home)
+    common::isolate(&mut cmd, home)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
         .env("CLINE_DIR", home.join(".cline"))
         .env("CLINE_SESSION_BACKEND_MODE", "local")
         .env("CLINE_NO_AUTO_UPDATE", "1");
@@ -47,7 +45,7 @@ fn run_script(project: &Path, home: &Path, scratch: &Path, script: &Value) -> Cl
 }
 
 fn hook_cli(bin: &Path, project: &Path, home: &Path, args: &[&str]) -> String {
-    let o = Command::new(bin).arg("hook").args(args).current_dir(project).env("HOME", home).env("CLINE_DIR", home.join(".cline")).output().unwrap();
+    let o = common::cmd_in(bin, home).arg("hook").args(args).current_dir(project).env("CLINE_DIR", home.join(".cline")).output().unwrap();
     assert!(o.status.success(), "hook {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

@@ -5,11 +5,9 @@
 //! Codex's config (without them Codex skips the hooks silently). The runbook is the one the Claude Code
 //! tests run (say-hello), unchanged: Codex names its shell `Bash` in its hooks.
 
-mod common;
-
-use common::chat_cli::{self, ChatApi, CliRun};
-use common::hooks::BIN;
-use common::{repo, Tmp};
+use crate::common::chat_cli::{self, ChatApi, CliRun};
+use crate::common::hooks::BIN;
+use crate::common::{self, repo, Tmp};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -67,18 +65,16 @@ fn run_script(project: &Path, codex_home: &Path, scratch: &Path, script: &serde_
         .collect();
     std::fs::write(&config, text).unwrap();
     let mut cmd = Command::new(codex());
-    cmd.args(["exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "Say hello through the shell."])
-        .current_dir(project)
-        .env_clear()
+    cmd.args(["exec", "--skip-git-repo-check", "--sandbox", "danger-full-access", "Say hello through the shell."]).current_dir(project).env_clear();
+    common::isolate(&mut cmd, codex_home.parent().unwrap())
         .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-        .env("HOME", codex_home.parent().unwrap())
         .env("CODEX_HOME", codex_home)
         .env("SCRIPTED_API_KEY", "scripted");
     chat_cli::run(cmd, &api)
 }
 
 fn hook_cli(bin: &Path, project: &Path, home: &Path, args: &[&str]) -> String {
-    let o = Command::new(bin).arg("hook").args(args).current_dir(project).env("HOME", home).env_remove("CODEX_HOME").output().unwrap();
+    let o = common::cmd_in(bin, home).arg("hook").args(args).current_dir(project).output().unwrap();
     assert!(o.status.success(), "hook {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -149,13 +145,7 @@ fn an_untrusted_project_is_refused_at_install() {
     let key = p.canonicalize().unwrap();
     let config = format!("{CONFIG}\n[projects.\"{}\"]\ntrust_level = \"untrusted\"\n", key.display());
     std::fs::write(home.join(".codex/config.toml"), &config).unwrap();
-    let o = Command::new(BIN)
-        .args(["hook", "--runbook", "runbook.yaml", "--client", "codex", "install"])
-        .current_dir(&p)
-        .env("HOME", &home)
-        .env_remove("CODEX_HOME")
-        .output()
-        .unwrap();
+    let o = common::cmd_in(BIN, &home).args(["hook", "--runbook", "runbook.yaml", "--client", "codex", "install"]).current_dir(&p).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("trust_level = \"untrusted\"") && err.contains("every call would go unchecked"), "{err}");

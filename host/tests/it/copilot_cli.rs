@@ -4,11 +4,9 @@
 //! copilot install` wrote in `.github/hooks/runbook-host.json`, in the folder that install trusted. The
 //! runbook is the one the Claude Code tests run (say-hello), unchanged: Copilot's `bash` is decided as `Bash`.
 
-mod common;
-
-use common::chat_cli::{self, ChatApi, CliRun};
-use common::hooks::BIN;
-use common::{repo, Tmp};
+use crate::common::chat_cli::{self, ChatApi, CliRun};
+use crate::common::hooks::BIN;
+use crate::common::{self, repo, Tmp};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,11 +26,9 @@ fn run(project: &Path, home: &Path, scratch: &Path) -> CliRun {
 fn run_script(project: &Path, home: &Path, scratch: &Path, script: &serde_json::Value) -> CliRun {
     let api = ChatApi::start(scratch, script);
     let mut cmd = Command::new(copilot());
-    cmd.args(["--no-auto-update", "--disable-client-telemetry", "--allow-all-tools", "-p", "Say hello through the shell."])
-        .current_dir(project)
-        .env_clear()
+    cmd.args(["--no-auto-update", "--disable-client-telemetry", "--allow-all-tools", "-p", "Say hello through the shell."]).current_dir(project).env_clear();
+    common::isolate(&mut cmd, home)
         .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-        .env("HOME", home)
         .env("TERM", "dumb")
         .env("COPILOT_OFFLINE", "true")
         .env("COPILOT_AUTO_UPDATE", "false")
@@ -42,7 +38,7 @@ fn run_script(project: &Path, home: &Path, scratch: &Path, script: &serde_json::
 }
 
 fn hook_cli(project: &Path, home: &Path, args: &[&str]) -> String {
-    let o = Command::new(BIN).arg("hook").args(args).current_dir(project).env("HOME", home).env_remove("COPILOT_HOME").output().unwrap();
+    let o = common::cmd_in(BIN, home).arg("hook").args(args).current_dir(project).output().unwrap();
     assert!(o.status.success(), "hook {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

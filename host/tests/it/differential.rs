@@ -2,16 +2,15 @@
 //! findings, envelopes, every decision line and every report, for every example and for generated
 //! documents and event streams.
 
+use crate::common::{module_cache, repo};
 use runbook_host::{Policy, Severity};
 use runbook_policy::testgen::{self, Rng};
-use std::path::Path;
 
 /// Generated cases checked per test run (at least 1,000).
 const GENERATED: u64 = 1_000;
 
 fn policy() -> Policy {
-    let cache = std::env::temp_dir().join(format!("runbook-host-test-cache-{}", std::process::id()));
-    Policy::load_with_cache(Some(&cache)).expect("the component loads")
+    Policy::load_with_cache(Some(module_cache())).expect("the component loads")
 }
 
 fn findings_native(doc: &[u8]) -> Vec<String> {
@@ -54,7 +53,7 @@ fn compare(p: &Policy, name: &str, doc: &[u8], events: &[String]) -> usize {
 
 /// (name, document bytes, event lines) for every example document: no events, then each of its streams.
 fn example_cases() -> Vec<(String, Vec<u8>, Vec<String>)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let root = repo().join("examples");
     let mut cases = Vec::new();
     for dir in std::fs::read_dir(&root).unwrap() {
         let dir = dir.unwrap().path();
@@ -187,7 +186,7 @@ fn generated_documents_and_streams_agree() {
 fn typed_and_wire_paths_agree() {
     use runbook_host::{Coverage, DecisionKind, Event, EventKind, Invoke, Profile, Risk, StartClaim, ToolResult};
     let p = policy();
-    let doc = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/executive-snapshot/runbook.json")).unwrap();
+    let doc = std::fs::read(repo().join("examples/executive-snapshot/runbook.json")).unwrap();
     let mut typed = p.session(&doc).unwrap();
     let mut wire = p.session(&doc).unwrap();
     let events = [
@@ -248,10 +247,9 @@ fn typed_and_wire_paths_agree() {
 #[test]
 fn restored_sessions_trap_like_any_other() {
     use runbook_host::{HostError, Limits};
-    let cache = std::env::temp_dir().join(format!("runbook-host-test-cache-fuel-{}", std::process::id()));
     // Enough to restore a small session, not enough to decide on a large event.
-    let p = Policy::load_with(Some(&cache), Limits { fuel_per_call: 2_000_000, ..Limits::default() }).unwrap();
-    let doc = std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/executive-snapshot/runbook.json")).unwrap();
+    let p = Policy::load_with(Some(module_cache()), Limits { fuel_per_call: 2_000_000, ..Limits::default() }).unwrap();
+    let doc = std::fs::read(repo().join("examples/executive-snapshot/runbook.json")).unwrap();
     let mut s = p.session(&doc).unwrap();
     s.handle_line(
         r#"{"type":"start","at":0,"run_id":"r-1","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#,

@@ -3,25 +3,23 @@
 //! pinned document run while the registry is down, DSSE signatures required of documents, and receipts
 //! signed by the host and checked by `verify --key`. Every refusal is asserted by its code and message.
 
-mod common;
-
-use common::mcp::{everything, text, work, Client, BIN};
-use common::oci_registry::{make_certificates, Registry, PASSWORD, USER};
-use common::repo;
+use crate::common::mcp::{everything, text, work, Client, BIN};
+use crate::common::oci_registry::{make_certificates, Registry, PASSWORD, USER};
+use crate::common::{self, repo, Tmp};
 use runbook_host::dsse;
 use runbook_host::fetch::Cache;
 use runbook_host::registry::{self, Settings, Trust};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output};
+use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
 fn example(name: &str) -> Vec<u8> {
     std::fs::read(repo().join("examples").join(name).join("runbook.yaml")).unwrap()
 }
 
-fn tmp(tag: &str) -> tempfile::TempDir {
-    tempfile::Builder::new().prefix(&format!("rh-dist-{tag}-")).tempdir().unwrap()
+fn tmp(tag: &str) -> Tmp {
+    Tmp::new(&format!("dist-{tag}"))
 }
 
 /// Settings for `registry` with a cache of the test's own and no credentials from the environment.
@@ -34,7 +32,7 @@ fn settings(registry: &str, cache: &Path) -> Settings {
 }
 
 fn cli(args: &[&str], envs: &[(&str, &str)]) -> Output {
-    let mut c = Command::new(BIN);
+    let mut c = common::cmd(BIN);
     c.args(args);
     for (k, v) in envs {
         c.env(k, v);
@@ -85,7 +83,7 @@ fn keys_interoperate_with_openssl_and_keygen_never_overwrites() {
     let meta = std::fs::metadata(&k).unwrap();
     assert_eq!(std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777, 0o600);
     // openssl derives the same public key from our private key.
-    let o = Command::new("openssl").args(["pkey", "-in", k.to_str().unwrap(), "-pubout"]).output().unwrap();
+    let o = common::cmd("openssl").args(["pkey", "-in", k.to_str().unwrap(), "-pubout"]).output().unwrap();
     assert!(o.status.success());
     assert_eq!(String::from_utf8(o.stdout).unwrap(), std::fs::read_to_string(&p).unwrap());
     // A second keygen to the same place is refused and leaves the key as it was.
@@ -176,7 +174,7 @@ struct Https {
     log: PathBuf,
     ca: Vec<u8>,
     /// Holds the certificates and the log while the server runs.
-    dir: tempfile::TempDir,
+    dir: Tmp,
 }
 
 impl Drop for Https {
@@ -192,7 +190,7 @@ impl Https {
         let ca = make_certificates(dir.path());
         let port_file = dir.path().join("port");
         let log = dir.path().join("requests.log");
-        let child = Command::new("python3")
+        let child = common::cmd("python3")
             .arg(repo().join("host/tests/fixtures/https_registry.py"))
             .args(["--root", root.to_str().unwrap(), "--cert"])
             .arg(dir.path().join("server.crt"))

@@ -1,7 +1,7 @@
 //! Behaviour of the DSSE / in-toto module, including interop with the openssl command line.
 
+use crate::common::{self, Tmp};
 use std::path::Path;
-use std::process::Command;
 
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
@@ -352,7 +352,7 @@ fn wrong_pem_is_malformed() {
 
 fn openssl(dir: &Path, args: &[&str]) -> std::process::Output {
     let out =
-        Command::new("openssl").args(args).current_dir(dir).output().unwrap_or_else(|e| panic!("cannot run openssl (it is needed for the interop tests): {e}"));
+        common::cmd("openssl").args(args).current_dir(dir).output().unwrap_or_else(|e| panic!("cannot run openssl (it is needed for the interop tests): {e}"));
     out
 }
 
@@ -367,7 +367,7 @@ fn read(dir: &Path, name: &str) -> String {
 
 #[test]
 fn openssl_keys_are_read_and_written_identically() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Tmp::new("dsse-openssl");
     let d = dir.path();
     openssl_ok(d, &["genpkey", "-algorithm", "ed25519", "-out", "k.pem"]);
     openssl_ok(d, &["pkey", "-in", "k.pem", "-pubout", "-out", "pub.pem"]);
@@ -395,7 +395,7 @@ fn openssl_keys_are_read_and_written_identically() {
 
 #[test]
 fn openssl_signature_verifies_in_our_envelope() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Tmp::new("dsse-openssl");
     let d = dir.path();
     openssl_ok(d, &["genpkey", "-algorithm", "ed25519", "-out", "k.pem"]);
     let public = read_public(&read(d, "k.pem")).unwrap();
@@ -416,7 +416,7 @@ fn openssl_signature_verifies_in_our_envelope() {
 
 #[test]
 fn our_envelope_verifies_with_openssl() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = Tmp::new("dsse-openssl");
     let d = dir.path();
     let k = generate().unwrap();
     std::fs::write(d.join("pub.pem"), public_pem(&k.verifying_key())).unwrap();

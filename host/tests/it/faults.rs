@@ -14,19 +14,15 @@
 //! - the hook, whose next invocation resumes the run from its bundle, goes on: every later event is
 //!   answered (or refused, failing closed, with a reason), and a run that reaches its end verifies.
 
-mod common;
+use crate::common::{self, event_records, BIN};
 
-use common::event_records;
-
-use common::hooks::{self, base, bash, out, post, pre, start};
-use common::mcp::{self, everything, runbook, Client};
+use crate::common::hooks::{self, base, bash, out, post, pre, start};
+use crate::common::mcp::{self, everything, runbook, Client};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-
-const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
 
 /// The lines of a fault log: `N what:when`.
 fn points(log: &Path) -> Vec<String> {
@@ -34,7 +30,7 @@ fn points(log: &Path) -> Vec<String> {
 }
 
 fn verify_json(run_dir: &Path) -> (bool, String) {
-    let o = Command::new(BIN).args(["verify", "--format", "json"]).arg(run_dir).output().unwrap();
+    let o = common::cmd(BIN).args(["verify", "--format", "json"]).arg(run_dir).output().unwrap();
     (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
 }
 
@@ -84,7 +80,7 @@ struct HookOut {
 }
 
 fn hook(dir: &Path, payload: &Value, env: &[(&str, String)]) -> HookOut {
-    let mut c = Command::new(BIN)
+    let mut c = common::cmd(BIN)
         .args(["hook", "--runbook", "runbook.yaml"])
         .current_dir(dir)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))

@@ -4,11 +4,9 @@
 //! the project's `.gemini/settings.json`, in the folder that install trusted. The runbook is the one the
 //! Claude Code tests run (say-hello), unchanged: Gemini CLI's `run_shell_command` is decided as `Bash`.
 
-mod common;
-
-use common::chat_cli::{self, ChatApi, CliRun};
-use common::hooks::BIN;
-use common::{repo, Tmp};
+use crate::common::chat_cli::{self, ChatApi, CliRun};
+use crate::common::hooks::BIN;
+use crate::common::{self, repo, Tmp};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -35,11 +33,9 @@ fn run_script(project: &Path, home: &Path, scratch: &Path, script: &Value) -> Cl
     std::fs::write(home.join(".gemini/settings.json"), user.to_string()).unwrap();
     let api = ChatApi::start_program(scratch, script, "gemini_api.py");
     let mut cmd = Command::new(gemini());
-    cmd.args(["--approval-mode", "yolo", "-m", "gemini-2.5-flash", "-p", "Say hello through the shell."])
-        .current_dir(project)
-        .env_clear()
+    cmd.args(["--approval-mode", "yolo", "-m", "gemini-2.5-flash", "-p", "Say hello through the shell."]).current_dir(project).env_clear();
+    common::isolate(&mut cmd, home)
         .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-        .env("HOME", home)
         .env("TERM", "dumb")
         .env("GOOGLE_GEMINI_BASE_URL", format!("http://127.0.0.1:{}", api.port))
         .env("GEMINI_API_KEY", "scripted");
@@ -47,15 +43,7 @@ fn run_script(project: &Path, home: &Path, scratch: &Path, script: &Value) -> Cl
 }
 
 fn hook_cli(bin: &Path, project: &Path, home: &Path, args: &[&str]) -> String {
-    let o = Command::new(bin)
-        .arg("hook")
-        .args(args)
-        .current_dir(project)
-        .env("HOME", home)
-        .env_remove("GEMINI_CLI_HOME")
-        .env_remove("GEMINI_CLI_TRUSTED_FOLDERS_PATH")
-        .output()
-        .unwrap();
+    let o = common::cmd_in(bin, home).arg("hook").args(args).current_dir(project).output().unwrap();
     assert!(o.status.success(), "hook {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

@@ -2,20 +2,20 @@
 //! process per hook event, the documented JSON payload on stdin), through the bundled P2 credential
 //! rotation (examples/rotate-credentials: a destructive, approval-gated step and Bash `when` constraints).
 
+use crate::common;
 use runbook_host::approvals;
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Instant;
 
-mod common;
-use common::hooks::*;
+use crate::common::hooks::*;
 
 #[test]
 fn recorded_payloads_of_every_event_kind() {
     let w = work("fixtures");
-    let fx = |n: &str| std::fs::read(root().join(format!("host/tests/fixtures/hook/{n}.json"))).unwrap();
+    let fx = |n: &str| std::fs::read(repo().join(format!("host/tests/fixtures/hook/{n}.json"))).unwrap();
     let o = w.hook_bytes(&fx("session-start"));
     assert_eq!(o.code, 0, "{}", o.stderr);
     assert!(o.json()["systemMessage"].as_str().unwrap().contains("supervising"));
@@ -42,7 +42,7 @@ fn a_failed_tool_call_is_a_result_with_is_error() {
     let s = "fixture-failure";
     assert_eq!(w.hook(start(s)).code, 0);
     allowed(w.hook(pre(s, "Bash", bash("kubectl -n payments get secret payments-db-credentials"), "toolu_01XYZfailure")));
-    let o = w.hook_bytes(&std::fs::read(root().join("host/tests/fixtures/hook/post-tool-use-failure.json")).unwrap());
+    let o = w.hook_bytes(&std::fs::read(repo().join("host/tests/fixtures/hook/post-tool-use-failure.json")).unwrap());
     assert_eq!(o.code, 0, "{}", o.stderr);
     let ev = w.events(s);
     let last = &ev.last().unwrap()["event"];
@@ -138,7 +138,7 @@ fn a_stop_before_a_terminal_can_keep_the_agent_working() {
     let w = work("keep");
     let s = "sess-keep";
     assert_eq!(w.hook(start(s)).code, 0);
-    let mut c = Command::new(BIN)
+    let mut c = common::cmd(BIN)
         .args(["hook", "--runbook", "runbook.yaml", "--keep-working"])
         .current_dir(&w.0)
         .stdin(Stdio::piped())
@@ -199,7 +199,7 @@ fn sessions_never_mix() {
 #[test]
 fn a_stop_after_a_checkpoint_deadline_fails_the_run() {
     let w = work("deadline");
-    let doc = std::fs::read_to_string(root().join("examples/read-only-investigation/runbook.yaml")).unwrap();
+    let doc = std::fs::read_to_string(repo().join("examples/read-only-investigation/runbook.yaml")).unwrap();
     let doc = doc.replace("steps:\n", "checkpoints:\n  - {id: cp-df, kind: tool_call, required: true, match: {tool: Bash}, timeout_ms: 1}\nsteps:\n");
     std::fs::write(w.0.join("runbook.yaml"), doc).unwrap();
     let s = "sess-deadline";
@@ -320,7 +320,7 @@ fn install_merges_and_uninstall_removes_exactly_what_it_added() {
     let theirs = json!({"model": "x", "hooks": {"PreToolUse": [{"matcher": "Edit", "hooks": [{"type": "command", "command": "lint-it"}]}]}});
     std::fs::write(&settings, serde_json::to_string_pretty(&theirs).unwrap()).unwrap();
     let run = |args: &[&str]| {
-        let o = Command::new(BIN).args(args).current_dir(&w.0).output().unwrap();
+        let o = common::cmd(BIN).args(args).current_dir(&w.0).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         String::from_utf8(o.stdout).unwrap()
     };
@@ -351,7 +351,7 @@ fn install_merges_and_uninstall_removes_exactly_what_it_added() {
 /// Runs a command line through `sh -c` in `dir`, as Claude Code runs a hook's `command`, with `payload`
 /// on standard input.
 fn sh_hook(command: &str, dir: &Path, env: &[(&str, &std::ffi::OsStr)], payload: &Value) -> Out {
-    let mut c = Command::new("sh");
+    let mut c = common::cmd("sh");
     c.args(["-c", command]).current_dir(dir).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
         c.env(k, v);
@@ -371,7 +371,7 @@ fn installed_hook_works_from_a_subdirectory_and_uninstall_needs_no_options() {
     let w = work("install-absolute");
     let settings = w.0.join(".claude/settings.json");
     let cli = |args: &[&str]| {
-        let o = Command::new(BIN).args(args).current_dir(&w.0).output().unwrap();
+        let o = common::cmd(BIN).args(args).current_dir(&w.0).output().unwrap();
         (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
     };
     // A runbook file that is not there is refused now, not at the first session.
@@ -468,7 +468,7 @@ fn pct(v: &mut [u128], p: f64) -> u128 {
 /// repeat for as long as a session lasts), for the latency figures.
 fn latency_work(name: &str, s: &str) -> Work {
     let w = work(name);
-    std::fs::copy(root().join("examples/read-only-investigation/runbook.yaml"), w.0.join("runbook.yaml")).unwrap();
+    std::fs::copy(repo().join("examples/read-only-investigation/runbook.yaml"), w.0.join("runbook.yaml")).unwrap();
     let o = w.hook_with(&["--profile", "R1"], start(s).to_string().as_bytes());
     assert_eq!(o.code, 0, "{}", o.stderr);
     w
@@ -552,19 +552,19 @@ fn hook_latency_at_5000_events() {
 fn the_hook_requires_a_signed_document_and_signs_its_receipt() {
     let w = work("signed");
     for k in ["reviewer.pem", "other.pem", "host.pem"] {
-        assert!(Command::new(BIN).args(["keygen", "--out", k]).current_dir(&w.0).output().unwrap().status.success());
+        assert!(common::cmd(BIN).args(["keygen", "--out", k]).current_dir(&w.0).output().unwrap().status.success());
     }
     let flags = ["--require-signature", "reviewer.pem.pub", "--signing-key", "host.pem"];
     let o = w.hook_with(&flags, start("unsigned").to_string().as_bytes());
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("signature-missing"), "{}", o.stderr);
-    assert!(Command::new(BIN).args(["sign", "runbook.yaml", "--key", "other.pem"]).current_dir(&w.0).output().unwrap().status.success());
+    assert!(common::cmd(BIN).args(["sign", "runbook.yaml", "--key", "other.pem"]).current_dir(&w.0).output().unwrap().status.success());
     let o = w.hook_with(&flags, start("other").to_string().as_bytes());
     assert_eq!(o.code, 2, "{}", o.stderr);
     assert!(o.stderr.contains("signature-untrusted"), "{}", o.stderr);
     assert!(!w.runs().join(".hook/unsigned.json").exists() && !w.runs().join(".hook/other.json").exists());
 
-    assert!(Command::new(BIN).args(["sign", "runbook.yaml", "--key", "reviewer.pem"]).current_dir(&w.0).output().unwrap().status.success());
+    assert!(common::cmd(BIN).args(["sign", "runbook.yaml", "--key", "reviewer.pem"]).current_dir(&w.0).output().unwrap().status.success());
     let s = "signed";
     let ev = |p: Value| w.hook_with(&flags, p.to_string().as_bytes());
     assert_eq!(ev(start(s)).code, 0);
@@ -580,7 +580,7 @@ fn the_hook_requires_a_signed_document_and_signs_its_receipt() {
     assert_eq!(manifest["document"]["provenance"]["kind"], "file");
     assert!(manifest["document"]["provenance"]["signed_by"].as_str().is_some_and(|k| k.starts_with("sha256:")));
     assert!(run.join("receipt.dsse.json").is_file());
-    let verify = |key: &str| Command::new(BIN).args(["verify", "--key", key]).arg(&run).current_dir(&w.0).output().unwrap();
+    let verify = |key: &str| common::cmd(BIN).args(["verify", "--key", key]).arg(&run).current_dir(&w.0).output().unwrap();
     let o = verify("host.pem.pub");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stdout));
     assert_eq!(verify("reviewer.pem.pub").status.code(), Some(1), "the receipt is the host's, not the reviewer's");
@@ -600,10 +600,9 @@ fn client_auto_installs_for_each_cli_on_path() {
     }
     // Not executable: not a CLI on PATH.
     std::fs::write(bin.join("qwen"), "").unwrap();
-    let runbook = root().join("examples/rotate-credentials/runbook.yaml");
-    let hook_cli = |path: &Path, args: &[&str]| {
-        Command::new(BIN).arg("hook").args(args).current_dir(&w.0).env("PATH", path).env("HOME", w.0.join("home")).env_remove("CODEX_HOME").output().unwrap()
-    };
+    let runbook = repo().join("examples/rotate-credentials/runbook.yaml");
+    let hook_cli =
+        |path: &Path, args: &[&str]| common::cmd_in(BIN, &w.0.join("home")).arg("hook").args(args).current_dir(&w.0).env("PATH", path).output().unwrap();
     let o = hook_cli(&bin, &["--runbook", runbook.to_str().unwrap(), "--client", "auto", "install"]);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
@@ -633,7 +632,7 @@ fn client_auto_installs_for_each_cli_on_path() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("found none of `claude`, `codex`, `gemini`, `copilot`, `qwen`, `opencode`, `cline` on PATH"));
     // A hook event names its client: auto is refused there, failing closed.
-    let mut child = Command::new(BIN).args(["hook", "--client", "auto"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = common::cmd(BIN).args(["hook", "--client", "auto"]).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     let _ = child.stdin.take().unwrap().write_all(b"{}");
     assert_eq!(child.wait_with_output().unwrap().status.code(), Some(2));
 }

@@ -3,14 +3,14 @@
 //! the rejections of requests that must never be decided, concurrency within and across sessions, a
 //! kill -9 and the resume of every open run, and the same decisions, byte for byte, as the command hook.
 
+use crate::common;
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
-use common::hooks::*;
+use crate::common::hooks::*;
 
 /// A server started in a work directory (`hook serve --port 0`), killed when dropped.
 struct Server {
@@ -43,11 +43,11 @@ impl Server {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(w.0.join("serve.log")).unwrap();
         let mut command = match wrapper.split_first() {
             Some((program, args)) => {
-                let mut c = Command::new(program);
+                let mut c = common::cmd(program);
                 c.args(args).arg(BIN);
                 c
             }
-            None => Command::new(BIN),
+            None => common::cmd(BIN),
         };
         let child = command
             .args(["hook", "serve", "--port", "0", "--runbook", "runbook.yaml"])
@@ -275,7 +275,7 @@ fn the_server_decides_byte_for_byte_as_the_command_hook() {
     for (name, script, doc, extra) in sessions {
         let (wc, ws) = (work(&format!("same-command-{name}")), work(&format!("same-server-{name}")));
         for w in [&wc, &ws] {
-            std::fs::copy(root().join(doc), w.0.join("runbook.yaml")).unwrap();
+            std::fs::copy(repo().join(doc), w.0.join("runbook.yaml")).unwrap();
         }
         let s = format!("sess-{name}");
         script(&wc, &|p| wc.hook_with(extra, p.to_string().as_bytes()), &s);
@@ -298,7 +298,7 @@ fn the_server_decides_byte_for_byte_as_the_command_hook() {
 fn every_event_kind_over_http() {
     let w = work("srv-events");
     let server = Server::start(&w, &[]);
-    let fx = |n: &str| std::fs::read(root().join(format!("host/tests/fixtures/hook/{n}.json"))).unwrap();
+    let fx = |n: &str| std::fs::read(repo().join(format!("host/tests/fixtures/hook/{n}.json"))).unwrap();
     let (status, body) = server.post(&fx("session-start"));
     assert_eq!(status, 200);
     assert!(body.contains("supervising"), "{body}");
@@ -518,12 +518,12 @@ sys.stdout.buffer.write(out)
 "#;
     let mut c = match as_uid {
         Some(u) => {
-            let mut c = Command::new("setpriv");
+            let mut c = common::cmd("setpriv");
             // Debian's interpreter by its path: another user may not be able to enter a per-user install.
             c.args([&format!("--reuid={u}"), &format!("--regid={u}"), "--clear-groups", "/usr/bin/python3"]);
             c
         }
-        None => Command::new("python3"),
+        None => common::cmd("python3"),
     };
     let o = c.args(["-c", POST, url, token, payload, if orphan { "1" } else { "0" }]).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout).to_string();
@@ -579,7 +579,7 @@ fn only_a_sessions_own_client_is_heard() {
     assert_eq!(w.events("sess-own").len(), before.0, "nothing was recorded");
     assert!(server.log().contains("refused (403): session sess-other belongs to its client"), "{}", server.log());
     // `hook status` shows each session of the runs directory, asked of the server one by one.
-    let o = Command::new(BIN).args(["hook", "status", "--port", &server.port.to_string()]).current_dir(&w.0).output().unwrap();
+    let o = common::cmd(BIN).args(["hook", "status", "--port", &server.port.to_string()]).current_dir(&w.0).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{text}{}", String::from_utf8_lossy(&o.stderr));
     for s in ["sess-own", "sess-other"] {
@@ -626,7 +626,7 @@ s.serve_forever()
 "#;
     let w = work("srv-squat");
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let mut squatter = Command::new("setpriv")
+    let mut squatter = common::cmd("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", SQUAT, &port.to_string()])
         .stdout(Stdio::piped())
         .spawn()
@@ -760,7 +760,7 @@ fn a_killed_server_loses_nothing_and_the_next_resumes_every_open_run() {
 fn one_server_per_runs_directory() {
     let w = work("srv-one");
     let _server = Server::start(&w, &[]);
-    let o = Command::new(BIN).args(["hook", "serve", "--port", "0", "--runbook", "runbook.yaml"]).current_dir(&w.0).output().unwrap();
+    let o = common::cmd(BIN).args(["hook", "serve", "--port", "0", "--runbook", "runbook.yaml"]).current_dir(&w.0).output().unwrap();
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("a hook server already serves"), "{}", String::from_utf8_lossy(&o.stderr));
 }
@@ -806,7 +806,7 @@ fn a_session_start_with_other_options_replaces_the_server_and_its_sessions_go_on
     assert_ne!(second, first, "other options: a new server");
     allowed(post(pre("s1", "Bash", get, "o2")));
     assert_eq!(w.events("s1").len(), 3, "s1 went on in the new server");
-    let stop = Command::new(BIN).args(["hook", "stop"]).current_dir(&w.0).output().unwrap();
+    let stop = common::cmd(BIN).args(["hook", "stop"]).current_dir(&w.0).output().unwrap();
     assert!(stop.status.success(), "{}", String::from_utf8_lossy(&stop.stderr));
     let log = std::fs::read_to_string(w.runs().join(".hook/server/log")).unwrap();
     assert!(log.contains("resumed session s1"), "{log}");

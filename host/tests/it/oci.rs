@@ -2,13 +2,11 @@
 //! common/oci_registry.rs): round trips, and each failure a user can meet, asserted by the code and
 //! by the message they would read.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use common::oci_registry::{hang_server, Registry, PASSWORD, USER};
+use crate::common::oci_registry::{hang_server, Registry, PASSWORD, USER};
 use runbook_host::oci::{pull, push, resolve_digest, Artifact, OciError, OciRef, Options};
 use sha2::{Digest as _, Sha256};
 

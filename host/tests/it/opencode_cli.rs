@@ -5,11 +5,9 @@
 //! every call. The runbook is the one the Claude Code tests run (say-hello), unchanged: opencode's `bash`
 //! is decided as `Bash`.
 
-mod common;
-
-use common::chat_cli::{self, ChatApi, CliRun};
-use common::hooks::BIN;
-use common::{repo, Tmp};
+use crate::common::chat_cli::{self, ChatApi, CliRun};
+use crate::common::hooks::BIN;
+use crate::common::{self, repo, Tmp};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -53,12 +51,8 @@ fn run_script(project: &Path, home: &Path, scratch: &Path, script: &Value) -> Cl
     let api = ChatApi::start(scratch, script);
     let mut cmd = Command::new(opencode());
     cmd.args(["run", "--format", "json", "Say hello through the shell."]).current_dir(project).env_clear();
-    cmd.env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-        .env("HOME", home)
-        .env("XDG_CONFIG_HOME", home.join(".config"))
-        .env("XDG_DATA_HOME", home.join(".local/share"))
-        .env("XDG_CACHE_HOME", home.join(".cache"))
-        .env("XDG_STATE_HOME", home.join(".local/state"))
+    common::isolate(&mut cmd, home)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
         .env("SCRIPTED_BASE_URL", format!("http://127.0.0.1:{}/v1", api.port));
     for flag in ["AUTOUPDATE", "SHARE", "MODELS_FETCH", "LSP_DOWNLOAD", "CLAUDE_CODE", "DEFAULT_PLUGINS", "EXTERNAL_SKILLS"] {
         cmd.env(format!("OPENCODE_DISABLE_{flag}"), "1");
@@ -67,7 +61,7 @@ fn run_script(project: &Path, home: &Path, scratch: &Path, script: &Value) -> Cl
 }
 
 fn hook_cli(bin: &Path, project: &Path, args: &[&str]) -> String {
-    let o = Command::new(bin).arg("hook").args(args).current_dir(project).output().unwrap();
+    let o = common::cmd(bin).arg("hook").args(args).current_dir(project).output().unwrap();
     assert!(o.status.success(), "hook {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stderr).into_owned()
 }

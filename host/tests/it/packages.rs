@@ -2,8 +2,7 @@
 //! `policy.wasm` is these bytes and the sha256 each package checks at load is this one. A change to the
 //! guest makes this test fail until `bash packages/sync-component` has copied the new bytes over.
 
-mod common;
-use common::repo;
+use crate::common::repo;
 
 const COPIES: [&str; 2] = ["packages/python/src/runbook_policy/policy.wasm", "packages/js/policy.wasm"];
 /// Where each package records the sha256 it refuses any other bytes against.

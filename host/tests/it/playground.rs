@@ -6,14 +6,9 @@
 //!
 //! It fails, never skips, when Chromium or Node is missing: CI installs them (`.ci/run`).
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ has a parent").to_path_buf()
-}
+use crate::common::{self, repo, Tmp, BIN};
+use std::path::PathBuf;
+use std::process::Output;
 
 fn show(what: &str, out: &Output) -> String {
     format!("{what}: {}\n--- stdout ---\n{}\n--- stderr ---\n{}", out.status, String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
@@ -27,25 +22,23 @@ fn playground_in_chromium() {
         "no Chromium at {}: the playground's browser tests need Debian's Chromium; install it with `apt-get install -y chromium` (or set CHROMIUM)",
         chromium.display()
     );
-    let node = Command::new("node").arg("--version").output();
+    let node = common::cmd("node").arg("--version").output();
     assert!(
         node.as_ref().is_ok_and(|o| o.status.success()),
         "no `node`: the playground's browser tests need Node.js 20 and npm (`apt-get install -y nodejs npm`)"
     );
 
-    let root = workspace_root();
-    let tmp = std::env::temp_dir().join(format!("runbook-host-playground-test-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp).expect("create a temporary directory");
+    let root = repo();
+    let tmp = Tmp::new("playground");
     let component = tmp.join("policy.wasm");
     std::fs::write(&component, runbook_host::COMPONENT).expect("write the component");
 
-    let build = Command::new("bash").arg(root.join("playground/build")).arg(&component).current_dir(&root).output().expect("run playground/build");
+    let build = common::cmd("bash").arg(root.join("playground/build")).arg(&component).current_dir(&root).output().expect("run playground/build");
     assert!(build.status.success(), "{}", show("playground/build", &build));
     let recorded = std::fs::read_to_string(root.join("playground/dist/module.sha256")).expect("playground/dist/module.sha256");
     assert_eq!(recorded.trim(), runbook_host::module_sha256(), "playground/dist is of this build's component");
 
-    let tests = Command::new("node")
+    let tests = common::cmd("node")
         .args(["--test", "--test-reporter=spec", "playground/tests/"])
         .current_dir(&root)
         .env("RUNBOOK_HOST", BIN)
@@ -53,7 +46,6 @@ fn playground_in_chromium() {
         .env("PLAYGROUND_DIST", root.join("playground/dist"))
         .output()
         .expect("run node --test playground/tests/");
-    let _ = std::fs::remove_dir_all(&tmp);
     let report = show("node --test playground/tests/", &tests);
     // The measurements (load time to the first envelope, bytes transferred) are printed by the suite.
     println!("{report}");
@@ -67,8 +59,7 @@ fn playground_in_chromium() {
 #[test]
 fn playground_serves_runs_read_only() {
     use std::io::{BufRead, BufReader, Read, Write};
-    let tmp = std::env::temp_dir().join(format!("runbook-host-playground-runs-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
+    let tmp = Tmp::new("playground-runs");
     let (dist, runs) = (tmp.join("dist"), tmp.join("runs"));
     std::fs::create_dir_all(&dist).unwrap();
     std::fs::write(dist.join("policy.wasm"), runbook_host::COMPONENT).unwrap();
@@ -84,7 +75,7 @@ fn playground_serves_runs_read_only() {
     std::os::unix::fs::symlink(&run, runs.join("r-linked")).unwrap();
     std::fs::create_dir_all(runs.join("not-a-run")).unwrap();
 
-    let mut child = Command::new(BIN)
+    let mut child = common::cmd(BIN)
         .args(["playground", "--port", "0", "--dir"])
         .arg(&dist)
         .arg("--runs")
@@ -134,5 +125,4 @@ fn playground_serves_runs_read_only() {
     assert_eq!(get("/runs/index.json", &format!("attacker.example:{port}")).0, 421);
     let _ = child.kill();
     let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -6,9 +6,8 @@
 //! Each test works in its own directory (runs under `<dir>/.runbook/runs`), checks what the client saw, what
 //! the bundle recorded, and that `runbook-host verify` passes on every bundle it produced.
 
-mod common;
-
-use common::mcp::*;
+use crate::common;
+use crate::common::mcp::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -338,7 +337,7 @@ fn the_typescript_and_python_sdk_clients_use_the_fixture_through_the_proxy_as_th
     // The TypeScript SDK's client: a resource (text, binary, templated), two prompts (arguments, an image),
     // a completion and a tool whose server samples through the client, the same through the proxy as alone.
     let ts = |server: Vec<String>| -> Value {
-        let out = Command::new("node").arg(mcp_dir().join("ts_client.mjs")).arg("--").args(server).current_dir(&w.dir).stderr(Stdio::null()).output().unwrap();
+        let out = common::cmd("node").arg(mcp_dir().join("ts_client.mjs")).arg("--").args(server).current_dir(&w.dir).stderr(Stdio::null()).output().unwrap();
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
     };
     let alone = ts(fixture());
@@ -452,12 +451,12 @@ fn a_gated_call_approved_through_the_clients_elicitation() {
 
     // Where approvals must be signed, or elicitation is withheld, the run is refused before anything starts.
     let key = w.dir.join("approver_key");
-    let made = std::process::Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key).status().unwrap();
+    let made = common::cmd("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-f"]).arg(&key).status().unwrap();
     assert!(made.success());
     let signers = w.dir.join("allowed_signers");
     std::fs::write(&signers, format!("alice {}", std::fs::read_to_string(key.with_extension("pub")).unwrap())).unwrap();
     for extra in [vec!["--allowed-signers", signers.to_str().unwrap(), "--allow-software-keys"], vec!["--block", "elicitation"]] {
-        let mut cmd = std::process::Command::new(BIN);
+        let mut cmd = common::cmd(BIN);
         cmd.args(["run", &runbook("everything-tour.yaml"), "--approve-via", "elicitation"]).args(&extra).arg("--").args(everything());
         let out = cmd.current_dir(&w.dir).stdin(std::process::Stdio::null()).output().unwrap();
         let said = String::from_utf8_lossy(&out.stderr);
@@ -722,7 +721,7 @@ fn the_inspector_cli_sees_only_the_runbook_s_tools() {
     let config = json!({"mcpServers": {"runbook": {"command": BIN, "args": ["run", runbook("everything-tour.yaml"), "--", everything()[0]]}}});
     std::fs::write(w.dir.join("mcp.json"), config.to_string()).unwrap();
     let run = |extra: &[&str]| -> Value {
-        let o = Command::new(mcp_dir().join("node_modules/.bin/inspector"))
+        let o = common::cmd(mcp_dir().join("node_modules/.bin/inspector"))
             .args(["--cli", "--config", "mcp.json", "--server", "runbook"])
             .args(extra)
             .env("MCP_INSPECTOR_SECRET_STORE", "memory")
@@ -845,11 +844,11 @@ fn servers_from_an_mcp_config_file_whose_arguments_hold_dashes() {
     assert_eq!(text(&r), "Echo: through the config");
     assert_blocked(&c.call("get-env", json!({})), "undeclared-tool");
     // Both ways at once, or a config the reader does not understand, start nothing.
-    let both = Command::new(BIN).args(["run", &runbook("everything-tour.yaml"), "--mcp-config", cfg.to_str().unwrap(), "--", "node"]).output().unwrap();
+    let both = common::cmd(BIN).args(["run", &runbook("everything-tour.yaml"), "--mcp-config", cfg.to_str().unwrap(), "--", "node"]).output().unwrap();
     assert_eq!(both.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&both.stderr).contains("not both"), "{}", String::from_utf8_lossy(&both.stderr));
     std::fs::write(&cfg, r#"{"mcpServers": {"remote": {"type": "sse", "url": "https://example.invalid/sse"}}}"#).unwrap();
-    let sse = Command::new(BIN).args(["run", &runbook("everything-tour.yaml"), "--mcp-config", cfg.to_str().unwrap()]).stdin(Stdio::null()).output().unwrap();
+    let sse = common::cmd(BIN).args(["run", &runbook("everything-tour.yaml"), "--mcp-config", cfg.to_str().unwrap()]).stdin(Stdio::null()).output().unwrap();
     assert_eq!(sse.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&sse.stderr).contains("mcpServers.remote.type: `sse` servers are not supported"),

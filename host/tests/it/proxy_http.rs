@@ -6,13 +6,12 @@
 //! Each test checks what the client saw, what reached the servers, what the bundles hold, and that
 //! `runbook-host verify` passes on every bundle it produced.
 
-mod common;
-
-use common::mcp::*;
+use crate::common;
+use crate::common::mcp::*;
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 /// `runbook-host run REF ARGS --listen 127.0.0.1:0 -- SERVERS`, its URL read from its standard error.
@@ -24,7 +23,7 @@ struct Listening {
 
 fn listen(w: &Work, reference: &str, args: &[&str], servers: &[Vec<String>]) -> Listening {
     let log = w.dir.join(format!("proxy-{}.stderr", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()));
-    let mut cmd = Command::new(BIN);
+    let mut cmd = common::cmd(BIN);
     cmd.args(["run", reference, "--listen", "127.0.0.1:0"]).args(args);
     for s in servers {
         cmd.arg("--").args(s);
@@ -82,7 +81,7 @@ fn test_ca(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
     let d = dir.join("pki");
     std::fs::create_dir_all(&d).unwrap();
     let run = |args: &[&str]| {
-        let o = Command::new("openssl").args(args).current_dir(&d).output().expect("openssl runs");
+        let o = common::cmd("openssl").args(args).current_dir(&d).output().expect("openssl runs");
         assert!(o.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     };
     let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
@@ -106,7 +105,7 @@ fn remote(w: &Work, cert: &Path, key: &Path) -> Remote {
 
 fn remote_with(w: &Work, args: &[&str]) -> Remote {
     let calls = w.dir.join("remote-calls.ndjson");
-    let mut child = Command::new(mcp_dir().join(".venv/bin/python"))
+    let mut child = common::cmd(mcp_dir().join(".venv/bin/python"))
         .arg(mcp_dir().join("remote_server.py"))
         .args(args)
         .args(["--log", calls.to_str().unwrap()])
@@ -335,7 +334,7 @@ fn a_remote_server_over_https_progress_a_client_token_timeouts_and_a_crash() {
 /// `run remote.yaml --listen` in front of `url`, which must be refused before anything listens or runs:
 /// exit 1, no listener, no run directory; its standard error.
 fn start_refused(w: &Work, url: &str) -> String {
-    let o = Command::new(BIN)
+    let o = common::cmd(BIN)
         .args(["run", &runbook("remote.yaml"), "--listen", "127.0.0.1:0", "--", url])
         .current_dir(&w.dir)
         .stdin(Stdio::null())

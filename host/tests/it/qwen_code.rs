@@ -4,11 +4,9 @@
 //! project's `.qwen/settings.json`. The runbook is the one the Claude Code tests run (say-hello: Bash
 //! `echo hello` only), unchanged: Qwen Code's `run_shell_command` is decided as `Bash`.
 
-mod common;
-
-use common::chat_cli::{self, ChatApi, CliRun};
-use common::hooks::BIN;
-use common::{repo, Tmp};
+use crate::common::chat_cli::{self, ChatApi, CliRun};
+use crate::common::hooks::BIN;
+use crate::common::{self, repo, Tmp};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,11 +34,9 @@ fn run_script(project: &Path, scratch: &Path, script: &Value) -> CliRun {
     std::fs::write(home.join(".qwen/settings.json"), user.to_string()).unwrap();
     let api = ChatApi::start(scratch, script);
     let mut cmd = Command::new(qwen());
-    cmd.args(["--auth-type", "openai", "--approval-mode", "yolo", "-p", "Say hello through the shell."])
-        .current_dir(project)
-        .env_clear()
+    cmd.args(["--auth-type", "openai", "--approval-mode", "yolo", "-p", "Say hello through the shell."]).current_dir(project).env_clear();
+    common::isolate(&mut cmd, &home)
         .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-        .env("HOME", &home)
         .env("OPENAI_BASE_URL", format!("http://127.0.0.1:{}/v1", api.port))
         .env("OPENAI_API_KEY", "scripted")
         .env("OPENAI_MODEL", "scripted");
@@ -54,15 +50,7 @@ fn home_of(project: &Path) -> PathBuf {
 }
 
 fn hook_cli(bin: &Path, project: &Path, args: &[&str]) -> String {
-    let o = Command::new(bin)
-        .arg("hook")
-        .args(args)
-        .current_dir(project)
-        .env("HOME", home_of(project))
-        .env_remove("QWEN_HOME")
-        .env_remove("QWEN_CODE_TRUSTED_FOLDERS_PATH")
-        .output()
-        .unwrap();
+    let o = common::cmd_in(bin, &home_of(project)).arg("hook").args(args).current_dir(project).output().unwrap();
     assert!(o.status.success(), "hook {args:?}: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -144,14 +132,9 @@ fn an_mcp_tool_is_decided_by_its_canonical_name_in_qwen_code() {
     std::fs::write(p.join(".qwen/settings.json"), servers.to_string()).unwrap();
     hook_cli(Path::new(BIN), &p, &["--runbook", "runbook.yaml", "--client", "qwen", "install"]);
     let home = home_of(&p);
-    let o = Command::new(qwen())
-        .args(["mcp", "approve", "my_everything"])
-        .current_dir(&p)
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap())
-        .env("HOME", &home)
-        .output()
-        .unwrap();
+    let mut approve = Command::new(qwen());
+    approve.args(["mcp", "approve", "my_everything"]).current_dir(&p).env_clear();
+    let o = common::isolate(&mut approve, &home).env("PATH", std::env::var_os("PATH").unwrap()).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let script = json!([
         {"tool_use": [{"name": "mcp__my_everything__get-sum", "input": {"a": 1, "b": 2}}]},

@@ -2,19 +2,16 @@
 //! directory and from an HTTP registry (served here by a small std::net thread), tamper detection, unknown
 //! ids and versions, unreachable registries, and indexes whose paths try to leave the registry.
 
-mod common;
-use common::{repo, Tmp};
+use crate::common::{self, repo, Tmp, BIN};
 use runbook_host::registry::{self, Trust};
 use sha2::{Digest, Sha256};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
-const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
+use std::process::Stdio;
 
 fn fixture(p: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/registry").join(p)
+    repo().join("host/tests/fixtures/registry").join(p)
 }
 
 fn sha(b: &[u8]) -> String {
@@ -270,7 +267,7 @@ fn an_unreachable_http_registry_is_refused() {
 fn the_cli_adds_and_lists() {
     let t = Tmp::new("cli");
     let run = |args: &[&str]| {
-        let o = Command::new(BIN).args(args).current_dir(&t.0).stdin(Stdio::null()).output().unwrap();
+        let o = common::cmd(BIN).args(args).current_dir(&t.0).stdin(Stdio::null()).output().unwrap();
         (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
     };
     let hello = fixture("good/hello/1.0.0/runbook.yaml");

@@ -1,8 +1,9 @@
 //! The component's bytes do not depend on where the checkout lives: a copy of the sources in another
 //! directory, built the way host/build.rs builds it, gives the same sha256 as the embedded component.
 
+use crate::common::{self, repo, Tmp};
 use sha2::{Digest, Sha256};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 fn copy_tracked(root: &Path, to: &Path) {
@@ -27,15 +28,17 @@ fn copy_tracked(root: &Path, to: &Path) {
 
 #[test]
 fn a_build_in_another_directory_gives_the_same_component() {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let elsewhere = std::env::temp_dir().join(format!("runbook-repro-{}/a/different/place", std::process::id()));
+    let root = repo();
+    let tmp = Tmp::new("repro");
+    let elsewhere = tmp.join("a/different/place");
     std::fs::create_dir_all(&elsewhere).unwrap();
     copy_tracked(&root, &elsewhere);
     let target = elsewhere.join("target/guest");
     let cargo_home = std::env::var("CARGO_HOME").ok().or_else(|| std::env::var("HOME").ok().map(|h| format!("{h}/.cargo"))).unwrap();
     // The same flags as host/build.rs, with this copy's own root.
     let flags = [format!("--remap-path-prefix={cargo_home}=/cargo"), format!("--remap-path-prefix={}=/build", elsewhere.display())].join("\x1f");
-    let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut cargo = common::cmd(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    let status = common::toolchain(&mut cargo)
         .current_dir(&elsewhere)
         .args(["build", "--locked", "-p", "runbook-policy", "--lib", "--target", "wasm32-unknown-unknown", "--profile", "component", "--target-dir"])
         .arg(&target)
@@ -49,5 +52,4 @@ fn a_build_in_another_directory_gives_the_same_component() {
     let component = wit_component::ComponentEncoder::default().module(&core).unwrap().validate(true).encode().unwrap();
     let sha = hex::encode(Sha256::digest(&component));
     assert_eq!(sha, runbook_host::module_sha256(), "the component built in {} differs", elsewhere.display());
-    let _ = std::fs::remove_dir_all(elsewhere.ancestors().nth(3).unwrap());
 }

@@ -3,19 +3,15 @@
 //! permission rules, printed raw JSON at Stop; `verify .runbook/runs/latest` did not resolve; the two
 //! adapters had two guards; one event cost about ten calls into the component).
 
-mod common;
-
-use common::{repo, Tmp};
+use crate::common::{self, repo, Tmp, BIN};
 use runbook_host::registry;
 use runbook_host::run::{Claim, Guard, Run};
 use runbook_host::{Coverage, DecisionKind, EndReason, Outcome, Profile, Risk};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
-
-const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
 
 struct Out {
     code: i32,
@@ -30,7 +26,7 @@ impl Out {
 }
 
 fn hook(dir: &Path, args: &[&str], payload: Value) -> Out {
-    let mut c = Command::new(BIN)
+    let mut c = common::cmd(BIN)
         .arg("hook")
         .args(args)
         .current_dir(dir)
@@ -48,7 +44,7 @@ fn hook(dir: &Path, args: &[&str], payload: Value) -> Out {
 }
 
 fn cli(dir: &Path, args: &[&str]) -> Out {
-    let o = Command::new(BIN).args(args).current_dir(dir).output().unwrap();
+    let o = common::cmd(BIN).args(args).current_dir(dir).output().unwrap();
     Out { code: o.status.code().unwrap_or(-1), stdout: String::from_utf8_lossy(&o.stdout).into(), stderr: String::from_utf8_lossy(&o.stderr).into() }
 }
 

@@ -3,16 +3,12 @@
 //! byte (the conformance suite compares them), passes `runbook-host verify`; and a receipt that holds the
 //! same data in other bytes does not (the module's `check-receipt`).
 
+use crate::common::{self, repo, Tmp, BIN};
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
 
 fn bundles() -> Vec<PathBuf> {
     let mut out = Vec::new();
-    for v in std::fs::read_dir(root().join("conformance/vectors/run")).unwrap() {
+    for v in std::fs::read_dir(repo().join("conformance/vectors/run")).unwrap() {
         let expected = v.unwrap().path().join("expected");
         if !expected.is_dir() {
             continue;
@@ -29,7 +25,7 @@ fn bundles() -> Vec<PathBuf> {
 }
 
 fn verify(bundle: &Path) -> (bool, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_runbook-host")).arg("verify").arg(bundle).output().unwrap();
+    let o = common::cmd(BIN).arg("verify").arg(bundle).output().unwrap();
     (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
 }
 
@@ -46,7 +42,7 @@ fn every_expected_bundle_verifies() {
 #[test]
 fn a_receipt_in_other_bytes_is_refused() {
     let src = bundles().into_iter().find(|b| b.to_string_lossy().contains("end-library-completed")).expect("the vector end-library-completed");
-    let t = std::env::temp_dir().join(format!("runbook-run-vectors-{}", std::process::id()));
+    let t = Tmp::new("run-vectors");
     let dir = t.join(src.file_name().unwrap());
     std::fs::create_dir_all(&dir).unwrap();
     for e in std::fs::read_dir(&src).unwrap() {
@@ -58,7 +54,6 @@ fn a_receipt_in_other_bytes_is_refused() {
     let receipt: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("receipt.json")).unwrap()).unwrap();
     std::fs::write(dir.join("receipt.json"), serde_json::to_string_pretty(&receipt).unwrap()).unwrap();
     let (ok, out) = verify(&dir);
-    let _ = std::fs::remove_dir_all(&t);
     assert!(!ok, "{out}");
     assert!(out.contains("receipt.json"), "{out}");
 }

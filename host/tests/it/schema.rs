@@ -12,6 +12,7 @@
 //! Documents reach the schema through the core's own parser (YAML and JSON alike): `parse_source`, then
 //! RFC 8785 canonical JSON, then serde_json. So the schema sees exactly the data model the core lints.
 
+use crate::common::{module_cache, repo};
 use jsonschema::Validator;
 use runbook_host::Policy;
 use runbook_policy::supervisor::BLOCKING;
@@ -46,12 +47,8 @@ const NOT_STRUCTURAL: &[&str] = &[
     "unconstrained-shell", // what a `when` pattern can match, and whether a step is gated: analysis, not shape
 ];
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("the workspace root").to_path_buf()
-}
-
 fn schema_json(name: &str) -> Value {
-    let path = root().join("schema").join(format!("{name}.schema.json"));
+    let path = repo().join("schema").join(format!("{name}.schema.json"));
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
@@ -66,9 +63,7 @@ fn errors(v: &Validator, instance: &Value) -> String {
 }
 
 fn policy() -> Policy {
-    // Keyed by the component's hash and the engine's settings, so one directory serves every run.
-    let cache = std::env::temp_dir().join("runbook-host-test-cache");
-    Policy::load_with_cache(Some(&cache)).expect("the component loads")
+    Policy::load_with_cache(Some(module_cache())).expect("the component loads")
 }
 
 /// A document's data model as the core parses it, or None when it does not parse at all.
@@ -96,7 +91,7 @@ struct Example {
 
 fn examples() -> Vec<Example> {
     let mut out = Vec::new();
-    for dir in std::fs::read_dir(root().join("examples")).expect("examples/") {
+    for dir in std::fs::read_dir(repo().join("examples")).expect("examples/") {
         let dir = dir.unwrap().path();
         if !dir.is_dir() {
             continue;
@@ -373,7 +368,7 @@ fn envelopes_of_bad_fixtures_validate() {
 
 /// Every document-like file (`.json`, `.yaml`, `.yml`) in host/tests/fixtures/bad/, sorted.
 fn bad_documents() -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = root().join("host/tests/fixtures/bad");
+    let dir = repo().join("host/tests/fixtures/bad");
     let mut out: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|f| f.unwrap().path())
@@ -526,7 +521,7 @@ fn schema_and_core_agree_on_events() {
     }
     // Every line of every stream among the examples and the bad fixtures.
     let mut streams: Vec<PathBuf> = examples().into_iter().flat_map(|e| e.streams).collect();
-    let dir = root().join("host/tests/fixtures/bad");
+    let dir = repo().join("host/tests/fixtures/bad");
     streams.extend(std::fs::read_dir(&dir).unwrap().map(|f| f.unwrap().path()).filter(|f| f.extension().is_some_and(|e| e == "ndjson")));
     let mut compared = 0;
     for s in streams {

@@ -2,14 +2,13 @@
 //! it: an agent that can write files in the project (one broad shell step is enough) and tries to turn
 //! that into a destructive call no human approved. Each test fails on the host before the fix.
 
+use crate::common;
 use runbook_host::approvals;
 use serde_json::{json, Value};
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-mod common;
-use common::hooks::*;
+use crate::common::hooks::*;
 
 /// The destructive, gated command of rotate-credentials, and the one no capability allows.
 const ROTATE: &str = "vault write -f database/rotate-role/payments-app";
@@ -35,7 +34,7 @@ fn decisions(w: &Work, s: &str) -> Vec<String> {
 fn approve_cli(runs: &Path, run_id: &str, step: &str) -> (i32, String) {
     // Under `script`, as the agent ran it: a pseudo-terminal is no proof of a human.
     let cmd = format!("{BIN} approve {run_id} {step} --runs {}", runs.display());
-    let o = Command::new("sh").arg("-c").arg(format!("(sleep 1; echo y) | script -qec '{cmd}' /dev/null")).output().expect("sh and script(1)");
+    let o = common::cmd("sh").arg("-c").arg(format!("(sleep 1; echo y) | script -qec '{cmd}' /dev/null")).output().expect("sh and script(1)");
     (o.status.code().unwrap_or(-1), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
 }
 
@@ -218,7 +217,7 @@ fn a_relabelled_redacted_report_does_not_verify() {
     let d = decisions(&w, s);
     assert!(d.contains(&"deny:-".to_string()) && d.contains(&"halt:assert-failed".to_string()), "{d:?}");
     let out_dir = w.0.join("shared");
-    let o = Command::new(BIN).current_dir(&w.0).args(["export", w.run_dir(s).to_str().unwrap(), "--redact", "--out"]).arg(&out_dir).output().unwrap();
+    let o = common::cmd(BIN).current_dir(&w.0).args(["export", w.run_dir(s).to_str().unwrap(), "--redact", "--out"]).arg(&out_dir).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let red = std::fs::read_dir(&out_dir).unwrap().next().unwrap().unwrap().path();
     assert!(verify(&red).0, "the honest derivative verifies");
@@ -286,7 +285,7 @@ fn forge_report(dir: &Path, edit: &dyn Fn(&mut Value)) {
 /// An ed25519 key made with ssh-keygen, and its `allowed_signers` line for `principal`.
 fn keygen(dir: &Path, name: &str, principal: &str) -> (std::path::PathBuf, String) {
     let key = dir.join(name);
-    let o = Command::new("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"]).arg(&key).output().expect("ssh-keygen (openssh-client)");
+    let o = common::cmd("ssh-keygen").args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f"]).arg(&key).output().expect("ssh-keygen (openssh-client)");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let public = std::fs::read_to_string(key.with_extension("pub")).unwrap();
     let mut f = public.split_whitespace();
@@ -385,7 +384,7 @@ fn signed_approvals_are_a_humans() {
     assert_ne!(code, 0, "{text}");
     // The human signs with their key: the exact call passes, approved by the signing principal.
     let cmd = format!("{BIN} approve {run_id} rotate --runs {} --sign {}", w.runs().display(), alice.display());
-    let o = Command::new("sh").arg("-c").arg(format!("(sleep 1; echo y) | script -qec '{cmd}' /dev/null")).output().unwrap();
+    let o = common::cmd("sh").arg("-c").arg(format!("(sleep 1; echo y) | script -qec '{cmd}' /dev/null")).output().unwrap();
     assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(hook(pre(s, "Bash", bash(ROTATE), "t6")).denied().is_none());
     let ev = w.events(s);
@@ -398,7 +397,7 @@ fn signed_approvals_are_a_humans() {
     let (ok, text) = verify(&dir);
     assert!(ok && text.contains("1 signed approval(s), each verified by the key it carries"), "{text}");
     let v = |extra: &Path| {
-        let o = Command::new(BIN).arg("verify").arg(&dir).arg("--allowed-signers").arg(extra).arg("--allow-software-keys").output().unwrap();
+        let o = common::cmd(BIN).arg("verify").arg(&dir).arg("--allowed-signers").arg(extra).arg("--allow-software-keys").output().unwrap();
         (o.status.success(), String::from_utf8_lossy(&o.stdout).to_string())
     };
     let (ok, text) = v(&signers);
@@ -409,7 +408,7 @@ fn signed_approvals_are_a_humans() {
     assert!(!ok, "{text}");
     // The redacted export keeps the signatures, and they verify there too.
     let out_dir = w.0.join("shared");
-    let o = Command::new(BIN).args(["export", dir.to_str().unwrap(), "--redact", "--out"]).arg(&out_dir).output().unwrap();
+    let o = common::cmd(BIN).args(["export", dir.to_str().unwrap(), "--redact", "--out"]).arg(&out_dir).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let red = out_dir.join(&run_id);
     let (ok, text) = verify(&red);
@@ -446,17 +445,17 @@ fn approvals_take_only_keys_that_need_a_touch() {
     // The human's key is loaded into an ssh-agent, and its private file is gone: the agent (our
     // adversary) has the socket, as it would under `ssh -A`.
     let sock = keys.join("agent.sock");
-    let mut ssh_agent = Command::new("ssh-agent").arg("-D").arg("-a").arg(&sock).stdout(std::process::Stdio::null()).spawn().expect("ssh-agent");
+    let mut ssh_agent = common::cmd("ssh-agent").arg("-D").arg("-a").arg(&sock).stdout(std::process::Stdio::null()).spawn().expect("ssh-agent");
     let t = Instant::now();
     while !sock.exists() {
         assert!(t.elapsed() < Duration::from_secs(10), "ssh-agent did not start");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let o = Command::new("ssh-add").arg(&alice).env("SSH_AUTH_SOCK", &sock).output().unwrap();
+    let o = common::cmd("ssh-add").arg(&alice).env("SSH_AUTH_SOCK", &sock).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     std::fs::remove_file(&alice).unwrap();
     let through_agent = |msg: &str| {
-        let mut c = Command::new("ssh-keygen")
+        let mut c = common::cmd("ssh-keygen")
             .args(["-Y", "sign", "-n", approvals::SIGNATURE_NAMESPACE, "-f"])
             .arg(alice.with_extension("pub"))
             .env("SSH_AUTH_SOCK", &sock)
@@ -507,7 +506,7 @@ fn approvals_take_only_keys_that_need_a_touch() {
     // verify refuses a signers file with a software key unless told, like the hook (exit 2: a bad input).
     std::fs::write(&signers, std::fs::read_to_string(alice.with_extension("pub")).unwrap().replacen("ssh-ed25519", "alice@example.com ssh-ed25519", 1))
         .unwrap();
-    let o = Command::new(BIN).arg("verify").arg(&dir).arg("--allowed-signers").arg(&signers).output().unwrap();
+    let o = common::cmd(BIN).arg("verify").arg(&dir).arg("--allowed-signers").arg(&signers).output().unwrap();
     assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
     assert!(String::from_utf8_lossy(&o.stderr).contains("a software key (ssh-ed25519) signs without a human"), "{}", String::from_utf8_lossy(&o.stderr));
     let _ = ssh_agent.kill();
@@ -533,7 +532,7 @@ fn one_signature_answers_one_request() {
     to_the_gated_rotate(&hook, s);
     // A human signs the answer to the module's request; the exact call passes once.
     let cmd = format!("{BIN} approve {run_id} rotate --runs {} --sign {}", w.runs().display(), alice.display());
-    let o = Command::new("sh").arg("-c").arg(format!("(sleep 1; echo y) | script -qec '{cmd}' /dev/null")).output().unwrap();
+    let o = common::cmd("sh").arg("-c").arg(format!("(sleep 1; echo y) | script -qec '{cmd}' /dev/null")).output().unwrap();
     assert!(o.status.success(), "{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(hook(pre(s, "Bash", bash(ROTATE), "t4")).denied().is_none());
     let ev = w.events(s);
@@ -582,12 +581,12 @@ fn one_signature_answers_one_request() {
 #[test]
 fn a_registry_can_require_signed_approvals() {
     let w = work("registry-signed");
-    let o = Command::new(BIN).current_dir(&w.0).args(["registry", "add", "runbook.yaml", "--signed-approvals"]).output().unwrap();
+    let o = common::cmd(BIN).current_dir(&w.0).args(["registry", "add", "runbook.yaml", "--signed-approvals"]).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stdout).contains("approvals must be signed"));
     let index: Value = serde_json::from_slice(&std::fs::read(w.0.join(".runbook/registry/index.json")).unwrap()).unwrap();
     assert_eq!(index["runbooks"]["rotate-credentials"]["1.3.0"]["approvals"], "signed");
-    let o = Command::new(BIN)
+    let o = common::cmd(BIN)
         .current_dir(&w.0)
         .args(["hook", "--runbook", "rotate-credentials@1.3.0"])
         .stdin(std::fs::File::open(write_payload(&w.0, &start("s1"))).unwrap())

@@ -5,9 +5,8 @@
 //! another process, the service's files, its port, its process. Each attack must fail, and the run's evidence
 //! must verify against the host's key.
 
-mod common;
-
-use common::hooks::{base, bash, post, pre, root, start, BIN};
+use crate::common::hooks::{base, bash, post, pre, repo, start, BIN};
+use crate::common::{self, Tmp};
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -79,6 +78,8 @@ struct Setup {
     svc: String,
     agent: String,
     top: PathBuf,
+    /// Removes `top` after the service and the users are gone.
+    _tmp: Tmp,
     state: PathBuf,
     port: u16,
     service: Option<Child>,
@@ -94,12 +95,12 @@ impl Setup {
         let (svc, agent) = (format!("rbhs{tag}{id}"), format!("rbha{tag}{id}"));
         let o = Command::new("useradd").args(["--no-create-home", "--shell", "/bin/sh", &agent]).output().unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-        let top = std::env::temp_dir().join(format!("rh-separated-{tag}-{id}"));
-        let _ = std::fs::remove_dir_all(&top);
+        let tmp = Tmp::new(&format!("separated-{tag}"));
+        let top = tmp.0.clone();
         std::fs::create_dir_all(top.join("src")).unwrap();
         std::fs::set_permissions(&top, std::fs::Permissions::from_mode(0o755)).unwrap();
         let port = ports.clone().find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok()).expect("a free port below 1024");
-        Setup { svc, agent, state: top.join("state"), log: top.join("service.log"), top, port, service: None, start_cmd: String::new() }
+        Setup { svc, agent, state: top.join("state"), log: top.join("service.log"), top, _tmp: tmp, port, service: None, start_cmd: String::new() }
     }
     fn st(&self) -> String {
         self.state.to_string_lossy().into_owned()
@@ -121,7 +122,7 @@ impl Setup {
     }
     /// Starts the installed service (again), its log new.
     fn restart(&mut self) {
-        let child = Command::new("sh").args(["-c", &format!("exec {}", self.start_cmd)]).stderr(std::fs::File::create(&self.log).unwrap()).spawn().unwrap();
+        let child = common::cmd("sh").args(["-c", &format!("exec {}", self.start_cmd)]).stderr(std::fs::File::create(&self.log).unwrap()).spawn().unwrap();
         self.service = Some(child);
         wait_listening(&self.log);
     }
@@ -150,20 +151,17 @@ impl Drop for Setup {
         for n in [&self.svc, &self.agent] {
             let _ = Command::new("userdel").arg(n).output();
         }
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.top);
-        }
     }
 }
 
 fn as_user(user: &str) -> Command {
-    let mut c = Command::new("setpriv");
+    let mut c = common::cmd("setpriv");
     c.args([format!("--reuid={user}"), format!("--regid={user}"), "--init-groups".into()]);
     c
 }
 
 fn rh(args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(BIN).args(args).output().unwrap();
+    let o = common::cmd(BIN).args(args).output().unwrap();
     (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
 }
 
@@ -224,7 +222,7 @@ fn the_agents_user_is_a_client_only() {
     let (svc, agent, state, port) = (setup.svc.clone(), setup.agent.clone(), setup.state.clone(), setup.port);
     let (st, p, top) = (setup.st(), port.to_string(), setup.top.clone());
     let runbook = top.join("src/runbook.yaml");
-    std::fs::copy(root().join("examples/rotate-credentials/runbook.yaml"), &runbook).unwrap();
+    std::fs::copy(repo().join("examples/rotate-credentials/runbook.yaml"), &runbook).unwrap();
     let rb = runbook.to_string_lossy().into_owned();
 
     // Refused before anything is made: a port the agent could bind, a runbook the agent could write.
@@ -285,7 +283,7 @@ fn the_agents_user_is_a_client_only() {
     }
     says("squat_port", "PermissionError");
     // Another user, not a client: refused whatever it sends.
-    let o = Command::new("setpriv")
+    let o = common::cmd("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", PY, "-c", ATTACK, &p, &st, &run_dir.to_string_lossy(), &svc_pid.to_string(), &forged])
         .output()
         .unwrap();
@@ -341,7 +339,7 @@ fn claude_code_as_the_agents_user_is_decided_by_the_service() {
     }
     let mut setup = Setup::new("c", 950..1000);
     let runbook = setup.top.join("src/runbook.yaml");
-    std::fs::copy(root().join("host/tests/claude/say-hello.yaml"), &runbook).unwrap();
+    std::fs::copy(repo().join("host/tests/claude/say-hello.yaml"), &runbook).unwrap();
     setup.start(&["--runbook", &runbook.to_string_lossy()]);
     // The agent's own project and HOME; the hooks installed there by the agent's user.
     let (project, scratch) = (setup.top.join("project"), setup.top.join("scratch"));
@@ -395,7 +393,7 @@ fn a_restarted_service_resumes_from_its_checkpoints() {
     }
     let mut setup = Setup::new("r", 1000..1024);
     let runbook = setup.top.join("src/runbook.yaml");
-    std::fs::copy(root().join("examples/read-only-investigation/runbook.yaml"), &runbook).unwrap();
+    std::fs::copy(repo().join("examples/read-only-investigation/runbook.yaml"), &runbook).unwrap();
     setup.start(&["--runbook", &runbook.to_string_lossy(), "--profile", "R1"]);
     let (exe, port, svc, agent) = (setup.exe(), setup.port, setup.svc.clone(), setup.agent.clone());
     let mut client = Client::start(&agent, &exe, port, &svc);

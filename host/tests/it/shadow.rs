@@ -4,14 +4,12 @@
 //! decision, `verify` says SHADOW first, and the proxy exits 3, never 0. The same calls in enforce mode are
 //! blocked, as a control.
 
-mod common;
-
-use common::mcp::*;
+use crate::common;
+use crate::common::mcp::*;
 use serde_json::{json, Value};
-use std::process::Command;
 
 fn verify_json(run_dir: &std::path::Path) -> (bool, Value, String) {
-    let o = Command::new(BIN).args(["verify", "--format", "json"]).arg(run_dir).output().unwrap();
+    let o = common::cmd(BIN).args(["verify", "--format", "json"]).arg(run_dir).output().unwrap();
     let text = String::from_utf8_lossy(&o.stdout).into_owned();
     (o.status.success(), serde_json::from_str(&text).unwrap_or(Value::Null), text)
 }
@@ -45,12 +43,12 @@ fn a_shadow_run_blocks_nothing_records_everything_and_never_counts_as_enforced()
     let (ok, v, t) = verify_json(&run_dir);
     assert!(ok, "{t}");
     assert_eq!(v["shadow"], json!({"enforced": false, "forwarded_against_a_decision": 2}), "{t}");
-    let o = Command::new(BIN).arg("verify").arg(&run_dir).output().unwrap();
+    let o = common::cmd(BIN).arg("verify").arg(&run_dir).output().unwrap();
     let first = String::from_utf8_lossy(&o.stdout).lines().next().unwrap_or_default().to_string();
     assert!(first.starts_with("SHADOW RUN, NOT ENFORCED"), "{first}");
     // Its redacted derivative is a shadow run too, and verifies (shadow.ndjson names calls by hash only).
     let shared = w.dir.join("shared");
-    let o = Command::new(BIN).arg("export").arg(&run_dir).arg("--out").arg(&shared).output().unwrap();
+    let o = common::cmd(BIN).arg("export").arg(&run_dir).arg("--out").arg(&shared).output().unwrap();
     assert!(o.status.success(), "export of a shadow run: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     let (ok, v, t) = verify_json(&shared.join(run_dir.file_name().unwrap()));
     assert!(ok, "{t}");

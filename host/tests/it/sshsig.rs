@@ -3,6 +3,7 @@
 //! with `ssh-keygen` in a temp dir; FIDO (-sk) signatures, which need hardware
 //! to make, are forged here from their wire format and checked by ssh-keygen too.
 
+use crate::common::{self, Tmp};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -10,7 +11,6 @@ use std::process::{Command, Stdio};
 use base64ct::{Base64, Encoding};
 use runbook_host::sshsig::{self, AllowedSigners, SigError, Verified};
 use ssh_key::sha2::{Digest, Sha256, Sha512};
-use tempfile::TempDir;
 
 const NOW: u64 = 1_700_000_000;
 const NOW_STR: &str = "20231114221320Z"; // NOW as ssh-keygen's -Overify-time
@@ -18,7 +18,7 @@ const NS: &str = "runbook-approval@example.com";
 const MSG: &[u8] = b"approve call 42: deploy build 1234 to staging\n";
 
 struct Lab {
-    dir: TempDir,
+    dir: Tmp,
 }
 
 struct Key {
@@ -30,7 +30,7 @@ struct Key {
 }
 
 fn ssh_keygen() -> Command {
-    let mut cmd = Command::new("ssh-keygen");
+    let mut cmd = common::cmd("ssh-keygen");
     cmd.env("TZ", "UTC"); // we read timestamps without Z as UTC
     cmd
 }
@@ -45,7 +45,7 @@ fn run(mut cmd: Command, stdin: &[u8]) -> std::process::Output {
 
 impl Lab {
     fn new() -> Self {
-        Lab { dir: tempfile::tempdir().unwrap() }
+        Lab { dir: Tmp::new("sshsig") }
     }
 
     fn path(&self, name: &str) -> PathBuf {

@@ -3,8 +3,7 @@
 //! shadow lists that name events; a redacted derivative), pushing `events.ndjson` in pieces of any size,
 //! a line split across pieces, answers exactly what `verify-bundle` answers given the file whole.
 
-mod common;
-use common::{all_streams, document_of, event_lines, repo, Tmp};
+use crate::common::{all_streams, document_of, event_lines, repo, Tmp};
 use runbook_host::bundle::{self, Bundle};
 use runbook_host::{registry, BundleItem, Policy};
 use serde_json::{json, Value};

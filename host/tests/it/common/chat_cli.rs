@@ -1,10 +1,10 @@
 //! Driving an agent CLI offline: a scripted model API on loopback plays the model (OpenAI Chat
-//! Completions for Qwen Code and Copilot CLI, host/tests/common/chat_api.py; Gemini's for Gemini CLI,
-//! host/tests/common/gemini_api.py; OpenAI Responses for Codex, host/tests/common/responses_api.py), the CLI runs with a timeout, and what it sent back to the model is
+//! Completions for Qwen Code and Copilot CLI, host/tests/it/common/chat_api.py; Gemini's for Gemini CLI,
+//! host/tests/it/common/gemini_api.py; OpenAI Responses for Codex, host/tests/it/common/responses_api.py), the CLI runs with a timeout, and what it sent back to the model is
 //! read from the API's request log.
 #![allow(dead_code)]
 
-use super::repo;
+use super::{cmd, repo};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -25,13 +25,13 @@ impl ChatApi {
         Self::start_program(dir, turns, "chat_api.py")
     }
 
-    /// The same with another scripted API of host/tests/common/ (`gemini_api.py`).
+    /// The same with another scripted API of host/tests/it/common/ (`gemini_api.py`).
     pub fn start_program(dir: &Path, turns: &Value, program: &str) -> ChatApi {
         let script = dir.join("script.json");
         let log = dir.join("requests.ndjson");
         std::fs::write(&script, turns.to_string()).unwrap();
-        let mut child = Command::new("python3")
-            .arg(repo().join("host/tests/common").join(program))
+        let mut child = cmd("python3")
+            .arg(repo().join("host/tests/it/common").join(program))
             .arg(&script)
             .arg(&log)
             .stdout(Stdio::piped())
@@ -137,7 +137,7 @@ pub fn latest_verified(project: &Path, bin: &str) -> (Vec<Value>, Value) {
     let dir = runs.join(l["path"].as_str().unwrap());
     let events = std::fs::read_to_string(dir.join("events.ndjson")).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let report = serde_json::from_slice(&std::fs::read(dir.join("report.json")).unwrap()).unwrap();
-    let v = Command::new(bin).args(["verify", "latest"]).current_dir(project).output().unwrap();
+    let v = cmd(bin).args(["verify", "latest"]).current_dir(project).output().unwrap();
     assert!(v.status.success(), "{}{}", String::from_utf8_lossy(&v.stdout), String::from_utf8_lossy(&v.stderr));
     (events, report)
 }

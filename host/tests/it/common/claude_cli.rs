@@ -44,7 +44,7 @@ impl ScriptedApi {
         let log = dir.join("requests.ndjson");
         std::fs::write(&script, serde_json::to_vec_pretty(turns).unwrap()).unwrap();
         let _ = std::fs::remove_file(&log);
-        let mut child = Command::new("python3")
+        let mut child = super::cmd("python3")
             .arg(here().join("messages_api.py"))
             .arg(&script)
             .arg(&log)
@@ -115,7 +115,7 @@ impl CliRun {
 
 /// Runs `claude -p PROMPT --output-format json` in `project` against a scripted API playing `turns`.
 /// `scratch` (outside the project) holds the CLI's HOME, the script, the request log and the CLI's
-/// output. The environment is cleared but for PATH: a scratch HOME (no user settings), a dummy API key,
+/// output. The environment is cleared but for PATH: a scratch HOME (no user settings; [`super::isolate`]), a dummy API key,
 /// no telemetry, update or other nonessential traffic. The settings are the project's
 /// (`.claude/settings.json`, where `runbook-host hook install` writes the hook); the CLI itself lets
 /// Bash run (`--allowedTools Bash`) so that whatever is blocked is blocked by a hook, and nothing
@@ -150,14 +150,13 @@ pub fn run_tools(user: Option<&str>, tools: &str, project: &Path, scratch: &Path
             c
         }
     };
-    let mut child = cmd
-        .args(["-p", prompt, "--output-format", "json", "--max-turns", &MAX_TURNS.to_string()])
+    cmd.args(["-p", prompt, "--output-format", "json", "--max-turns", &MAX_TURNS.to_string()])
         .args(["--tools", tools, "--allowedTools", tools, "--permission-prompts", "none", "--strict-mcp-config"])
         .args(extra)
         .current_dir(project)
-        .env_clear()
+        .env_clear();
+    let mut child = super::isolate(&mut cmd, &home)
         .env("PATH", std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into()))
-        .env("HOME", &home)
         .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{}", api.port))
         .env("ANTHROPIC_API_KEY", "sk-ant-scripted-test")
         .env("DISABLE_TELEMETRY", "1")

@@ -2,12 +2,12 @@
 //! payload on stdin, in a scratch project with the rotate-credentials example as `runbook.yaml`.
 #![allow(dead_code)]
 
+use super::{cmd, Tmp};
+pub use super::{repo, BIN};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-
-pub const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
+use std::process::Stdio;
 
 /// A copy of the binary in `dir/bin/` (a test installs a hook with it, then deletes it).
 pub fn binary_copy(dir: &Path) -> PathBuf {
@@ -17,26 +17,13 @@ pub fn binary_copy(dir: &Path) -> PathBuf {
     copy
 }
 
-pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-pub struct Work(pub PathBuf);
-
-impl Drop for Work {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-}
+/// A scratch project (a [`Tmp`]) with the rotate-credentials example as `runbook.yaml`.
+pub struct Work(pub PathBuf, Tmp);
 
 pub fn work(name: &str) -> Work {
-    let d = std::env::temp_dir().join(format!("rh-hook-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::copy(root().join("examples/rotate-credentials/runbook.yaml"), d.join("runbook.yaml")).unwrap();
-    Work(d)
+    let t = Tmp::new(&format!("hook-{name}"));
+    std::fs::copy(repo().join("examples/rotate-credentials/runbook.yaml"), t.join("runbook.yaml")).unwrap();
+    Work(t.0.clone(), t)
 }
 
 pub struct Out {
@@ -69,7 +56,7 @@ impl Work {
         self.hook_with(&[], payload)
     }
     pub fn hook_with(&self, extra: &[&str], payload: &[u8]) -> Out {
-        let mut c = Command::new(BIN)
+        let mut c = cmd(BIN)
             .args(["hook", "--runbook", "runbook.yaml"])
             .args(extra)
             .current_dir(&self.0)
@@ -132,7 +119,7 @@ pub fn out(stdout: &str) -> Value {
 }
 
 pub fn verify(run_dir: &Path) -> (bool, String) {
-    let o = Command::new(BIN).arg("verify").arg(run_dir).output().unwrap();
+    let o = cmd(BIN).arg("verify").arg(run_dir).output().unwrap();
     (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
 }
 
@@ -146,7 +133,7 @@ pub fn allowed(o: Out) {
 /// as a human in another terminal would.
 pub fn approve_on_a_terminal(runs: &Path, run_id: &str, step: &str) {
     let cmd = format!("{BIN} approve {run_id} {step} --runs {}", runs.display());
-    let mut child = Command::new("script")
+    let mut child = super::cmd("script")
         .args(["-qec", &cmd, "/dev/null"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

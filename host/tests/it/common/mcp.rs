@@ -2,19 +2,20 @@
 //! as a scripted client (over stdio, or over Streamable HTTP to `run --listen`), and the bundle's files.
 #![allow(dead_code)]
 
+pub use super::BIN;
+use super::{cmd, repo, Tmp};
 use serde_json::{json, Value};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{self, Receiver};
-use std::sync::{Condvar, Mutex, Once};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_runbook-host");
 pub const READ_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub fn mcp_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp")
+    repo().join("host/tests/mcp")
 }
 
 pub fn runbook(name: &str) -> String {
@@ -65,39 +66,18 @@ impl Drop for Slot {
     }
 }
 
-/// Loads the policy module once before any proxy starts, so its compiled code is cached.
-pub fn warm() {
-    static W: Once = Once::new();
-    W.call_once(|| {
-        let s = Command::new(BIN).args(["lint", &runbook("echo-only.json")]).output().expect("runbook-host runs");
-        assert!(s.status.success(), "{}", String::from_utf8_lossy(&s.stderr));
-    });
-}
-
-/// A test's own directory, removed at the end (kept with RUNBOOK_KEEP_TEST_DIRS=1).
+/// A test's own directory (a [`Tmp`]), and its slot.
 pub struct Work {
     pub dir: PathBuf,
+    _tmp: Tmp,
     _slot: Slot,
 }
 
 pub fn work(name: &str) -> Work {
     python();
-    warm();
     let s = slot();
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    let dir = std::env::temp_dir().join(format!("rh-proxy-{name}-{}-{nanos}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    Work { dir: dir.canonicalize().unwrap(), _slot: s }
-}
-
-impl Drop for Work {
-    fn drop(&mut self) {
-        if std::env::var_os("RUNBOOK_KEEP_TEST_DIRS").is_none() && !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        } else {
-            eprintln!("kept {}", self.dir.display());
-        }
-    }
+    let t = Tmp::new(&format!("proxy-{name}"));
+    Work { dir: t.0.canonicalize().unwrap(), _tmp: t, _slot: s }
 }
 
 impl Work {
@@ -128,7 +108,7 @@ impl Work {
 }
 
 pub fn verify(run_dir: &Path) -> (bool, String) {
-    let o = Command::new(BIN).args(["verify", "--format", "json"]).arg(run_dir).output().unwrap();
+    let o = cmd(BIN).args(["verify", "--format", "json"]).arg(run_dir).output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     (o.status.success(), text)
 }
@@ -166,7 +146,7 @@ impl Client {
 
     pub fn spawn(work: &Work, args: &[impl AsRef<std::ffi::OsStr>]) -> Client {
         let stderr = work.dir.join(format!("client-{}.stderr", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos()));
-        let mut child = Command::new(python())
+        let mut child = cmd(python())
             .arg(mcp_dir().join("client.py"))
             .args(args)
             .current_dir(&work.dir)
@@ -325,7 +305,7 @@ pub fn call_sha256(tool: &str, args: &Value) -> String {
 pub fn approve_on_a_terminal(w: &Work, run_dir: &Path, step: &str, deny: bool, delay: Duration) -> (Option<i32>, String) {
     let run_id = run_dir.file_name().unwrap().to_string_lossy().into_owned();
     let cmd = format!("{BIN} approve {run_id} {step} --runs {}{}", w.runs().display(), if deny { " --deny" } else { "" });
-    let mut child = Command::new("script")
+    let mut child = super::cmd("script")
         .args(["-qec", &cmd, "/dev/null"])
         .current_dir(&w.dir)
         .stdin(Stdio::piped())

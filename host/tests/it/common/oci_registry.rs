@@ -5,13 +5,12 @@
 //! A real registry rather than a mock, so that the tests meet the status codes, headers and error
 //! bodies that runbook-host will meet in production.
 
+use super::{cmd, Tmp};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-use tempfile::TempDir;
 
 pub const USER: &str = "runbook";
 pub const PASSWORD: &str = "s3cret";
@@ -30,14 +29,14 @@ pub struct Registry {
     /// The registry's storage root; blobs are under docker/registry/v2/blobs/sha256/XX/HEX/data.
     pub storage: PathBuf,
     pub tls: bool,
-    dir: TempDir,
+    dir: Tmp,
     child: Child,
 }
 
 impl Registry {
     /// Starts a registry and waits until /v2/ answers 200 or 401; panics with its log otherwise.
     pub fn start(auth: bool, tls: bool) -> Registry {
-        let mut dir = tempfile::Builder::new().prefix("oci-registry-").tempdir().expect("temp dir");
+        let mut dir = Tmp::new("oci-registry");
         let storage = dir.path().join("storage");
         std::fs::create_dir_all(&storage).expect("storage dir");
         let ca_pem = if tls { make_certificates(dir.path()) } else { Vec::new() };
@@ -57,7 +56,7 @@ impl Registry {
                 Err(failure) => {
                     registry.stop();
                     last_failure = failure;
-                    dir = std::mem::replace(&mut registry.dir, TempDir::new().expect("temp dir"));
+                    dir = std::mem::replace(&mut registry.dir, Tmp::new("oci-registry-unused"));
                 }
             }
         }
@@ -158,7 +157,7 @@ fn registry_binary() -> PathBuf {
 fn spawn(dir: &Path) -> Child {
     // A file, not a pipe: nobody drains a pipe while the test runs, and a full one would block the registry.
     let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("registry.log")).expect("log file");
-    Command::new(registry_binary())
+    cmd(registry_binary())
         .arg("serve")
         .arg(dir.join("config.yml"))
         .stdin(Stdio::null())
@@ -202,7 +201,7 @@ http:
 /// (`server.crt` and `server.key` in `dir`; the HTTPS registry of tests/distribution.rs uses them too.)
 pub fn make_certificates(dir: &Path) -> Vec<u8> {
     let openssl = |args: &[&str]| {
-        let out = Command::new("openssl").args(args).current_dir(dir).output().expect("run openssl");
+        let out = cmd("openssl").args(args).current_dir(dir).output().expect("run openssl");
         assert!(out.status.success(), "openssl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
     };
     let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
