@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An MCP server that asks its client while a call runs, for host/tests/proxy.rs: the Python MCP SDK's
+"""An MCP server that asks its client while a call runs, for host/tests/it/proxy.rs: the Python MCP SDK's
 MCPServer over stdio.
 
 Its tool `ask {question}` logs a message, then asks the client to sample (`sampling/createMessage`), to

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A misbehaving MCP server over stdio for host/tests/faults.rs, written on bare JSON-RPC (no SDK: an SDK
+"""A misbehaving MCP server over stdio for host/tests/it/faults.rs, written on bare JSON-RPC (no SDK: an SDK
 would not let a server answer this badly). It initializes and lists its tools correctly, then:
 
     ok          answers `ok` (the control)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A scriptable MCP client for host/tests/proxy.rs, on the Python MCP SDK (its ClientSession over its stdio
+"""A scriptable MCP client for host/tests/it/proxy.rs, on the Python MCP SDK (its ClientSession over its stdio
 transport, unchanged).
 
     client.py [--name CLIENT_NAME] -- SERVER_CMD [ARGS...]

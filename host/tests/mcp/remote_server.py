@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A remote MCP server for host/tests/proxy_http.rs: the Python MCP SDK's MCPServer over its Streamable HTTP
+"""A remote MCP server for host/tests/it/proxy_http.rs: the Python MCP SDK's MCPServer over its Streamable HTTP
 transport, served by uvicorn over HTTPS (or plain HTTP without --cert), on a port of 127.0.0.1.
 
     remote_server.py [--cert CERT.pem --key KEY.pem] [--log FILE]

@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // The TypeScript SDK's client (@modelcontextprotocol/client, pinned in package.json) over stdio, for
-// host/tests/proxy.rs: it starts SERVER_CMD (the proxy in front of the conformance fixture, or the fixture
+// host/tests/it/proxy.rs: it starts SERVER_CMD (the proxy in front of the conformance fixture, or the fixture
 // alone), uses what MCP offers besides tools (a resource, a template, a prompt, a completion) and a tool
 // whose server samples through the client (answered `sampled: <prompt>`), and prints one JSON object of
 // what it got, so a test can compare the proxy with the server alone.

@@ -81,7 +81,7 @@ async function session(where, hooks, turns = SCRIPT) {
   const api = await scriptedApi(where.dir, turns);
   const messages = [];
   try {
-    // As host/tests/common/claude_cli.rs drives the CLI: a scratch HOME, a dummy key, no nonessential
+    // As host/tests/it/common/claude_cli.rs drives the CLI: a scratch HOME, a dummy key, no nonessential
     // traffic, no settings files; the CLI lets Bash run, so what is blocked is blocked by a hook.
     const options = {
       hooks,

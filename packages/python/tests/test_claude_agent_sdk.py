@@ -106,7 +106,7 @@ class Session:
         self.elapsed = 0.0
 
     def options(self, port: int) -> ClaudeAgentOptions:
-        # As host/tests/common/claude_cli.rs drives the CLI: a scratch HOME, a dummy key, no nonessential
+        # As host/tests/it/common/claude_cli.rs drives the CLI: a scratch HOME, a dummy key, no nonessential
         # traffic, no settings files; the CLI lets Bash run, so what is blocked is blocked by a hook.
         return ClaudeAgentOptions(
             hooks=self.hooks,

@@ -1,0 +1,56 @@
+//! The host's backstop bounds: an exhausted fuel budget or memory cap is a fail-closed `halt` with reason
+//! `host-trap`, never a panic and never an allow.
+
+use crate::common::{module_cache, repo};
+use runbook_host::{HostError, Limits, Policy};
+
+fn doc() -> Vec<u8> {
+    std::fs::read(repo().join("examples/executive-snapshot/runbook.json")).unwrap()
+}
+
+const START: &str =
+    r#"{"type":"start","at":0,"run_id":"r-1","profile":"R2","allowlist":["*"],"risk_ceiling":"irreversible","coverage":"complete","agent":"agent-1"}"#;
+
+#[test]
+fn exhausted_fuel_halts_with_host_trap() {
+    // Enough to construct a session, not enough to decide much.
+    let p = Policy::load_with(Some(module_cache()), Limits { fuel_per_call: 2_000_000, ..Limits::default() }).unwrap();
+    let mut s = p.session(&doc()).unwrap();
+    let big = format!(r#"{{"type":"invoke","at":1,"tool":"quickbooks_profit_and_loss","arguments":{{"x":"{}"}}}}"#, "a".repeat(500_000));
+    assert!(s.handle_line(START).contains(r#""decision":"allow""#));
+    assert_eq!(s.handle_line(&big), r#"{"decision":"halt","deviation":null,"reason":"host-trap","refusals":[],"seq":1,"step":null}"#);
+    assert!(s.trapped().is_some());
+    // Every later event is answered `halt`, and no report is made up.
+    assert_eq!(s.handle_line(r#"{"type":"end","at":2}"#), r#"{"decision":"halt","deviation":null,"reason":"halted","refusals":[],"seq":2,"step":null}"#);
+    assert!(matches!(s.report(), Err(HostError::Trap(_))));
+    assert!(s.is_over());
+    // Module-level calls fail with a trap error, not a panic.
+    let huge = format!("runbook_id: x\nversion: 1.0.0\ntitle: '{}'\n", "t".repeat(900_000));
+    assert!(matches!(p.lint(huge.as_bytes()), Err(HostError::Trap(_))));
+}
+
+#[test]
+fn memory_cap_is_a_trap_not_a_crash() {
+    let p = Policy::load_with(Some(module_cache()), Limits { memory_cap: 2 << 20, ..Limits::default() }).unwrap();
+    let huge = format!("{{\"runbook_id\":\"x\",\"version\":\"1.0.0\",\"title\":\"{}\"}}", "t".repeat(1_000_000));
+    assert!(matches!(p.lint(huge.as_bytes()), Err(HostError::Trap(_))));
+    // Small documents still work under the same cap.
+    assert!(p.lint(&doc()).unwrap().ok);
+}
+
+#[test]
+fn default_bounds_never_change_an_answer() {
+    // The largest document the module accepts lints fine under the default bounds.
+    let mut doc = String::from("{\"runbook_id\":\"x\",\"version\":\"1.0.0\",\"capabilities\":[\"t\"],\"steps\":[");
+    let mut i = 0;
+    while doc.len() < (1 << 20) - 200 {
+        doc.push_str(&format!("{{\"id\":\"s{i}\",\"tool\":\"t\"}},"));
+        i += 1;
+    }
+    doc.push_str(&format!("{{\"id\":\"s{i}\",\"tool\":\"t\",\"next\":\"end\"}}],\"terminals\":[\"end\"]}}"));
+    let p = Policy::load_with_cache(Some(module_cache())).unwrap();
+    let native = runbook_policy::lint(doc.as_bytes());
+    let comp = p.lint(doc.as_bytes()).unwrap();
+    assert_eq!(native.findings.len(), comp.findings.len());
+    assert!(comp.findings.iter().any(|f| f.code == "limit"), "over 10,000 steps is a lint limit");
+}
