@@ -997,6 +997,49 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_memory_hook_decides_with_its_run_resident_and_its_evidence_replays() {
+        let tmp = tempfile::tempdir().unwrap();
+        let doc_path = tmp.path().join("runbook.yaml");
+        std::fs::write(&doc_path, include_bytes!("../../../../host/tests/claude/say-hello.yaml")).unwrap();
+        let doc = registry::resolve(&doc_path.to_string_lossy(), "unused").unwrap();
+        let cfg = Config {
+            runbook: Some("runbook.yaml".into()),
+            registry: registry::Settings::new("memory/registry"),
+            receipt_key: None,
+            guard_paths: Vec::new(),
+            runs: "memory".into(),
+            profile: Profile::R2,
+            keep_working: false,
+            lock_timeout: Duration::from_millis(100),
+            allowed_signers: None,
+            allow_software_keys: false,
+            allowlist: None,
+            settings: Vec::new(),
+            client: Client::Claude,
+        };
+        let policy = Arc::clone(crate::files::shared_policy().unwrap());
+        let store = MemoryStore::new();
+        let mut h = MemoryHook::new(store.clone(), crate::clock::Clock::manual(1_780_000_000_000), Some(doc));
+        let ev = |v: Value| claude::parse(v.to_string().as_bytes()).unwrap();
+        let start = h.handle(Arc::clone(&policy), &cfg, &ev(json!({"session_id": "s", "hook_event_name": "SessionStart", "source": "startup"}))).unwrap();
+        assert!(matches!(start, Answer::Note(ref m) if m.contains("supervising")), "{start:?}");
+        let pre =
+            json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {"command": "echo hello"}, "tool_use_id": "t1"});
+        h.handle(Arc::clone(&policy), &cfg, &ev(pre)).unwrap();
+        let run_id = h.state("s").unwrap().run_id;
+        let recorded = h.run("s").unwrap().events_recorded();
+        assert!(recorded >= 2, "the start and the call are recorded");
+        let (again, r) = h.replay(Arc::clone(&policy), &cfg, "s").unwrap();
+        assert_eq!((r.events, again.chain_head()), (recorded, h.run("s").unwrap().chain_head()));
+        // Evicted, the next event resumes the run from the store.
+        h.evict("s");
+        h.handle(Arc::clone(&policy), &cfg, &ev(json!({"session_id": "s", "hook_event_name": "SessionEnd"}))).unwrap();
+        assert!(h.run("s").unwrap().finished());
+        assert!(store.get(&format!("{run_id}/receipt.json")).is_some(), "the receipt is in the store");
+        assert!(!tmp.path().join("memory").exists() && !Path::new("memory").exists(), "nothing was written to disk");
+    }
+
+    #[test]
     fn a_renamed_call_keeps_the_clients_own_name_and_arguments() {
         let pre = json!({"session_id": "s", "hook_event_name": "PreToolUse", "tool_name": "run_shell_command", "tool_input": {"command": "ls"}});
         let HookEvent::PreToolUse { tool, client, .. } = Client::Qwen.parse(None, pre.to_string().as_bytes()).unwrap() else { panic!() };
