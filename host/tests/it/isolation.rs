@@ -79,8 +79,8 @@ fn a_developers_claude_settings_do_not_reach_a_hook_the_harness_runs() {
     assert_eq!(code, 2, "{said}");
     assert!(said.contains("[capability-not-allowed]"), "{said}");
     // The probe, in a process whose HOME is the developer's.
-    let exe = std::env::current_exe().unwrap();
-    let o = Command::new(exe)
+    // This very binary, even when a build has replaced its file since it started.
+    let o = Command::new("/proc/self/exe")
         .args(["--exact", "isolation::probe_a_session_under_this_processs_home", "--ignored", "--test-threads=1"])
         .env("HOME", developer.path())
         .env(PROBE, "1")
