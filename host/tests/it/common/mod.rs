@@ -24,13 +24,15 @@ pub fn repo() -> PathBuf {
 
 /// A private temporary directory, made fresh and removed when dropped; kept (and named on stderr) when the
 /// test panics or RUNBOOK_KEEP_TEST_DIRS is set. Its name holds this process's id and a counter: every
-/// test of the binary shares the process, so a fixed name would be shared too.
+/// test of the binary shares the process, so a fixed name would be shared too. It never holds
+/// `runbook-host`: the guard refuses any call that names the binary, so a test's files under such a
+/// directory would all be guarded.
 pub struct Tmp(pub PathBuf);
 
 impl Tmp {
     pub fn new(tag: &str) -> Tmp {
         static N: AtomicU32 = AtomicU32::new(0);
-        let d = std::env::temp_dir().join(format!("runbook-host-it-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
+        let d = std::env::temp_dir().join(format!("rh-it-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::SeqCst)));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         Tmp(d)
