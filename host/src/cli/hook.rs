@@ -941,7 +941,10 @@ fn spawn_server(a: &Args, port: u16, log: &Path) -> Result<()> {
 
 /// A hook event handed to the server (started when none answers); its answer printed as the client reads it.
 fn through_server(a: &Args, port: u16, payload: &[u8]) -> Result<Option<String>> {
-    let client = server::ensure(&a.runs, port, &config(a)?.fingerprint(), std::time::Duration::from_secs(10), |log| spawn_server(a, port, log))?;
+    // Stopping a server started with other options and starting this one share one deadline: 30 s, so a
+    // loaded machine (a replaced server finishing its sessions, a cold module) is not refused; Claude Code
+    // gives a command hook 60 s.
+    let client = server::ensure(&a.runs, port, &config(a)?.fingerprint(), std::time::Duration::from_secs(30), |log| spawn_server(a, port, log))?;
     let (status, body) = client.hook(payload).map_err(|e| anyhow::anyhow!("the hook server on 127.0.0.1:{port} did not answer: {e}"))?;
     if status != 200 {
         bail!("the hook server answered {status}: {}", body.trim());
