@@ -25,6 +25,7 @@ mod packages;
 mod playground;
 mod proxy;
 mod proxy_http;
+mod proxy_memory;
 mod qwen_code;
 mod registry;
 mod reproducible;

@@ -244,15 +244,15 @@ impl Proxy {
             Ok(Ok(h)) => h,
             _ => return Held::Answer("runbook_failed:host-error: the call's hash could not be computed".into()),
         };
-        let (run_dir, command) = {
+        let (channel, command) = {
             let run = s.lock_run();
-            (s.run_dir(&run), s.approve_command(&run, d.step.as_deref()))
+            (s.approval_channel(&run), s.approve_command(&run, d.step.as_deref()))
         };
-        let Some(run_dir) = run_dir else { return Held::Answer("runbook_failed:host-error".into()) };
+        let Some(channel) = channel else { return Held::Answer("runbook_failed:host-error".into()) };
         let step = d.step.clone();
         // An answer that came after an earlier request for this very call timed out.
-        if let Ok(Some((id, grant))) = approvals::answered_for(&run_dir, &sha) {
-            return self.apply(&run_dir, &id, grant, step).await;
+        if let Ok(Some((id, grant))) = channel.answered_for(&sha) {
+            return self.apply(&id, grant).await;
         }
         let requested = {
             let mut st = s.lock_run();
@@ -273,11 +273,11 @@ impl Proxy {
         );
         // `--approve-via elicitation`: the client is asked too; its answer is written where the terminal's
         // goes, so whichever comes first is the one fed (the other finds the request answered).
-        let _asking = s.approve_via_elicitation.then(|| self.ask_approval(ctx, &run_dir, &id, tool, arguments_json, step.as_deref(), &sha)).flatten();
+        let _asking = s.approve_via_elicitation.then(|| self.ask_approval(ctx, &channel, &id, tool, arguments_json, step.as_deref(), &sha)).flatten();
         let deadline = Instant::now() + timeout;
         loop {
-            match approvals::poll(&run_dir, &id) {
-                Ok(Some(grant)) => return self.apply(&run_dir, &id, grant, step).await,
+            match channel.poll(&id) {
+                Ok(Some(grant)) => return self.apply(&id, grant).await,
                 Ok(None) => {}
                 Err(e) => return Held::Answer(format!("needs-approval: the answer to request {id} is unusable ({e}); ask for a new approval with: {command}")),
             }
@@ -307,7 +307,7 @@ impl Proxy {
     fn ask_approval(
         &self,
         ctx: &RequestContext<RoleServer>,
-        run_dir: &std::path::Path,
+        channel: &approvals::SharedChannel,
         id: &str,
         tool: &str,
         arguments_json: &str,
@@ -342,7 +342,7 @@ impl Proxy {
         let mut request = ServerRequest::ElicitRequest(ElicitRequest::new(params.clone()));
         use rmcp::model::GetExtensions;
         request.extensions_mut().insert(rmcp::service::OriginatingRequestId(ctx.id.clone()));
-        let (peer, run_dir, id, sha, timeout) = (ctx.peer.clone(), run_dir.to_path_buf(), id.to_string(), sha.to_string(), self.s().approval_timeout);
+        let (peer, channel, id, sha, timeout) = (ctx.peer.clone(), Arc::clone(channel), id.to_string(), sha.to_string(), self.s().approval_timeout);
         let shared = Arc::clone(self.s());
         let task = tokio::spawn(async move {
             let sent = peer.send_request_with_option(request, rmcp::service::PeerRequestOptions::with_timeout(timeout)).await;
@@ -375,7 +375,7 @@ impl Proxy {
             match (r.action, decision) {
                 (ElicitationAction::Accept, Some(d @ ("approve" | "deny"))) if !approver.is_empty() => {
                     eprintln!("runbook-host run: approval request {id} answered `{d}` through the client by `{approver}` (elicitation)");
-                    if let Err(e) = approvals::answer(&run_dir, &id, approver, d == "approve", &sha) {
+                    if let Err(e) = channel.answer_signed(&id, approver, d == "approve", &sha, None) {
                         eprintln!("runbook-host run: the client's answer to request {id} was not written: {e}");
                     }
                 }
@@ -385,14 +385,14 @@ impl Proxy {
         Some(AbortOnDrop(task.abort_handle()))
     }
 
-    async fn apply(&self, run_dir: &std::path::Path, id: &str, grant: approvals::Grant, current: Option<String>) -> Held {
+    /// Feeds a human's answer to the module (which refuses it if the step asked about is no longer the
+    /// current one).
+    async fn apply(&self, id: &str, grant: approvals::Grant) -> Held {
         let s = &self.s();
         // One human answer is fed once, even when two identical calls waited on the same request.
         if !super::lock(&s.applied).insert(id.to_string()) {
             return Held::Answer(format!("needs-approval: the answer to request {id} was already used by another call; this call needs its own approval"));
         }
-        // The step the human was asked about (the module refuses it if that is no longer the current one).
-        let _ = (run_dir, current);
         let fed = {
             let mut run = s.lock_run();
             s.drive(&mut run, |r| r.apply_grant(id, &grant))

@@ -678,6 +678,12 @@ impl Shared {
     pub fn run_dir(&self, st: &RunState) -> Option<PathBuf> {
         st.run.as_ref().map(|r| r.dir().to_path_buf())
     }
+
+    /// The run's approval channel (its directory's files, or memory for a run on a memory store): where
+    /// the proxy asks, polls and writes a client's answer, so that the handler never assumes a disk.
+    pub fn approval_channel(&self, st: &RunState) -> Option<crate::run::approvals::SharedChannel> {
+        st.run.as_ref().map(|r| Arc::clone(r.approval_channel()))
+    }
 }
 
 /// What the proxy can say beyond the module's sentence: which of its own options changes a refusal.

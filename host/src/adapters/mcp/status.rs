@@ -21,8 +21,9 @@ pub fn render(s: &Shared) -> String {
     let failed = s.failed_text(&mut run, None);
     let in_scope = s.visible_tool_names(&mut run);
     let step = status["step"].as_str().map(str::to_string);
-    let awaiting: Vec<Value> = match s.run_dir(&run) {
-        Some(dir) => approvals::pending(&dir)
+    let awaiting: Vec<Value> = match s.approval_channel(&run) {
+        Some(channel) => channel
+            .pending()
             .unwrap_or_default()
             .into_iter()
             .map(|p| {
