@@ -1,9 +1,10 @@
 //! MCP messages into the proxy, as a client sends them: the real handler (`runbook_host::adapters::mcp`,
 //! rmcp's parsing of JSON-RPC, the proxy's supervision of each request) over an in-memory pipe, in front of
-//! a real stdio server (host/tests/mcp/bad_server.py, started once) and fuzz/mcp-runbook.yaml. Each input is
+//! host/tests/mcp/bad_server.py's tools served in this process over another pipe (`ServerStream`:
+//! host/tests/it/common/memory_server.rs, started once) and fuzz/mcp-runbook.yaml. Each input is
 //! one client session: a fixed `initialize` handshake (skipped when the first byte is 0, so the handshake
 //! is fuzzed too), then up to 64 lines, each written to the proxy; a line that is a request waits for its
-//! answer (at most 150 ms; after two unanswered requests, no more). The client then closes its side and
+//! answer (at most 30 ms; after two unanswered requests, no more). The client then closes its side and
 //! the run ends. The runs' bundles are written into a `MemoryStore` (`Base::store`): no file, no fsync, no
 //! `git` per input; each ended run's directory is dumped into a scratch directory for `verify`.
 //!
@@ -11,8 +12,10 @@
 //! first (counted over the whole fuzzing session, so that a late call is never blamed on the wrong input),
 //! or a bundle of an ended run that `verify` refuses.
 #![no_main]
+#[path = "../../host/tests/it/common/memory_server.rs"]
+mod memory_server;
 use libfuzzer_sys::fuzz_target;
-use runbook_host::adapters::mcp::{self, Base, Hub, ServerSpec, Upstream};
+use runbook_host::adapters::mcp::{self, Base, Hub, ServerSpec, ServerStream, Upstream};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -23,13 +26,13 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 struct World {
     rt: tokio::runtime::Runtime,
     hub: Arc<Hub>,
-    server_log: PathBuf,
+    /// The calls the server received, over the whole fuzzing session.
+    served: Arc<AtomicUsize>,
     store: runbook_host::bundle::MemoryStore,
     _said: tokio::sync::mpsc::UnboundedReceiver<mcp::Said>,
 }
 
 static ALLOWED_INVOKES: AtomicUsize = AtomicUsize::new(0);
-static SERVED: AtomicUsize = AtomicUsize::new(0);
 
 fn scratch() -> PathBuf {
     let shm = Path::new("/dev/shm");
@@ -51,19 +54,15 @@ fn world() -> &'static World {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let server_log = dir.join("server-calls.ndjson");
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         let policy = Arc::clone(runbook_host::files::shared_policy().expect("the embedded component loads"));
         let doc = runbook_host::registry::resolve(&repo.join("fuzz/mcp-runbook.yaml").to_string_lossy(), "unused").expect("fuzz/mcp-runbook.yaml");
         let envelope = policy.envelope(&doc.bytes).unwrap().ok().and_then(|e| serde_json::from_str(&e).ok());
         let (tx, said) = tokio::sync::mpsc::unbounded_channel();
-        let spec = ServerSpec {
-            argv: vec!["python3".into(), repo.join("host/tests/mcp/bad_server.py").display().to_string(), server_log.display().to_string()],
-            ..Default::default()
-        };
-        let upstream = rt
-            .block_on(Upstream::start(&[spec], &[], Duration::from_secs(60), Duration::from_millis(100), Vec::new(), tx))
-            .expect("the bad server starts (python3)");
+        let (pipe, served) = rt.block_on(async { memory_server::spawn() });
+        let spec = ServerSpec { stream: Some(ServerStream::new(pipe)), ..Default::default() };
+        let upstream =
+            rt.block_on(Upstream::start(&[spec], &[], Duration::from_secs(60), Duration::from_millis(20), Vec::new(), tx)).expect("the in-memory server starts");
         let runs = dir.join("runs");
         let store = runbook_host::bundle::MemoryStore::named(&runs);
         let base = Arc::new(Base {
@@ -75,7 +74,7 @@ fn world() -> &'static World {
             risk_ceiling: runbook_host::Risk::ReadOnly,
             list_allowlist: false,
             agent_override: None,
-            approval_timeout: Duration::from_millis(10),
+            approval_timeout: Duration::from_millis(5),
             approve_via_elicitation: false,
             signers: None,
             runs: runs.clone(),
@@ -86,7 +85,7 @@ fn world() -> &'static World {
             guard_paths: Vec::new(),
             session_idle: Duration::from_secs(60),
         });
-        World { rt, hub: Hub::new(base), server_log, store, _said: said }
+        World { rt, hub: Hub::new(base), served, store, _said: said }
     })
 }
 
@@ -119,7 +118,7 @@ async fn session(hub: &Hub, lines: Vec<Vec<u8>>) -> (u8, Option<PathBuf>) {
             }
             let id = serde_json::from_slice::<Value>(&line).ok().filter(|v| v.get("method").is_some()).and_then(|v| v.get("id").cloned());
             if let Some(id) = id.filter(|_| unanswered < 2) {
-                let answered = tokio::time::timeout(Duration::from_millis(150), async {
+                let answered = tokio::time::timeout(Duration::from_millis(30), async {
                     while let Some(v) = rx.recv().await {
                         if v.get("id") == Some(&id) {
                             break;
@@ -137,18 +136,6 @@ async fn session(hub: &Hub, lines: Vec<Vec<u8>>) -> (u8, Option<PathBuf>) {
     let (out, ()) = tokio::join!(mcp::serve_stream(hub, pr, pw), client);
     reader.abort();
     out
-}
-
-/// The calls the server logged since last asked: the log is renamed away (the server opens it anew for
-/// each call, so no line is lost) and counted.
-fn take_calls(log: &Path) -> usize {
-    let taken = log.with_extension("taken");
-    if std::fs::rename(log, &taken).is_err() {
-        return 0;
-    }
-    let n = std::fs::read_to_string(&taken).map(|t| t.lines().count()).unwrap_or(0);
-    let _ = std::fs::remove_file(&taken);
-    n
 }
 
 fuzz_target!(init: { world(); }, |data: &[u8]| {
@@ -180,8 +167,7 @@ fuzz_target!(init: { world(); }, |data: &[u8]| {
     }
     // The store would grow with every input.
     w.store.clear();
-    SERVED.fetch_add(take_calls(&w.server_log), Ordering::SeqCst);
-    let served = SERVED.load(Ordering::SeqCst);
+    let served = w.served.load(Ordering::SeqCst);
     let recorded = ALLOWED_INVOKES.load(Ordering::SeqCst);
     assert!(served <= recorded, "the server received {served} calls; only {recorded} allowed invokes were recorded");
 });

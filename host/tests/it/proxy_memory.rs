@@ -1,7 +1,8 @@
 //! The MCP proxy as a library, with its runs on a memory store (`Base::store`): no run directory exists,
 //! so a gated call's approval must go through the run's own approval channel, never through files. The
 //! client is a JSON-RPC script over an in-memory pipe (as the `mcp` fuzz target drives the proxy), in front
-//! of the real stdio server host/tests/mcp/bad_server.py and fuzz/mcp-runbook.yaml (step `gated` needs a
+//! of host/tests/mcp/bad_server.py, either the real stdio process or the same server in this process over
+//! a pipe (`ServerStream`, common/memory_server.rs), and fuzz/mcp-runbook.yaml (step `gated` needs a
 //! human's approval for every call).
 
 use crate::common::{repo, Tmp};
@@ -16,11 +17,20 @@ struct Proxy {
     hub: Arc<Hub>,
     store: runbook_host::bundle::MemoryStore,
     server_log: std::path::PathBuf,
+    /// The in-memory server's count of calls (None: the python process logs them to `server_log`).
+    in_memory_calls: Option<Arc<std::sync::atomic::AtomicUsize>>,
     tmp: Tmp,
     _said: tokio::sync::mpsc::UnboundedReceiver<mcp::Said>,
 }
 
-fn proxy(tag: &str) -> Proxy {
+/// Where the server runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Server {
+    Process,
+    InMemory,
+}
+
+fn proxy(tag: &str, server: Server) -> Proxy {
     let tmp = Tmp::new(tag);
     let repo = repo();
     let server_log = tmp.join("server-calls.ndjson");
@@ -29,9 +39,15 @@ fn proxy(tag: &str) -> Proxy {
     let doc = runbook_host::registry::resolve(&repo.join("fuzz/mcp-runbook.yaml").to_string_lossy(), "unused").unwrap();
     let envelope = policy.envelope(&doc.bytes).unwrap().ok().and_then(|e| serde_json::from_str(&e).ok());
     let (tx, said) = tokio::sync::mpsc::unbounded_channel();
-    let spec = ServerSpec {
-        argv: vec!["python3".into(), repo.join("host/tests/mcp/bad_server.py").display().to_string(), server_log.display().to_string()],
-        ..Default::default()
+    let (spec, in_memory_calls) = match server {
+        Server::Process => {
+            let argv = vec!["python3".into(), repo.join("host/tests/mcp/bad_server.py").display().to_string(), server_log.display().to_string()];
+            (ServerSpec { argv, ..Default::default() }, None)
+        }
+        Server::InMemory => {
+            let (pipe, calls) = rt.block_on(async { crate::common::memory_server::spawn() });
+            (ServerSpec { stream: Some(mcp::ServerStream::new(pipe)), ..Default::default() }, Some(calls))
+        }
     };
     let upstream =
         rt.block_on(Upstream::start(&[spec], &[], Duration::from_secs(60), Duration::from_millis(100), Vec::new(), tx)).expect("python3 runs the server");
@@ -57,7 +73,7 @@ fn proxy(tag: &str) -> Proxy {
         guard_paths: Vec::new(),
         session_idle: Duration::from_secs(60),
     });
-    Proxy { rt, hub: Hub::new(base), store, server_log, tmp, _said: said }
+    Proxy { rt, hub: Hub::new(base), store, server_log, in_memory_calls, tmp, _said: said }
 }
 
 fn rpc(id: u64, method: &str, params: Value) -> Value {
@@ -101,7 +117,7 @@ fn session(p: &Proxy, requests: Vec<Value>, approver: &str, decision: &str) -> (
                 json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}}, "clientInfo": {"name": "memory-test", "version": "1"}}),
             );
             let mut out = Vec::new();
-            let mut send = |v: &Value| {
+            let send = |v: &Value| {
                 let mut line = serde_json::to_vec(v).unwrap();
                 line.push(b'\n');
                 line
@@ -156,12 +172,15 @@ fn verify(p: &Proxy, run_id: &str) -> Value {
 }
 
 fn served(p: &Proxy) -> usize {
-    std::fs::read_to_string(&p.server_log).map(|t| t.lines().count()).unwrap_or(0)
+    match &p.in_memory_calls {
+        Some(n) => n.load(std::sync::atomic::Ordering::SeqCst),
+        None => std::fs::read_to_string(&p.server_log).map(|t| t.lines().count()).unwrap_or(0),
+    }
 }
 
 #[test]
 fn a_gated_call_on_a_memory_store_is_approved_through_the_runs_channel() {
-    let p = proxy("proxy-memory-approve");
+    let p = proxy("proxy-memory-approve", Server::Process);
     let requests = vec![
         call(1, "ok", json!({})),
         call(2, "runbook_advance", json!({"to": "gated"})),
@@ -184,7 +203,7 @@ fn a_gated_call_on_a_memory_store_is_approved_through_the_runs_channel() {
 
 #[test]
 fn a_gated_call_on_a_memory_store_denied_through_the_runs_channel_never_runs() {
-    let p = proxy("proxy-memory-deny");
+    let p = proxy("proxy-memory-deny", Server::InMemory);
     let requests = vec![call(1, "runbook_advance", json!({"to": "gated"})), call(2, "ok", json!({"n": 2}))];
     let (answers, _code, run_id, asked) = session(&p, requests, "bob", "deny");
     assert_eq!(asked.len(), 1, "{asked:?}");
@@ -194,5 +213,33 @@ fn a_gated_call_on_a_memory_store_denied_through_the_runs_channel_never_runs() {
     assert_eq!(served(&p), 0, "a refused call reached the server");
     let evs = events(&p, &run_id);
     assert!(evs.iter().any(|l| l["event"]["type"] == "approval" && l["event"]["granted"] == false), "{evs:?}");
+    verify(&p, &run_id);
+}
+
+#[test]
+fn a_server_in_this_process_over_a_pipe_is_supervised_like_a_process() {
+    let p = proxy("proxy-memory-pipe", Server::InMemory);
+    let requests = vec![
+        rpc(1, "tools/list", json!({})),
+        call(2, "ok", json!({})),
+        call(3, "wrong_id", json!({})),
+        call(4, "garbage", json!({})),
+        call(5, "ok", json!({"again": true})),
+    ];
+    let (answers, _code, run_id, _) = session(&p, requests, "nobody", "deny");
+    let mut listed: Vec<&str> = answer(&answers, 1)["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    listed.sort();
+    // The runbook's tools of the current step and those of the server it declares, and the proxy's own.
+    assert!(listed.contains(&"ok") && !listed.contains(&"garbage") && !listed.contains(&"hang"), "{listed:?}");
+    assert_eq!(text(answer(&answers, 2)), "ok");
+    // An answer under another id is never taken for this call's: the call times out, as an error.
+    assert_eq!(answer(&answers, 3)["result"]["isError"], true, "{}", answer(&answers, 3));
+    // `garbage` is not in the runbook: blocked before the server sees it.
+    assert_eq!(answer(&answers, 4)["result"]["isError"], true, "{}", answer(&answers, 4));
+    assert_eq!(text(answer(&answers, 5)), "ok");
+    assert_eq!(served(&p), 3, "ok, wrong_id and ok reached the server; garbage did not");
+    let evs = events(&p, &run_id);
+    let allowed = evs.iter().filter(|l| l["event"]["type"] == "invoke" && l["decision"]["decision"] == "allow").count();
+    assert_eq!(allowed, 3, "{evs:?}");
     verify(&p, &run_id);
 }

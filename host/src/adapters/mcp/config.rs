@@ -53,7 +53,7 @@ pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<
             for (k, v) in &headers {
                 check_header(k, v).map_err(|e| format!("{at}.headers.{k}: {e}"))?;
             }
-            out.push(ServerSpec { name: Some(name.clone()), argv: Vec::new(), env: Vec::new(), url: Some(url), headers });
+            out.push(ServerSpec { name: Some(name.clone()), url: Some(url), headers, ..Default::default() });
             continue;
         }
         let command = s.get("command").and_then(Value::as_str).ok_or_else(|| format!("{at}.command: missing or not a string"))?;
@@ -69,7 +69,7 @@ pub fn parse(text: &str, lookup: &dyn Fn(&str) -> Option<String>) -> Result<Vec<
             }
         }
         let env = string_map(s, "env", &at, lookup)?;
-        out.push(ServerSpec { name: Some(name.clone()), argv, env, url: None, headers: Vec::new() });
+        out.push(ServerSpec { name: Some(name.clone()), argv, env, ..Default::default() });
     }
     Ok(out)
 }

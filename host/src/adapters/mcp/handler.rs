@@ -281,11 +281,13 @@ impl Proxy {
                 Ok(None) => {}
                 Err(e) => return Held::Answer(format!("needs-approval: the answer to request {id} is unusable ({e}); ask for a new approval with: {command}")),
             }
-            if Instant::now() >= deadline {
+            let now = Instant::now();
+            if now >= deadline {
                 break;
             }
+            // Never past the deadline: a short --approval-timeout is kept, not rounded up to the poll.
             tokio::select! {
-                _ = tokio::time::sleep(POLL) => {}
+                _ = tokio::time::sleep(POLL.min(deadline - now)) => {}
                 _ = ctx.ct.cancelled() => return Held::Answer("needs-approval: the call was cancelled while it waited for approval".into()),
             }
         }

@@ -85,8 +85,9 @@ pub fn passed_kinds(blocked: &[String]) -> Vec<passthrough::Kind> {
     all.iter().filter(|(n, _)| !blocked.iter().any(|x| x == n || x == "all")).map(|(_, k)| *k).collect()
 }
 
-/// One server behind the proxy: a command it starts (`argv`, `env`) or a URL it reaches over Streamable
-/// HTTP (`url`, with the `headers` the user gave, such as a token of the proxy's own).
+/// One server behind the proxy: a command it starts (`argv`, `env`), a URL it reaches over Streamable
+/// HTTP (`url`, with the `headers` the user gave, such as a token of the proxy's own), or a server in this
+/// very process at the other end of an in-memory pipe (`stream`: embedders, tests, fuzzing).
 #[derive(Debug, Clone, Default)]
 pub struct ServerSpec {
     pub name: Option<String>,
@@ -95,6 +96,28 @@ pub struct ServerSpec {
     pub env: Vec<(String, String)>,
     pub url: Option<String>,
     pub headers: Vec<(String, String)>,
+    pub stream: Option<ServerStream>,
+}
+
+/// The proxy's end of a pipe to an MCP server the embedder runs (newline-delimited JSON-RPC, as over
+/// stdio). Taken by the first [`Upstream::start`] that uses it: one pipe, one connection.
+#[derive(Clone, Default)]
+pub struct ServerStream(Arc<Mutex<Option<tokio::io::DuplexStream>>>);
+
+impl ServerStream {
+    pub fn new(stream: tokio::io::DuplexStream) -> ServerStream {
+        ServerStream(Arc::new(Mutex::new(Some(stream))))
+    }
+
+    pub(crate) fn take(&self) -> Option<tokio::io::DuplexStream> {
+        lock(&self.0).take()
+    }
+}
+
+impl std::fmt::Debug for ServerStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ServerStream")
+    }
 }
 
 /// The adapter's name in the bundle, and what it cannot see (published in the `start` claim).

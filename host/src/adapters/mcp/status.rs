@@ -5,7 +5,6 @@
 
 use super::Shared;
 use crate::registry::Trust;
-use crate::run::approvals;
 use serde_json::{json, Value};
 
 /// The runbook's prose and the current step's, from the module's `prose` (JSON and YAML documents alike).

@@ -286,8 +286,16 @@ async fn start_one(
                 }
             });
     }
+    if let Some(stream) = &spec.stream {
+        let pipe = stream.take().ok_or("the in-memory server's pipe was already used by another start")?;
+        return tokio::time::timeout(bound, listener.serve_with_lifecycle(tokio::io::split(pipe), lifecycle()))
+            .await
+            .map_err(|_| format!("the in-memory server did not answer `initialize` within {bound:?}"))?
+            .map_err(|e| format!("the in-memory server failed to initialize: {e}"));
+    }
     let argv = &spec.argv;
-    let mut cmd = tokio::process::Command::new(&argv[0]);
+    let Some(program) = argv.first() else { return Err("a server needs a command, a URL or a stream".into()) };
+    let mut cmd = tokio::process::Command::new(program);
     cmd.args(&argv[1..]).envs(spec.env.iter().map(|(k, v)| (k, v)));
     let transport = TokioChildProcess::new(cmd).map_err(|e| format!("cannot start `{}`: {e}", argv[0]))?;
     tokio::time::timeout(bound, listener.serve_with_lifecycle(transport, lifecycle()))
@@ -323,7 +331,7 @@ impl Upstream {
                 clients: Arc::clone(&clients),
             };
             let service = start_one(spec, &http, listener, start_timeout).await?;
-            let what = spec.url.clone().unwrap_or_else(|| spec.argv[0].clone());
+            let what = spec.url.clone().or_else(|| spec.argv.first().cloned()).unwrap_or_else(|| "the in-memory server".into());
             let listed = if service.peer().peer_info().is_some_and(|i| i.capabilities.tools.is_some()) {
                 tokio::time::timeout(start_timeout, service.peer().list_all_tools())
                     .await

@@ -184,6 +184,7 @@ pub mod chat_cli;
 pub mod claude_cli;
 pub mod hooks;
 pub mod mcp;
+pub mod memory_server;
 pub mod oci_registry;
 
 /// The document of an example: its `runbook.yaml` or `runbook.json`.
