@@ -865,7 +865,8 @@ fn create_at(
     let reference = cfg.runbook.as_deref().ok_or_else(|| anyhow!("no runbook is configured: pass --runbook REF (or set RUNBOOK_HOOK_RUNBOOK)"))?;
     let doc = match doc {
         Some(d) => d.clone(),
-        None => registry::resolve_with(reference, &cfg.registry).map_err(|e| anyhow!("{e}"))?,
+        // Kept typed under anyhow: `downcast_ref::<RegistryError>()` tells a refusal from a fault.
+        None => registry::resolve_with(reference, &cfg.registry)?,
     };
     if doc.signed_approvals && cfg.allowed_signers.is_none() {
         bail!("the registry requires signed approvals for {reference}: pass --allowed-signers FILE to the hook (`hook install --allowed-signers FILE`)");
