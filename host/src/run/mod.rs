@@ -104,12 +104,18 @@ pub struct Guard {
 }
 
 impl Guard {
-    /// The host binary (its name and its absolute path), the runs directory and, when it is a local
-    /// directory, the registry.
+    /// The host binary (its name and the absolute path of this process's executable), the runs directory
+    /// and, when it is a local directory, the registry.
     pub fn new(runs: &Path, registry: Option<&str>) -> Guard {
+        Guard::for_host(std::env::current_exe().ok().as_deref(), runs, registry)
+    }
+
+    /// [`Guard::new`] for a host whose executable the embedder names (`exe`: where the binary agents
+    /// must not reach lives, when it is not this process, or None for a library with no binary).
+    pub fn for_host(exe: Option<&Path>, runs: &Path, registry: Option<&str>) -> Guard {
         let mut g = Guard { needles: vec!["runbook-host".to_string()] };
-        if let Ok(exe) = std::env::current_exe() {
-            g.add_path(&exe);
+        if let Some(exe) = exe {
+            g.add_path(exe);
         }
         g.add_path(runs);
         if let Some(r) = registry.filter(|r| !r.contains("://")) {

@@ -165,6 +165,15 @@ fn one_guard_for_every_adapter() {
         // The module's one matching rule (docs/spec/run.md#guarded-calls) over the host's needles.
         assert_eq!(runbook_host::files::shared_policy().unwrap().guard_names(tool, &args.to_string(), g.needles()).unwrap(), *want, "{tool} {args}");
     }
+    // An embedder names the host's executable itself: that path is guarded, another is not.
+    let installed = t.0.join("opt/tools/rbh");
+    let embedded = Guard::for_host(Some(&installed), Path::new(".runbook/runs"), None);
+    let names = |g: &Guard, command: &str| {
+        runbook_host::files::shared_policy().unwrap().guard_names("Bash", &json!({ "command": command }).to_string(), g.needles()).unwrap()
+    };
+    assert!(names(&embedded, &format!("{} approve latest rotate", installed.display())));
+    assert!(!names(&embedded, &format!("{} --version", t.0.join("opt/tools/other").display())), "a path the embedder did not name");
+    assert!(names(&Guard::for_host(None, Path::new(".runbook/runs"), None), "cat .runbook/runs/latest.json"));
     // The same guard through the hook, end to end: the module denies the call with `guarded`.
     let doc = copy_example(&t.0, "read-only-investigation");
     let a = ["--runbook", doc.as_str(), "--profile", "R1"];
