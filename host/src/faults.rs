@@ -1,4 +1,4 @@
-//! Crash points and disk faults for the robustness tests (host/tests/faults.rs, docs/robustness.md).
+//! Crash points and disk faults for the robustness tests (host/tests/it/faults.rs, docs/robustness.md).
 //!
 //! Every durable write of the evidence, and every answer given to a client after one, passes a point.
 //! With `RUNBOOK_HOST_KILL_AT=N` in its environment the process sends itself SIGKILL at the N-th point it

@@ -140,7 +140,7 @@ mod tests {
     }
 
     /// Hashes Codex 0.169.0 accepts (computed by an independent implementation that matched Codex's own
-    /// `hooks.state` entries in real runs; `host/tests/codex_cli.rs` shows Codex running hooks trusted so).
+    /// `hooks.state` entries in real runs; `host/tests/it/codex_cli.rs` shows Codex running hooks trusted so).
     #[test]
     fn the_trust_hash_is_codexs() {
         assert_eq!(
