@@ -7,7 +7,8 @@
 //! 1. `layout`: `run.json` is a `runbook-run-bundle/v1` with the fixed layout of relative artifact names;
 //! 2. `files-present`: every artifact is there and a regular file;
 //! 3. `receipt-form`: `receipt.json` is canonical JSON with exactly the `runbook-receipt/v1` keys;
-//! 4. `relative-paths-only`: no absolute path in `run.json`, the report or the receipt;
+//! 4. `relative-paths-only`: no absolute path in `run.json` or the receipt's own members (the report names
+//!    no file: its strings are names the document, the claim, the agent or an approver chose);
 //! 5. `document-sha256`: the document's sha256 agrees with `run.json`, the envelope, the report (and the
 //!    registry pin, T2);
 //! 6. `envelope`: the module's envelope of the document, byte for byte, and the chain's `h0`;
@@ -737,12 +738,21 @@ impl<'a> Cx<'a> {
         Ok(())
     }
 
-    /// 4. No absolute path in the bundle's own metadata.
+    /// 4. No absolute path in what the host writes about the bundle: `run.json` and the receipt's members
+    /// other than `report`. The report (alone or inside the receipt) is not scanned: it names no file, and
+    /// its strings are codes, digests and names someone else chose: a tool an agent called (`/etc/passwd`
+    /// is a tool name an agent can call), an approver, the document's ids. Scanning them let an agent make
+    /// its own run's bundle fail here; replay checks the report byte for byte instead (checks 8 and 11).
     fn relative_paths_only(&mut self, s: &mut Seen) -> Result<(), Failure> {
         s.report = Some(parse("report.json", self.file("report.json"))?);
-        for (name, v) in [("run.json", &s.run), ("report.json", &s.report), ("receipt.json", &s.receipt)] {
-            if let Some(at) = v.as_ref().and_then(|v| find_absolute(v, "")) {
-                return fail(name, format!("an absolute path at {at}"));
+        if let Some(at) = s.run.as_ref().and_then(|v| find_absolute(v, "")) {
+            return fail("run.json", format!("an absolute path at {at}"));
+        }
+        if let Some(Value::Obj(o)) = s.receipt.as_ref().map(|v| &v.value) {
+            for m in o.iter().filter(|m| m.key != "report") {
+                if let Some(at) = find_absolute(&m.value, &format!("/{}", m.key)) {
+                    return fail("receipt.json", format!("an absolute path at {at}"));
+                }
             }
         }
         self.pass("relative-paths-only");

@@ -170,6 +170,20 @@ EXAMPLES = [
 ]
 
 
+# Written after the examples so that adding them renumbers no earlier vector's run id.
+LATER = [
+    # Names chosen by an agent or an approver are data, not paths (docs/spec/bundle.md#relative-paths-only).
+    vec("deny-tools-named-like-paths", ["docs/spec/run.md#deviations", "docs/spec/bundle.md#relative-paths-only"],
+        "tools named like absolute paths are undeclared: denied, listed as deviations by name, and the bundle still verifies",
+        [inv(100 * (i + 1), None, f"c{i + 1}", tool=t) for i, t in enumerate(["/etc/passwd", "~root", "C:\\Windows", "file:///etc/shadow", "\\\\host\\share"])]
+        + [{"at": 600, "end": "interrupted"}], {"outcome": "incomplete", "decisions": ["allow"] + ["deny"] * 5 + ["halt"]}),
+    vec("ledger-approver-named-like-a-path", ["docs/spec/run.md#approvals-bound-to-a-call", "docs/spec/bundle.md#relative-paths-only"],
+        "an approver's name is data: an answer signed `/home/alice` is refused like any early answer, and the bundle still verifies",
+        TO_GATE[:4] + [appr(2500, ROTATE_SHA, approver="/home/alice"), {"at": 2600, "end": "interrupted"}],
+        {"outcome": "incomplete", "decisions": ["allow", "allow", "allow", "allow", "allow", "deny", "halt"], "reasons": {"5": "no-pending"}}),
+]
+
+
 def call_id(e):
     """A call id as a driver takes it: text (a stream's numeric id, as its decimal text)."""
     c = e.get("call_id")
@@ -211,7 +225,7 @@ def all_vectors():
     for name, example, stream, outcome in EXAMPLES:
         claim, steps = example_session(ROOT / "examples" / example / stream)
         out.append(vec(name, ["docs/spec/conformance.md#how-expectations-are-written"], f"examples/{example}/{stream} as a whole run", steps, {"outcome": outcome} if outcome else {}, document=example, claim=claim))
-    return out
+    return out + LATER
 
 
 def write(check):

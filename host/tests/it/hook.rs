@@ -183,6 +183,44 @@ fn parallel_pre_tool_use_calls_are_decided_one_at_a_time() {
     assert!(ok, "{text}");
 }
 
+/// Names an agent or an approver chooses are data, not paths: a call to a tool named like an absolute path
+/// is denied and recorded as a deviation by that name, an answer signed by `/home/alice` is recorded, and
+/// the bundle still verifies (docs/spec/bundle.md#relative-paths-only). Before, `verify`'s
+/// `relative-paths-only` scanned the report, so an agent could make its own run's evidence fail to check out.
+#[test]
+fn tools_and_approvers_named_like_paths_leave_a_bundle_that_verifies() {
+    let s = "sess-path-names";
+    let w = at_rotate("path-names", s);
+    let names = ["/etc/passwd", "~root", "C:\\Windows", "file:///etc/shadow", "\\\\host\\share"];
+    for (i, t) in names.iter().enumerate() {
+        let r = w.hook(pre(s, t, json!({}), &format!("p{i}"))).denied().expect("denied");
+        assert!(r.contains("undeclared-tool"), "{t}: {r}");
+    }
+    // Through the approval gate: the human who answers is recorded by the name given.
+    let rot = bash("vault write -f database/rotate-role/payments-app");
+    assert!(w.hook(pre(s, "Bash", rot.clone(), "t3")).denied().expect("gated").contains("needs-approval"));
+    let run_dir = w.run_dir(s);
+    let p = approvals::pending(&run_dir).unwrap();
+    approvals::answer(&run_dir, &p[0].id, "/home/alice", true, &p[0].call_sha256).unwrap();
+    allowed(w.hook(pre(s, "Bash", rot, "t4")));
+    assert_eq!(w.hook(base(s, "SessionEnd")).code, 0);
+
+    let report: Value = serde_json::from_slice(&std::fs::read(run_dir.join("report.json")).unwrap()).unwrap();
+    let devs = report["deviations"].as_array().unwrap().iter().filter(|d| d["class"] == "undeclared-tool");
+    let tools: Vec<&str> = devs.map(|d| d["tool"].as_str().unwrap()).collect();
+    assert_eq!(tools, names, "{report}");
+    assert_eq!(report["approvals"][0]["approver"], "/home/alice", "{report}");
+    let (ok, text) = verify(&run_dir);
+    assert!(ok, "{text}");
+    // The check still holds where the host writes: an absolute path put into run.json fails it.
+    let run_json = std::fs::read_to_string(run_dir.join("run.json")).unwrap();
+    let edited = run_json.replacen("\"reference\": \"", "\"reference\": \"/home/agent/", 1);
+    assert_ne!(edited, run_json);
+    std::fs::write(run_dir.join("run.json"), edited).unwrap();
+    let (ok, text) = verify(&run_dir);
+    assert!(!ok && text.contains("run.json: an absolute path at /document/reference"), "{text}");
+}
+
 #[test]
 fn sessions_never_mix() {
     let w = work("mix");

@@ -465,6 +465,31 @@ fn a_gated_call_approved_through_the_clients_elicitation() {
     }
 }
 
+/// Names the client chooses are data, not paths (docs/spec/bundle.md#relative-paths-only): a call to a tool
+/// named `/etc/passwd` and an approval answered as `/home/alice` are recorded by those names, and the
+/// bundle verifies. Before, an agent could make its own run's bundle fail `verify` this way (found by the
+/// `mcp` fuzz target).
+#[test]
+fn tools_and_approvers_named_like_paths_leave_a_bundle_that_verifies() {
+    let w = work("path-names");
+    let args = json!({"a": 2, "b": 3});
+    let mut c = eliciting_client(&w, "test-agent", "/home/alice", "approve", &["--approval-timeout", "60s"]);
+    c.init();
+    for t in ["/etc/passwd", "~root", "C:\\Windows", "file:///etc/shadow"] {
+        assert_blocked(&c.call(t, json!({})), "undeclared-tool");
+    }
+    assert_eq!(c.call("runbook_advance", json!({"to": "add"}))["is_error"], false);
+    let run = w.latest();
+    assert_eq!(text(&c.call("get-sum", args)), "The sum of 2 and 3 is 5.");
+    c.close();
+    let rep = report(&run);
+    let devs: Vec<String> = deviations(&rep).into_iter().filter(|(c, _)| c == "undeclared-tool").map(|(_, t)| t).collect();
+    assert_eq!(devs, ["/etc/passwd", "~root", "C:\\Windows", "file:///etc/shadow"], "{rep}");
+    assert_eq!(rep["approvals"][0]["approver"], "/home/alice", "{rep}");
+    assert_eq!(rep["approvals"][0]["accepted"], true, "{rep}");
+    w.verify_all();
+}
+
 #[test]
 fn retry_budget_exhausted_at_r2() {
     let w = work("budget");

@@ -14,19 +14,6 @@ use crate::common::hooks::*;
 const ROTATE: &str = "vault write -f database/rotate-role/payments-app";
 const DESTROY: &str = "rm -rf /var/lib/postgres";
 
-/// A session of rotate-credentials driven to its gated `rotate` step (inspect and check-age passed).
-fn at_rotate(name: &str, s: &str) -> Work {
-    let w = work(name);
-    assert_eq!(w.hook(start(s)).code, 0);
-    let get = bash("kubectl -n payments get secret payments-db-credentials");
-    allowed(w.hook(pre(s, "Bash", get.clone(), "t1")));
-    allowed(w.hook(post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1")));
-    let meta = json!({"path": "database/creds/payments-app"});
-    allowed(w.hook(pre(s, "mcp__vault__read_metadata", meta.clone(), "t2")));
-    allowed(w.hook(post(s, "mcp__vault__read_metadata", meta, json!({"age_days": 97}), "t2")));
-    w
-}
-
 fn decisions(w: &Work, s: &str) -> Vec<String> {
     w.events(s).iter().map(|e| format!("{}:{}", e["decision"]["decision"].as_str().unwrap(), e["decision"]["reason"].as_str().unwrap_or("-"))).collect()
 }

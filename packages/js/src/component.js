@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = '26dea56e06b937722e55103281d01a0f3b6b15c8c221bf294862c19b8e3cdde1';
+export const COMPONENT_SHA256 = 'b8095a2d32d22e135266d9a8e968e5271f2030b2fe0c5e7dd9c314f1913421a9';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';

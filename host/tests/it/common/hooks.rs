@@ -151,3 +151,16 @@ pub fn approve_on_a_terminal(runs: &Path, run_id: &str, step: &str) {
     let p = runbook_host::run::approvals::pending(&runs.join(run_id)).unwrap();
     assert!(p.is_empty(), "the request is still pending after the human's yes: {p:?}");
 }
+
+/// A session of rotate-credentials driven to its gated `rotate` step (inspect and check-age passed).
+pub fn at_rotate(name: &str, s: &str) -> Work {
+    let w = work(name);
+    assert_eq!(w.hook(start(s)).code, 0);
+    let get = bash("kubectl -n payments get secret payments-db-credentials");
+    allowed(w.hook(pre(s, "Bash", get.clone(), "t1")));
+    allowed(w.hook(post(s, "Bash", get, out("payments-db-credentials   Opaque   2   97d\n"), "t1")));
+    let meta = json!({"path": "database/creds/payments-app"});
+    allowed(w.hook(pre(s, "mcp__vault__read_metadata", meta.clone(), "t2")));
+    allowed(w.hook(post(s, "mcp__vault__read_metadata", meta, json!({"age_days": 97}), "t2")));
+    w
+}
