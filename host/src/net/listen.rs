@@ -48,7 +48,7 @@ impl Default for Limits {
 
 /// Which accepted connection a request came on (a request extension, with axum's `ConnectInfo` of the
 /// peer's address): never reused, so a handler may remember what it learnt about a connection by it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnId(pub u64);
 
 /// One open connection, as the cap sees it.

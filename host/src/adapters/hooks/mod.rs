@@ -39,7 +39,7 @@ use crate::signatures::Signers;
 use crate::{Coverage, DecisionKind, EndReason, Policy, Profile, Risk};
 use anyhow::{anyhow, bail, Context, Result};
 use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -491,8 +491,8 @@ impl Sessions for FileSessions<'_> {
 /// event at a time).
 #[derive(Default)]
 pub struct MemorySessions {
-    states: HashMap<String, SessionState>,
-    broken: HashMap<String, String>,
+    states: BTreeMap<String, SessionState>,
+    broken: BTreeMap<String, String>,
 }
 
 impl Sessions for MemorySessions {
@@ -671,12 +671,12 @@ fn call_key(tool: &str, input: &Value) -> String {
 /// the module allowed (the server keeps it; a command process has none), which is all a
 /// PermissionRequest is judged by: it records nothing, and a call the module did not allow, or that
 /// this process never saw allowed, is denied (a server restarted since asks the agent to retry).
-pub(crate) fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run, allowed: Option<&mut HashSet<String>>) -> Result<Answer> {
+pub(crate) fn decide(cfg: &Config, ev: &HookEvent, run: &mut Run, allowed: Option<&mut BTreeSet<String>>) -> Result<Answer> {
     decide_with(cfg, &FileSessions(&cfg.runs), ev, run, allowed)
 }
 
 /// [`decide`], marking a session broken in `sessions`.
-fn decide_with(cfg: &Config, sessions: &dyn Sessions, ev: &HookEvent, run: &mut Run, allowed: Option<&mut HashSet<String>>) -> Result<Answer> {
+fn decide_with(cfg: &Config, sessions: &dyn Sessions, ev: &HookEvent, run: &mut Run, allowed: Option<&mut BTreeSet<String>>) -> Result<Answer> {
     let answer = decide_on(cfg, ev, run, allowed);
     if answer.is_err() && matches!(run.broken(), Some(RunError::Evidence(_))) {
         sessions.mark_broken(ev.session());
@@ -703,7 +703,7 @@ fn check_not_broken(runs: &Path, session: &str) -> Result<()> {
     Ok(())
 }
 
-fn decide_on(cfg: &Config, ev: &HookEvent, run: &mut Run, mut allowed: Option<&mut HashSet<String>>) -> Result<Answer> {
+fn decide_on(cfg: &Config, ev: &HookEvent, run: &mut Run, mut allowed: Option<&mut BTreeSet<String>>) -> Result<Answer> {
     let finished =
         |run: &Run| format!("runbook: run {} is finished and its evidence is sealed; no further tool call is supervised in this session.", run.run_id());
     match ev {
@@ -914,7 +914,7 @@ fn create_at(
 pub struct MemoryHook {
     pub store: MemoryStore,
     sessions: MemorySessions,
-    runs: HashMap<String, Run>,
+    runs: BTreeMap<String, Run>,
     /// The runs' clock (every run reads it; a manual one makes the bundles reproducible).
     pub clock: crate::clock::Clock,
     /// The document every session runs (instead of resolving `cfg.runbook`), when given.
@@ -924,7 +924,7 @@ pub struct MemoryHook {
 
 impl MemoryHook {
     pub fn new(store: MemoryStore, clock: crate::clock::Clock, doc: Option<registry::Resolved>) -> MemoryHook {
-        MemoryHook { store, sessions: MemorySessions::default(), runs: HashMap::new(), clock, doc, created: 0 }
+        MemoryHook { store, sessions: MemorySessions::default(), runs: BTreeMap::new(), clock, doc, created: 0 }
     }
 
     /// The options of a run on this hook's store: its clock, a numbered run id (`run-1`, ...), no `git`.

@@ -29,7 +29,7 @@ use axum::routing::{get, post};
 use axum::Extension;
 use axum::Router;
 use serde_json::{json, Value};
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -122,7 +122,7 @@ struct Open {
     run: Run,
     _lock: File,
     /// The calls whose last PreToolUse the module allowed (what a PermissionRequest is judged by).
-    allowed: HashSet<String>,
+    allowed: BTreeSet<String>,
     last: Option<String>,
     events: u64,
     /// The client process the session is bound to (issue 28, item 2): the first process to send an event
@@ -205,7 +205,7 @@ struct Shared {
     started: String,
     /// [`Config::fingerprint`] of the options it decides with.
     config: String,
-    sessions: Mutex<HashMap<String, Arc<Mutex<Slot>>>>,
+    sessions: Mutex<BTreeMap<String, Arc<Mutex<Slot>>>>,
     shutdown: tokio::sync::Notify,
     decided: std::sync::atomic::AtomicU64,
     /// When the last admitted request came (for the idle exit).
@@ -213,7 +213,7 @@ struct Shared {
     /// This server's user.
     uid: u32,
     /// Who was found behind each connection so far (a connection's socket does not change hands).
-    known: Mutex<HashMap<crate::net::listen::ConnId, Who>>,
+    known: Mutex<BTreeMap<crate::net::listen::ConnId, Who>>,
 }
 
 fn log(msg: impl std::fmt::Display) {
@@ -347,7 +347,7 @@ impl Shared {
                     run
                 };
                 let checkpointed = run.events_recorded();
-                Ok(Open { run, _lock: lock, allowed: HashSet::new(), last: None, events: 0, client: None, chain: Vec::new(), checkpointed })
+                Ok(Open { run, _lock: lock, allowed: BTreeSet::new(), last: None, events: 0, client: None, chain: Vec::new(), checkpointed })
             })();
             match opened {
                 Ok(o) => g.open = Some(o),
@@ -463,7 +463,7 @@ impl Shared {
                 Ok((!run.finished()).then(|| Open {
                     run,
                     _lock: lock,
-                    allowed: HashSet::new(),
+                    allowed: BTreeSet::new(),
                     last: None,
                     events: 0,
                     client: None,
@@ -689,7 +689,7 @@ pub fn serve(policy: Arc<Policy>, cfg: Config, port: u16, idle_exit: Option<Dura
             port,
             runs,
             started: crate::clock::now_rfc3339(),
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(BTreeMap::new()),
             shutdown: tokio::sync::Notify::new(),
             decided: Default::default(),
             last_request: Mutex::new(Instant::now()),

@@ -22,7 +22,7 @@ use rmcp::model::{
 use rmcp::model::{ResourceUpdatedNotification, ServerNotification};
 use rmcp::service::{OriginatingRequestId, PeerRequestOptions, RoleServer, SubscriptionSink};
 use rmcp::{ErrorData as McpError, Peer};
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::sync::{Mutex, Weak};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
@@ -169,13 +169,13 @@ pub struct Clients {
     calls: Mutex<Vec<InFlight>>,
     next_ticket: Mutex<u64>,
     /// Resource URI → the clients subscribed to it.
-    subscribed: Mutex<HashMap<String, Vec<Client>>>,
+    subscribed: Mutex<BTreeMap<String, Vec<Client>>>,
     /// The servers' names, by index (as the bundle names them).
     pub names: Mutex<Vec<String>>,
     /// 2026-07-28 calls between their client's rounds, by the proxy's `requestState`.
-    flows: Mutex<HashMap<String, Flow>>,
+    flows: Mutex<BTreeMap<String, Flow>>,
     /// 2026-07-28 servers' calls between their 2026-07-28 client's rounds, by the proxy's `requestState`.
-    relays: Mutex<HashMap<String, Relay>>,
+    relays: Mutex<BTreeMap<String, Relay>>,
     /// 2026-07-28 clients' open `subscriptions/listen` streams: ticket, the run's key, the stream.
     listeners: Mutex<Vec<(u64, usize, SubscriptionSink)>>,
 }

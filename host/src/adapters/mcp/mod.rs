@@ -290,7 +290,7 @@ pub struct Shared {
     /// `approval-timeout` if the client leaves next).
     pub last_call_timed_out: AtomicBool,
     /// Approval requests whose answer was fed to the module.
-    pub applied: Mutex<std::collections::HashSet<String>>,
+    pub applied: Mutex<std::collections::BTreeSet<String>>,
     /// Woken after every event, so the deadline timer looks at the run's next deadline again.
     pub deadline_changed: Notify,
 }

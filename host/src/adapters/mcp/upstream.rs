@@ -31,7 +31,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::ErrorData as McpError;
 use rmcp::{ClientHandler, Peer, ServiceError};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -215,7 +215,7 @@ pub struct Upstream {
     /// How long a forwarded call may take before it is answered as failed.
     pub call_timeout: Duration,
     /// Which server listed a resource, a template or a prompt (see [`super::passthrough`]).
-    pub passthrough_routes: RwLock<HashMap<String, usize>>,
+    pub passthrough_routes: RwLock<BTreeMap<String, usize>>,
     /// What besides tools the proxy passes through (all but what `run --block` names).
     pub pass_through: Vec<Kind>,
     /// The proxy's clients, for what the servers ask of them and tell them.
@@ -225,7 +225,7 @@ pub struct Upstream {
     pub log_level: Mutex<Option<LoggingLevel>>,
     /// Resources followed at 2026-07-28 servers on a client's behalf (`resources/subscribe`): by server
     /// and URI, the task holding the server's `subscriptions/listen` stream.
-    watches: Mutex<HashMap<(usize, String), tokio::task::AbortHandle>>,
+    watches: Mutex<BTreeMap<(usize, String), tokio::task::AbortHandle>>,
 }
 
 use crate::registry::https::chain;
@@ -377,11 +377,11 @@ impl Upstream {
             progress,
             sent_progress,
             call_timeout,
-            passthrough_routes: RwLock::new(HashMap::new()),
+            passthrough_routes: RwLock::new(BTreeMap::new()),
             pass_through,
             clients,
             log_level: Mutex::new(None),
-            watches: Mutex::new(HashMap::new()),
+            watches: Mutex::new(BTreeMap::new()),
         })
     }
 
