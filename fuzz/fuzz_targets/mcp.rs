@@ -4,9 +4,10 @@
 //! host/tests/it/common/memory_server.rs, started once) and fuzz/mcp-runbook.yaml. Each input is
 //! one client session: a fixed `initialize` handshake (skipped when the first byte is 0, so the handshake
 //! is fuzzed too), then up to 64 lines, each written to the proxy; a line that is a request waits for its
-//! answer (at most 30 ms; after two unanswered requests, no more). The client then closes its side and
-//! the run ends. The runs' bundles are written into a `MemoryStore` (`Base::store`): no file, no fsync, no
-//! `git` per input; each ended run's directory is dumped into a scratch directory for `verify`.
+//! answer (at most 30 ms of the runtime's paused clock, which costs no wall time; after two unanswered
+//! requests, no more). The client then closes its side and the run ends. The runs' bundles are written
+//! into a `MemoryStore` (`Base::store`): no file, no fsync, no `git` per input; each ended run's
+//! directory is dumped into a scratch directory for `verify`.
 //!
 //! A crash is a panic anywhere in the proxy, a call the server received that no allowed invoke recorded
 //! first (counted over the whole fuzzing session, so that a late call is never blamed on the wrong input),
@@ -54,7 +55,10 @@ fn world() -> &'static World {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        // One thread and tokio's paused clock: the proxy, the server and the client take their turns in one
+        // order for a given input, and a wait (a request left unanswered, an approval's time-out) costs no
+        // wall time, since the clock jumps to the next timer whenever every task waits.
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build().unwrap();
         let policy = Arc::clone(runbook_host::files::shared_policy().expect("the embedded component loads"));
         let doc = runbook_host::registry::resolve(&repo.join("fuzz/mcp-runbook.yaml").to_string_lossy(), "unused").expect("fuzz/mcp-runbook.yaml");
         let envelope = policy.envelope(&doc.bytes).unwrap().ok().and_then(|e| serde_json::from_str(&e).ok());
@@ -110,7 +114,7 @@ async fn session(hub: &Hub, lines: Vec<Vec<u8>>) -> (u8, Option<PathBuf>) {
     });
     let client = async move {
         // A proxy that left two requests unanswered (no handshake yet, a request it does not take) is
-        // not waited for again in this session: the wall time of a wait is the fuzzer's whole cost.
+        // not waited for again in this session (each wait was once 30 ms of wall time).
         let mut unanswered = 0;
         for line in lines {
             if cw.write_all(&line).await.is_err() || cw.write_all(b"\n").await.is_err() {
