@@ -16,11 +16,13 @@ fn envelope(c: &mut Criterion) {
             let doc = doc.as_bytes();
             assert_lints_ok(doc, runbook_policy::Structure::P2);
             let native = runbook_policy::envelope(doc).expect("native envelope");
-            let component = policy.envelope(doc).expect("no trap").expect("component envelope");
+            let component = policy.derive_envelope(doc).expect("no trap").expect("component envelope");
             assert_eq!(native, component, "the component and the native core give the same envelope bytes");
             assert!(native.contains("\"initial\":\"step-0\""), "envelope has the first step");
             g.throughput(Throughput::Bytes(doc.len() as u64));
-            g.bench_with_input(BenchmarkId::new("component", steps), doc, |b, doc| b.iter(|| black_box(policy.envelope(black_box(doc)).unwrap().unwrap())));
+            g.bench_with_input(BenchmarkId::new("component", steps), doc, |b, doc| {
+                b.iter(|| black_box(policy.derive_envelope(black_box(doc)).unwrap().unwrap()))
+            });
             g.bench_with_input(BenchmarkId::new("native", steps), doc, |b, doc| b.iter(|| black_box(runbook_policy::envelope(black_box(doc)).unwrap())));
         }
         g.finish();

@@ -86,7 +86,7 @@ fn lint_and_envelope(name: &str, doc: &[u8], p: &Policy) {
         native.push(t.elapsed());
         let t = Instant::now();
         let _ = p.lint(doc).expect("lint through the component");
-        let _ = p.envelope(doc).expect("envelope through the component");
+        let _ = p.derive_envelope(doc).expect("envelope through the component");
         comp.push(t.elapsed());
     }
     let (n, c) = (median(native), median(comp));

@@ -39,7 +39,7 @@ fuzz_target!(init: { policy(); }, |data: &[u8]| {
         if first & 1 == 1 {
             assert_eq!(findings_native(rest), findings_component(p, rest), "lint differs");
             let native = runbook_policy::envelope(rest).map_err(|f| f.len());
-            let comp = p.envelope(rest).expect("envelope through the component").map_err(|f| f.len());
+            let comp = p.derive_envelope(rest).expect("envelope through the component").map_err(|f| f.len());
             assert_eq!(native, comp, "envelope differs");
             assert_eq!(runbook_policy::prose(rest), p.prose(rest).expect("prose through the component"), "prose differs");
             return;

@@ -175,7 +175,16 @@ pub struct Policy {
     /// than the call (a hook process makes a dozen). Dropped after a trap, so a trapped instance never
     /// answers again.
     util: Mutex<Option<(Store<HostState>, bindings::RunbookPolicy)>>,
+    /// The last envelopes derived, keyed by the document's exact bytes: a run derives its document's
+    /// envelope when it is resolved, again when it starts or resumes, and a resident server for every run
+    /// of the same runbook; the envelope is a function of the bytes and this module alone.
+    envelopes: Mutex<Vec<(Vec<u8>, Result<String, Vec<Finding>>)>>,
 }
+
+/// How many envelopes [`Policy`] keeps, and the largest document it keeps one for: the memo holds at most
+/// this many copies of documents this size (a runbook is a few kilobytes; the module's own limit is 1 MiB).
+const ENVELOPE_MEMO: usize = 8;
+const ENVELOPE_MEMO_BYTES: usize = 256 << 10;
 
 /// Where precompiled code is cached: `$RUNBOOK_HOST_CACHE`, else `$XDG_CACHE_HOME/runbook-host`, else
 /// `~/.cache/runbook-host`. None disables the cache.
@@ -217,7 +226,7 @@ impl Policy {
         let linker: Linker<HostState> = Linker::new(&engine);
         let pre = linker.instantiate_pre(&component).map_err(|e| HostError::Load(format!("{e:#}")))?;
         let pre = RunbookPolicyPre::new(pre).map_err(|e| HostError::Load(format!("{e:#}")))?;
-        Ok(Policy { engine, pre, limits, util: Mutex::new(None) })
+        Ok(Policy { engine, pre, limits, util: Mutex::new(None), envelopes: Mutex::new(Vec::new()) })
     }
 
     fn instance(&self) -> Result<(Store<HostState>, bindings::RunbookPolicy), HostError> {
@@ -251,8 +260,38 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_lint(store, document))
     }
 
-    /// The canonical envelope, or the findings that prevent it.
+    /// The canonical envelope, or the findings that prevent it. Repeated documents are answered from a
+    /// small memo of the last ones derived (a trap is never kept: it is derived again next time).
     pub fn envelope(&self, document: &[u8]) -> Result<Result<String, Vec<Finding>>, HostError> {
+        let memo = || self.envelopes.lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut m = memo();
+            if let Some(i) = m.iter().position(|(d, _)| d == document) {
+                // Most recently used last, so the oldest is the one dropped.
+                let entry = m.remove(i);
+                let r = entry.1.clone();
+                m.push(entry);
+                return Ok(r);
+            }
+        }
+        // Not held while the module derives: another thread's call is not kept waiting on it.
+        let r = self.derive_envelope(document)?;
+        if document.len() <= ENVELOPE_MEMO_BYTES {
+            let mut m = memo();
+            if m.iter().any(|(d, _)| d == document) {
+                return Ok(r); // another thread derived it meanwhile
+            }
+            if m.len() == ENVELOPE_MEMO {
+                drop(m.remove(0));
+            }
+            m.push((document.to_vec(), r.clone()));
+        }
+        Ok(r)
+    }
+
+    /// [`Policy::envelope`] derived by the module every time, never from the memo: what a benchmark or a
+    /// differential test of the module means by "the envelope".
+    pub fn derive_envelope(&self, document: &[u8]) -> Result<Result<String, Vec<Finding>>, HostError> {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_envelope(store, document))
     }
 

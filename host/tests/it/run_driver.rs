@@ -201,6 +201,47 @@ fn resolved(example: &str) -> registry::Resolved {
     registry::resolve(p.to_str().unwrap(), "unused-registry").unwrap()
 }
 
+/// A document's envelope is derived once per policy, not each time a process resolves, starts or resumes
+/// a run of it: a repeated document is answered from the policy's memo, byte for byte, a document that
+/// does not derive keeps its findings, the oldest of more than eight documents is derived again, and
+/// `derive_envelope` (what benchmarks and the differential test use) always asks the module.
+#[test]
+fn an_envelope_is_derived_once_per_document() {
+    let policy = runbook_host::Policy::load().unwrap();
+    policy.version().unwrap(); // makes the instance the stateless calls share, which counts as a call
+    let doc = std::fs::read(common::document_of("rotate-credentials")).unwrap();
+    let broken = std::fs::read(common::document_of("broken")).unwrap();
+    let calls = |f: &mut dyn FnMut()| {
+        let before = runbook_host::component_calls();
+        f();
+        runbook_host::component_calls() - before
+    };
+    let envelope = |d: &[u8]| policy.envelope(d).unwrap();
+    let mut first = None;
+    assert_eq!(calls(&mut || first = Some(envelope(&doc).unwrap())), 1, "the first is derived");
+    let first = first.unwrap();
+    assert!(first.starts_with('{') && first.contains("rotate"), "{first}");
+    let mut again = None;
+    assert_eq!(calls(&mut || again = Some(envelope(&doc).unwrap())), 0, "the same bytes again are not");
+    assert_eq!(again.unwrap(), first);
+    let mut derived = None;
+    assert_eq!(calls(&mut || derived = Some(policy.derive_envelope(&doc).unwrap().unwrap())), 1);
+    assert_eq!(derived.unwrap(), first, "the memo holds what the module derives");
+    let findings = format!("{:?}", envelope(&broken).expect_err("broken has errors"));
+    assert!(findings.contains("code"), "{findings}");
+    assert_eq!(calls(&mut || assert_eq!(format!("{:?}", envelope(&broken).unwrap_err()), findings)), 0, "findings are kept too");
+    // One byte more is another document; with seven more, the memo (eight) has pushed the first two out.
+    let mut edited = doc.clone();
+    edited.push(b' ');
+    assert_eq!(calls(&mut || drop(envelope(&edited))), 1, "a document is its exact bytes");
+    for i in 0..7 {
+        let d = [doc.as_slice(), format!("# {i}\n").as_bytes()].concat();
+        assert_eq!(calls(&mut || drop(envelope(&d))), 1);
+    }
+    assert_eq!(calls(&mut || drop(envelope(&broken))), 1, "the oldest two were dropped");
+    assert_eq!(calls(&mut || assert_eq!(envelope(&doc).unwrap(), first)), 1);
+}
+
 /// One call into the component per event (the event, its decision, its chain link, its sentence and
 /// the state after it come back together), where the proxy made about ten.
 #[test]
