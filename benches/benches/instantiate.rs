@@ -1,9 +1,11 @@
 //! Start-up costs of the host: loading the component from a warm precompiled cache
 //! (`Policy::load_with_cache(Some(dir))`, the cache file written by a first load in the setup), a new
-//! session from the pre-instantiated component (`policy.session(doc)`: a fresh store and instance plus
-//! the document's analysis), the same plus its admission (`start`), a fresh instance with the cheapest
-//! export call (`policy.version()`, the floor of every document call), and the native session for
-//! comparison.
+//! session (`policy.session(doc)`: since sessions leave their instance to the next, on a kept instance
+//! whose module already analysed the document, what a resident server or proxy does for every run of a
+//! runbook after the first), the same with a document never seen (`-new-document`: the analysis is made),
+//! the same plus its admission (`start`), the cheapest export call on the shared instance
+//! (`policy.version()`, the floor of every document call), and the native session for comparison (which
+//! keeps its analyses the same way).
 
 use criterion::{black_box, criterion_group, criterion_main, Criterion};
 use runbook_benches::*;
@@ -34,6 +36,16 @@ fn instantiate(c: &mut Criterion) {
     assert_eq!(policy.version().expect("version"), runbook_policy::VERSION);
     g.bench_function("fresh-instance+version-call", |b| b.iter(|| black_box(policy.version().unwrap())));
     g.bench_function("component-session", |b| b.iter(|| black_box(policy.session(black_box(DOC)).expect("session"))));
+    // A document not analysed before, each time: the bytes of DOC with a comment that numbers it. The
+    // session is dropped inside the routine, so each takes the instance the one before left.
+    let mut n = 0u64;
+    let mut new_document = || {
+        n += 1;
+        [DOC, format!("\n# {n}\n").as_bytes()].concat()
+    };
+    g.bench_function("component-session-new-document", |b| {
+        b.iter_batched(&mut new_document, |d| drop(black_box(policy.session(black_box(&d)).expect("session"))), criterion::BatchSize::SmallInput)
+    });
     g.bench_function("component-session+start", |b| {
         b.iter(|| {
             let mut s = policy.session(black_box(DOC)).expect("session");
@@ -42,6 +54,9 @@ fn instantiate(c: &mut Criterion) {
         })
     });
     g.bench_function("native-session", |b| b.iter(|| black_box(runbook_policy::Session::new(black_box(DOC)))));
+    g.bench_function("native-session-new-document", |b| {
+        b.iter_batched(&mut new_document, |d| drop(black_box(runbook_policy::Session::new(black_box(&d)))), criterion::BatchSize::SmallInput)
+    });
     g.bench_function("native-session+start", |b| {
         b.iter(|| {
             let mut s = runbook_policy::Session::new(black_box(DOC));

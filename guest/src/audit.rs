@@ -161,7 +161,7 @@ impl Decisions {
         if !allowed.contains(&outcome) {
             return fail(format!("`outcome` is {outcome}, but the run was ended by a `halt` with reason {reason}, which gives {}", allowed.join(" or ")));
         }
-        let analysis = crate::doc::analyze(document);
+        let analysis = crate::doc::analysis_of(document);
         let ended_at = str_of(end.get("step")).filter(|st| analysis.doc.terminals.iter().any(|t| t == st));
         if str_of(get("terminal")) != ended_at {
             return fail(format!(

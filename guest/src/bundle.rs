@@ -423,7 +423,7 @@ pub fn create(document: &[u8], facts: &str) -> Result<Vec<Effect>, String> {
 
     let doc_file = document_file(document);
     let sha = sha256_hex(document);
-    let envelope = crate::envelope(document).ok();
+    let envelope = crate::envelope_from(&crate::doc::analysis_of(document)).ok();
     let (runbook_id, version) = match envelope.as_deref().map(json::parse).and_then(|p| p.node) {
         Some(e) => {
             let d = e.get("document");

@@ -7,7 +7,9 @@ use crate::predicate::{Op, Pred, OPS};
 use crate::value::{escape_token, parse_pointer, Node, Pos, Value};
 use crate::yaml;
 use sha2::{Digest, Sha256};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 /// The module's own limits (docs/spec/runbook.md#limits).
 pub const MAX_DOCUMENT_BYTES: usize = 1 << 20;
@@ -492,7 +494,44 @@ fn issue_to_finding(i: ParseIssue) -> Finding {
     Finding { code: i.code, severity: Severity::Error, pos: i.pos, pointer: i.pointer, message: i.message }
 }
 
-/// Parses and lints a document's exact bytes.
+/// How many analyses an instance keeps, and the largest document it keeps one for (a runbook is a few
+/// kilobytes; [`MAX_DOCUMENT_BYTES`] is the most a document may be).
+const MEMO: usize = 8;
+const MEMO_BYTES: usize = 256 << 10;
+
+thread_local! {
+    /// The last documents this instance analysed, most recently used last. A host calls the module with
+    /// the same document many times in a run (its envelope, the bundle's creation, the session, a replay,
+    /// a check of the report) and a resident host for every run of the same runbook; the analysis is a
+    /// function of the bytes alone, so a kept one answers exactly as a new one would.
+    static ANALYSES: RefCell<Vec<(Vec<u8>, Arc<Analysis>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The analysis of a document's exact bytes, from this instance's memo when it analysed them lately.
+pub fn analysis_of(bytes: &[u8]) -> Arc<Analysis> {
+    let kept = ANALYSES.with_borrow_mut(|m| {
+        let i = m.iter().position(|(d, _)| d == bytes)?;
+        let entry = m.remove(i);
+        let a = Arc::clone(&entry.1);
+        m.push(entry);
+        Some(a)
+    });
+    if let Some(a) = kept {
+        return a;
+    }
+    let a = Arc::new(analyze(bytes));
+    if bytes.len() <= MEMO_BYTES {
+        ANALYSES.with_borrow_mut(|m| {
+            if m.len() == MEMO {
+                drop(m.remove(0));
+            }
+            m.push((bytes.to_vec(), Arc::clone(&a)));
+        });
+    }
+    a
+}
+
+/// Parses and lints a document's exact bytes (every time: [`analysis_of`] is the memoised form).
 pub fn analyze(bytes: &[u8]) -> Analysis {
     let sha256 = sha256_hex(bytes);
     let mut ctx = Ctx { findings: Vec::new(), suggestions_left: 32 };

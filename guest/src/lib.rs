@@ -58,12 +58,20 @@ pub fn lint(document: &[u8]) -> LintReport {
 }
 
 /// The canonical `runbook-policy-envelope/v1`, or the findings that leave the document without a model.
+/// Derived from the bytes every time (what a benchmark of the envelope measures); the calls a run repeats
+/// (its session, its bundle, a replay) take the instance's memo instead ([`doc::analysis_of`]).
 pub fn envelope(document: &[u8]) -> Result<String, Vec<Finding>> {
-    let a = doc::analyze(document);
-    match supervisor::envelope_of(&a) {
+    envelope_from(&doc::analyze(document))
+}
+
+/// [`envelope`] of an analysis already made.
+pub fn envelope_from(a: &doc::Analysis) -> Result<String, Vec<Finding>> {
+    match supervisor::envelope_of(a) {
         Some(e) => Ok(e),
         // Only the findings that leave the document without a model; `lint` reports the rest.
-        None => Err(a.findings.into_iter().filter(|f| f.severity == Severity::Error && supervisor::BLOCKING.iter().any(|c| c.as_str() == f.code)).collect()),
+        None => {
+            Err(a.findings.iter().filter(|f| f.severity == Severity::Error && supervisor::BLOCKING.iter().any(|c| c.as_str() == f.code)).cloned().collect())
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use crate::event::{self, Claim, Coverage, Decision, DecisionKind, Deviation, Eve
 use crate::jcs::{self, arr, n, null, obj, obj_owned, opt_s, s, strs};
 use crate::predicate::{Pred, Truth};
 use crate::value::Node;
+use std::sync::Arc;
 
 // A child module, so that it reads and writes the private state without making it public.
 mod adapter;
@@ -100,7 +101,7 @@ enum CheckpointStatus {
 /// A supervised run of one document.
 #[derive(Clone, Debug)]
 pub struct Session {
-    a: Analysis,
+    a: Arc<Analysis>,
     phase: Phase,
     claim: Option<Claim>,
     refusals: Vec<Refusal>,
@@ -134,10 +135,10 @@ pub use crate::envelope::{envelope_of, BLOCKING};
 
 impl Session {
     pub fn new(document: &[u8]) -> Session {
-        Session::from_analysis(doc::analyze(document))
+        Session::from_analysis(doc::analysis_of(document))
     }
 
-    pub fn from_analysis(a: Analysis) -> Session {
+    pub fn from_analysis(a: Arc<Analysis>) -> Session {
         let steps = a.doc.steps.len();
         let budgets = steps;
         let checkpoints = a.doc.checkpoints.len();

@@ -681,3 +681,25 @@ fn what_a_client_sees_and_how_a_run_ends_when_it_leaves() {
     assert_eq!((s.exit_code(false), s.exit_code(true)), (0, 3));
     assert!(s.visible_tools(&offered, true).is_empty(), "nothing once the run is over");
 }
+
+/// The instance's memo of analyses: the same bytes get the analysis already made (the same one, not a copy),
+/// other bytes (one byte more) another, equal to a fresh analysis; it keeps the last eight documents, and
+/// none over 256 KiB.
+#[test]
+fn an_analysis_is_kept_for_the_same_bytes_only() {
+    use runbook_policy::doc::{analysis_of, analyze};
+    use std::sync::Arc;
+    let a = analysis_of(ROTATE.as_bytes());
+    assert!(Arc::ptr_eq(&a, &analysis_of(ROTATE.as_bytes())), "the same bytes again are not analysed again");
+    let edited = format!("{ROTATE} ");
+    let b = analysis_of(edited.as_bytes());
+    assert!(!Arc::ptr_eq(&a, &b), "a document is its exact bytes");
+    assert_eq!(format!("{:?}", b), format!("{:?}", analyze(edited.as_bytes())), "a kept analysis is a fresh one");
+    for i in 0..7 {
+        analysis_of(format!("{ROTATE}# {i}\n").as_bytes());
+    }
+    assert!(Arc::ptr_eq(&b, &analysis_of(edited.as_bytes())), "seven more leave the last used");
+    assert!(!Arc::ptr_eq(&a, &analysis_of(ROTATE.as_bytes())), "and push out the oldest");
+    let big = format!("{ROTATE}#{}\n", "x".repeat(256 << 10));
+    assert!(!Arc::ptr_eq(&analysis_of(big.as_bytes()), &analysis_of(big.as_bytes())), "a document over 256 KiB is not kept");
+}

@@ -1,10 +1,11 @@
 //! Embeds the runbook policy component with wasmtime, for the `runbook-host` CLI and other Rust hosts.
 //!
 //! Every decision comes from the component; this crate only loads it, bounds it and moves bytes in and
-//! out. One [`Policy`] holds one engine and one pre-instantiated component; each [`Session`] and each
-//! document call gets a fresh instance in its own store, with fuel and a memory cap as a backstop (the
-//! module enforces its own limits first, so a backstop never changes an answer, only turns a fault into a
-//! fail-closed halt with reason `host-trap`).
+//! out. One [`Policy`] holds one engine and one pre-instantiated component; each [`Session`] has an
+//! instance in its own store that no other session uses while it lives (one a cleanly ended session left,
+//! or a new one; never one that trapped), the stateless document calls share one, and a verification has
+//! a new one; fuel and a memory cap are a backstop (the module enforces its own limits first, so a
+//! backstop never changes an answer, only turns a fault into a fail-closed halt with reason `host-trap`).
 
 // The layers, lowest first; a module uses only those above it in this list (docs/layout.md):
 // files, clock, wire, faults, diag (no crate module) -> signatures, net -> registry -> bundle -> run ->
@@ -25,7 +26,7 @@ pub mod web;
 pub mod wire;
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 use wasmtime::component::{Component, Linker, ResourceAny};
 use wasmtime::{Config, Engine, Store, StoreLimits, StoreLimitsBuilder};
 
@@ -149,6 +150,23 @@ fn trap(e: wasmtime::Error) -> HostError {
 
 struct HostState {
     limits: StoreLimits,
+    /// The largest linear memory the store has grown to, in bytes: an instance that grew past
+    /// [`IDLE_MEMORY_BYTES`] is not kept for another session.
+    memory: usize,
+}
+
+impl wasmtime::ResourceLimiter for HostState {
+    fn memory_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        let grow = self.limits.memory_growing(current, desired, maximum)?;
+        if grow {
+            self.memory = self.memory.max(desired);
+        }
+        Ok(grow)
+    }
+
+    fn table_growing(&mut self, current: usize, desired: usize, maximum: Option<usize>) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
 }
 
 /// Host-side bounds on every call into the component. They are a backstop: the module's own limits
@@ -179,7 +197,16 @@ pub struct Policy {
     /// envelope when it is resolved, again when it starts or resumes, and a resident server for every run
     /// of the same runbook; the envelope is a function of the bytes and this module alone.
     envelopes: Mutex<Vec<(Vec<u8>, Result<String, Vec<Finding>>)>>,
+    /// Instances that cleanly ended sessions left, for the next sessions ([`Session`]'s `drop`).
+    idle: Arc<Idle>,
 }
+
+type Idle = Mutex<Vec<(Store<HostState>, bindings::RunbookPolicy)>>;
+
+/// How many instances [`Policy`] keeps for later sessions, and the most memory one may have grown to: an
+/// instance's linear memory never shrinks, so one a large run grew is dropped rather than kept.
+const IDLE: usize = 4;
+const IDLE_MEMORY_BYTES: usize = 32 << 20;
 
 /// How many envelopes [`Policy`] keeps, and the largest document it keeps one for: the memo holds at most
 /// this many copies of documents this size (a runbook is a few kilobytes; the module's own limit is 1 MiB).
@@ -226,14 +253,14 @@ impl Policy {
         let linker: Linker<HostState> = Linker::new(&engine);
         let pre = linker.instantiate_pre(&component).map_err(|e| HostError::Load(format!("{e:#}")))?;
         let pre = RunbookPolicyPre::new(pre).map_err(|e| HostError::Load(format!("{e:#}")))?;
-        Ok(Policy { engine, pre, limits, util: Mutex::new(None), envelopes: Mutex::new(Vec::new()) })
+        Ok(Policy { engine, pre, limits, util: Mutex::new(None), envelopes: Mutex::new(Vec::new()), idle: Arc::new(Mutex::new(Vec::new())) })
     }
 
     fn instance(&self) -> Result<(Store<HostState>, bindings::RunbookPolicy), HostError> {
         // Making an instance and calling its constructor (or restore) is one call.
         count_call();
-        let mut store = Store::new(&self.engine, HostState { limits: StoreLimitsBuilder::new().memory_size(self.limits.memory_cap).build() });
-        store.limiter(|s| &mut s.limits);
+        let mut store = Store::new(&self.engine, HostState { limits: StoreLimitsBuilder::new().memory_size(self.limits.memory_cap).build(), memory: 0 });
+        store.limiter(|s| s);
         store.set_fuel(self.limits.fuel_per_call).map_err(trap)?;
         let inst = self.pre.instantiate(&mut store).map_err(trap)?;
         Ok((store, inst))
@@ -442,23 +469,44 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_version(store))
     }
 
-    /// Starts a supervised run of `document`.
+    /// How many instances ended sessions left for the next ones (at most [`IDLE`]); for tests.
+    #[doc(hidden)]
+    pub fn kept_instances(&self) -> usize {
+        self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// Starts a supervised run of `document`, on an instance a cleanly ended session left when there is
+    /// one: the module's memo of the documents analysed there saves parsing the same runbook again.
     pub fn session(&self, document: &[u8]) -> Result<Session, HostError> {
-        let (mut store, inst) = self.instance()?;
+        let (mut store, inst) = self.session_instance()?;
         let handle = inst.runbook_policy_policy().session().call_constructor(&mut store, document).map_err(trap)?;
-        Ok(Session { store, inst, handle, events: 0, trapped: None, fuel: self.limits.fuel_per_call })
+        Ok(self.live_session(store, inst, handle))
+    }
+
+    fn live_session(&self, store: Store<HostState>, inst: bindings::RunbookPolicy, handle: ResourceAny) -> Session {
+        Session { store: Some(store), inst: Some(inst), handle, events: 0, trapped: None, fuel: self.limits.fuel_per_call, idle: Arc::downgrade(&self.idle) }
+    }
+
+    /// An instance for a new session: one a cleanly ended session left (it holds the module's memo of the
+    /// documents it analysed, so a session of the same runbook does not parse it again), else a new one.
+    fn session_instance(&self) -> Result<(Store<HostState>, bindings::RunbookPolicy), HostError> {
+        let kept = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let Some((mut store, inst)) = kept else { return self.instance() };
+        count_call();
+        store.set_fuel(self.limits.fuel_per_call).map_err(trap)?;
+        Ok((store, inst))
     }
 
     /// A session of `document` in the state `snapshot` describes (see [`Session::snapshot`]): it answers
     /// every later event exactly as the session the snapshot was taken of. The inner error is the module's
     /// refusal of the snapshot, naming the field; the outer one a trap.
     pub fn restore(&self, document: &[u8], snapshot: &str) -> Result<Result<Session, String>, HostError> {
-        let (mut store, inst) = self.instance()?;
+        let (mut store, inst) = self.session_instance()?;
         let handle = match inst.runbook_policy_policy().session().call_restore(&mut store, document, snapshot).map_err(trap)? {
             Ok(h) => h,
             Err(refusal) => return Ok(Err(refusal)),
         };
-        let mut session = Session { store, inst, handle, events: 0, trapped: None, fuel: self.limits.fuel_per_call };
+        let mut session = self.live_session(store, inst, handle);
         // The host numbers the lines it writes itself after a trap, so it needs the count the run is at.
         session.events = session.state()?.events;
         Ok(Ok(session))
@@ -591,18 +639,52 @@ impl Verifier {
 
 /// One supervised run. Decisions come from the component; after a trap every event answers `halt`.
 pub struct Session {
-    store: Store<HostState>,
-    inst: bindings::RunbookPolicy,
+    /// The instance, taken only by `drop` (to keep it for a later session): `Some` while the session lives.
+    store: Option<Store<HostState>>,
+    inst: Option<bindings::RunbookPolicy>,
     handle: ResourceAny,
     events: u64,
     trapped: Option<String>,
     fuel: u64,
+    /// Where a cleanly ended session leaves its instance ([`Policy::session`]).
+    idle: Weak<Idle>,
+}
+
+/// A session's store, while the session lives.
+fn live(store: &mut Option<Store<HostState>>) -> &mut Store<HostState> {
+    store.as_mut().expect("a session's instance is taken only when it is dropped")
+}
+
+/// A session's instance, while the session lives.
+fn live_inst(inst: &Option<bindings::RunbookPolicy>) -> &bindings::RunbookPolicy {
+    inst.as_ref().expect("a session's instance is taken only when it is dropped")
+}
+
+impl Drop for Session {
+    /// Keeps the instance for a later session when this one ended cleanly: never after a trap (the
+    /// instance refuses to be entered again, and the `resource_drop` below fails), never one whose memory
+    /// grew past [`IDLE_MEMORY_BYTES`], and at most [`IDLE`] of them. The session's run is dropped in the
+    /// module first, so what a later session finds is the module's memo of documents, not this run.
+    fn drop(&mut self) {
+        let Some(idle) = self.idle.upgrade() else { return };
+        let (Some(mut store), Some(inst)) = (self.store.take(), self.inst.take()) else { return };
+        if self.trapped.is_some() || store.data().memory > IDLE_MEMORY_BYTES {
+            return;
+        }
+        if store.set_fuel(self.fuel).is_err() || self.handle.resource_drop(&mut store).is_err() {
+            return;
+        }
+        let mut idle = idle.lock().unwrap_or_else(|e| e.into_inner());
+        if idle.len() < IDLE {
+            idle.push((store, inst));
+        }
+    }
 }
 
 impl Session {
     fn refuel(&mut self) -> Result<(), HostError> {
         count_call();
-        self.store.set_fuel(self.fuel).map_err(trap)
+        live(&mut self.store).set_fuel(self.fuel).map_err(trap)
     }
 
     /// Whether the component trapped (the run is halted with `host-trap`).
@@ -623,7 +705,9 @@ impl Session {
         if self.trapped.is_some() {
             return self.trap_line(seq, false);
         }
-        let r = self.refuel().and_then(|_| self.inst.runbook_policy_policy().session().call_handle_line(&mut self.store, self.handle, line).map_err(trap));
+        let r = self
+            .refuel()
+            .and_then(|_| live_inst(&self.inst).runbook_policy_policy().session().call_handle_line(live(&mut self.store), self.handle, line).map_err(trap));
         match r {
             Ok(d) => d,
             Err(e) => {
@@ -651,18 +735,18 @@ impl Session {
     /// After a trap, `Err` carries the `host-trap` (then `halted`) decision line the host records itself;
     /// with no module to compute the link, such a line ends the chain's trust and the run halts.
     pub fn feed(&mut self, event: &Event, prev: &str) -> Result<Recorded, Trapped> {
-        self.call_feed(prev, |s, prev| s.inst.runbook_policy_policy().session().call_feed(&mut s.store, s.handle, event, prev))
+        self.call_feed(prev, |s, prev| live_inst(&s.inst).runbook_policy_policy().session().call_feed(live(&mut s.store), s.handle, event, prev))
     }
 
     /// [`Session::feed`] for an event line read from a file (replay, verify).
     pub fn feed_line(&mut self, line: &str, prev: &str) -> Result<Recorded, Trapped> {
-        self.call_feed(prev, |s, prev| s.inst.runbook_policy_policy().session().call_feed_line(&mut s.store, s.handle, line, prev))
+        self.call_feed(prev, |s, prev| live_inst(&s.inst).runbook_policy_policy().session().call_feed_line(live(&mut s.store), s.handle, line, prev))
     }
 
     /// The replay path (resume, verify): the decision line and the link of one recorded line, in one
     /// call, without the sentence and the state.
     pub fn replay_line(&mut self, line: &str, prev: &str) -> Result<(String, String), Trapped> {
-        self.call_feed(prev, |s, prev| s.inst.runbook_policy_policy().session().call_replay_line(&mut s.store, s.handle, line, prev))
+        self.call_feed(prev, |s, prev| live_inst(&s.inst).runbook_policy_policy().session().call_replay_line(live(&mut s.store), s.handle, line, prev))
     }
 
     /// The resume path (WIT `session.replay-events`): every record of `events.ndjson` replayed into this
@@ -674,8 +758,8 @@ impl Session {
         }
         // One call replays the whole run: its fuel grows with the records.
         count_call();
-        self.store.set_fuel(self.fuel.saturating_mul(1 + (events.len() as u64 >> 16))).map_err(trap)?;
-        let r = self.inst.runbook_policy_policy().session().call_replay_events(&mut self.store, self.handle, events, h0).map_err(trap)?;
+        live(&mut self.store).set_fuel(self.fuel.saturating_mul(1 + (events.len() as u64 >> 16))).map_err(trap)?;
+        let r = live_inst(&self.inst).runbook_policy_policy().session().call_replay_events(live(&mut self.store), self.handle, events, h0).map_err(trap)?;
         if let Ok(replayed) = &r {
             // A restored session (see `Run::resume_at`) replays only the records after its snapshot.
             self.events += replayed.events;
@@ -707,7 +791,7 @@ impl Session {
             return Err(HostError::Trap(t.clone()));
         }
         self.refuel()?;
-        self.inst.runbook_policy_policy().session().call_state(&mut self.store, self.handle).map_err(trap)
+        live_inst(&self.inst).runbook_policy_policy().session().call_state(live(&mut self.store), self.handle).map_err(trap)
     }
 
     /// The typed path.
@@ -717,7 +801,9 @@ impl Session {
         if self.trapped.is_some() {
             return self.trap_decision(seq, false);
         }
-        let r = self.refuel().and_then(|_| self.inst.runbook_policy_policy().session().call_handle(&mut self.store, self.handle, event).map_err(trap));
+        let r = self
+            .refuel()
+            .and_then(|_| live_inst(&self.inst).runbook_policy_policy().session().call_handle(live(&mut self.store), self.handle, event).map_err(trap));
         match r {
             Ok(d) => d,
             Err(e) => {
@@ -734,7 +820,7 @@ impl Session {
             return Err(HostError::Trap(t.clone()));
         }
         self.refuel()?;
-        self.inst.runbook_policy_policy().session().call_report(&mut self.store, self.handle).map_err(trap)
+        live_inst(&self.inst).runbook_policy_policy().session().call_report(live(&mut self.store), self.handle).map_err(trap)
     }
 
     /// Sets the guard's needles (WIT `set-guard`, docs/spec/run.md#guarded-calls): a typed `invoke` naming one is fed as guarded.
@@ -743,7 +829,7 @@ impl Session {
             return Err(HostError::Trap(t.clone()));
         }
         self.refuel()?;
-        self.inst.runbook_policy_policy().session().call_set_guard(&mut self.store, self.handle, needles).map_err(trap)
+        live_inst(&self.inst).runbook_policy_policy().session().call_set_guard(live(&mut self.store), self.handle, needles).map_err(trap)
     }
 
     /// Which of `offered` the client may see now (WIT `visible-tools`).
@@ -752,7 +838,7 @@ impl Session {
             return Err(HostError::Trap(t.clone()));
         }
         self.refuel()?;
-        self.inst.runbook_policy_policy().session().call_visible_tools(&mut self.store, self.handle, offered, whole_allowlist).map_err(trap)
+        live_inst(&self.inst).runbook_policy_policy().session().call_visible_tools(live(&mut self.store), self.handle, offered, whole_allowlist).map_err(trap)
     }
 
     /// How the run ends when its client leaves (WIT `leaving`, docs/spec/adapters.md#adapter-duties).
@@ -761,7 +847,11 @@ impl Session {
             return Err(HostError::Trap(t.clone()));
         }
         self.refuel()?;
-        self.inst.runbook_policy_policy().session().call_leaving(&mut self.store, self.handle, calls_in_flight, last_call_timed_out).map_err(trap)
+        live_inst(&self.inst)
+            .runbook_policy_policy()
+            .session()
+            .call_leaving(live(&mut self.store), self.handle, calls_in_flight, last_call_timed_out)
+            .map_err(trap)
     }
 
     /// The exit code of a process that ran this run (WIT `exit-code`).
@@ -770,7 +860,7 @@ impl Session {
             return Err(HostError::Trap(t.clone()));
         }
         self.refuel()?;
-        self.inst.runbook_policy_policy().session().call_exit_code(&mut self.store, self.handle, shadow).map_err(trap)
+        live_inst(&self.inst).runbook_policy_policy().session().call_exit_code(live(&mut self.store), self.handle, shadow).map_err(trap)
     }
 
     /// The session's whole state as canonical JSON (`runbook-session-snapshot/v1`), for
@@ -780,7 +870,7 @@ impl Session {
             return Err(HostError::Trap(t.clone()));
         }
         self.refuel()?;
-        let r = self.inst.runbook_policy_policy().session().call_snapshot(&mut self.store, self.handle).map_err(trap);
+        let r = live_inst(&self.inst).runbook_policy_policy().session().call_snapshot(live(&mut self.store), self.handle).map_err(trap);
         if let Err(e) = &r {
             // A trapped instance cannot be trusted with the next event either.
             self.trapped = Some(e.to_string());
@@ -793,14 +883,14 @@ impl Session {
             return Err(HostError::Trap(t.clone()));
         }
         self.refuel()?;
-        self.inst.runbook_policy_policy().session().call_status(&mut self.store, self.handle).map_err(trap)
+        live_inst(&self.inst).runbook_policy_policy().session().call_status(live(&mut self.store), self.handle).map_err(trap)
     }
 
     pub fn is_over(&mut self) -> bool {
         if self.trapped.is_some() {
             return true;
         }
-        self.refuel().is_err() || self.inst.runbook_policy_policy().session().call_is_over(&mut self.store, self.handle).unwrap_or(true)
+        self.refuel().is_err() || live_inst(&self.inst).runbook_policy_policy().session().call_is_over(live(&mut self.store), self.handle).unwrap_or(true)
     }
 }
 

@@ -221,7 +221,7 @@ impl Session {
         if schema.str()? != SCHEMA {
             return Err(schema.err(format!("expected `{SCHEMA}`, found `{}`", schema.str()?)));
         }
-        let a = doc::analyze(document);
+        let a = doc::analysis_of(document);
         let sha = top.get("document_sha256");
         if sha.str()? != a.sha256 {
             return Err(sha.err(format!("the snapshot is of the document with sha256 {}, not of this one ({})", sha.str()?, a.sha256)));

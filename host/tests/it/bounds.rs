@@ -54,3 +54,62 @@ fn default_bounds_never_change_an_answer() {
     assert_eq!(native.findings.len(), comp.findings.len());
     assert!(comp.findings.iter().any(|f| f.code == "limit"), "over 10,000 steps is a lint limit");
 }
+
+/// A session that ends cleanly leaves its instance, with the module's memo of the documents analysed
+/// there, for the next session: a session on a kept instance answers byte for byte as the native module
+/// does, whatever ran there before (another document, a run left in the middle); a restored one too. An
+/// instance that trapped is never kept: the next session gets a new one and answers as before.
+#[test]
+fn a_kept_instance_answers_as_a_new_one_and_a_trapped_one_is_never_kept() {
+    let p = Policy::load_with_cache(Some(module_cache())).unwrap();
+    let snapshot_doc = doc();
+    let other = std::fs::read(repo().join("examples/read-only-investigation/runbook.yaml")).unwrap();
+    let invoke = r#"{"type":"invoke","at":1,"tool":"quickbooks_profit_and_loss","arguments":{"period":"2026-Q3"}}"#;
+    let lines = [START, invoke, r#"{"type":"end","at":2}"#];
+    // Each line's decision and the snapshot after it, from `p` and from the native module.
+    let check = |p: &Policy, doc: &[u8], lines: &[&str]| {
+        let mut native = runbook_policy::Session::new(doc);
+        let mut s = p.session(doc).unwrap();
+        for l in lines {
+            assert_eq!(s.handle_line(l), native.handle_line(l), "{l}");
+            assert_eq!(s.snapshot().unwrap(), native.snapshot());
+        }
+        s
+    };
+    assert_eq!(p.kept_instances(), 0);
+    drop(check(&p, &other, &[START]));
+    assert_eq!(p.kept_instances(), 1, "a session that ended cleanly leaves its instance");
+    // The kept instance analysed `other`; this session is of another document and stops mid-run.
+    let mut mid = check(&p, &snapshot_doc, &lines[..2]);
+    assert_eq!(p.kept_instances(), 0, "the session took it");
+    let snapshot = mid.snapshot().unwrap();
+    drop(mid);
+    assert_eq!(p.kept_instances(), 1);
+    drop(check(&p, &snapshot_doc, &lines));
+    drop(check(&p, &other, &[START]));
+    // A restored session on a kept instance answers the rest of the run as the native one does.
+    let mut native = runbook_policy::Session::restore(&snapshot_doc, &snapshot).unwrap();
+    let mut restored = p.restore(&snapshot_doc, &snapshot).unwrap().unwrap();
+    assert_eq!(restored.handle_line(lines[2]), native.handle_line(lines[2]));
+    assert_eq!(restored.report().unwrap(), native.report());
+    drop(restored);
+    assert_eq!(p.kept_instances(), 1);
+
+    // Enough fuel for a session, not for a 500 KB argument (as in exhausted_fuel_halts_with_host_trap).
+    let q = Policy::load_with(Some(module_cache()), Limits { fuel_per_call: 2_000_000, ..Limits::default() }).unwrap();
+    let mut s = q.session(&snapshot_doc).unwrap();
+    s.handle_line(START);
+    drop(s);
+    assert_eq!(q.kept_instances(), 1);
+    let mut s = q.session(&snapshot_doc).unwrap();
+    s.handle_line(START);
+    let big = format!(r#"{{"type":"invoke","at":1,"tool":"quickbooks_profit_and_loss","arguments":{{"x":"{}"}}}}"#, "a".repeat(500_000));
+    assert!(s.handle_line(&big).contains("host-trap"));
+    drop(s);
+    assert_eq!(q.kept_instances(), 0, "a trapped instance is never kept");
+    let mut native = runbook_policy::Session::new(&snapshot_doc);
+    let mut s = q.session(&snapshot_doc).unwrap();
+    for l in lines {
+        assert_eq!(s.handle_line(l), native.handle_line(l), "{l}");
+    }
+}

@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = 'b8095a2d32d22e135266d9a8e968e5271f2030b2fe0c5e7dd9c314f1913421a9';
+export const COMPONENT_SHA256 = 'f9d745abaa1bc77eb407fb18b18484a9ffab58f31f7124efd3146d890ec923f2';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';
