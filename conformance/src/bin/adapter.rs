@@ -154,7 +154,8 @@ fn feed_wasmtime(s: &mut runbook_host::Session, line: &str, chain: &mut Option<C
 }
 
 /// A replay through the component; with `split`, the session is snapshotted after that many events,
-/// dropped, and a session restored (in a new instance, as `Policy::restore` makes) answers the rest.
+/// dropped, and a session restored (`Policy::restore`, on the instance the dropped session left, whose
+/// module kept the document's analysis) answers the rest.
 fn replay_wasmtime(p: &runbook_host::Policy, doc: &[u8], events: &[&str], split: Option<usize>, h0: Option<String>) -> Result<Value> {
     let mut chain = Chain::new(h0);
     let mut s = p.session(doc)?;
