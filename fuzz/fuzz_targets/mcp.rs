@@ -6,8 +6,8 @@
 //! is fuzzed too), then up to 64 lines, each written to the proxy; a line that is a request waits for its
 //! answer (at most 30 ms of the runtime's paused clock, which costs no wall time; after two unanswered
 //! requests, no more). The client then closes its side and the run ends. The runs' bundles are written
-//! into a `MemoryStore` (`Base::store`): no file, no fsync, no `git` per input; each ended run's
-//! directory is dumped into a scratch directory for `verify`.
+//! into a `MemoryStore` (`Base::store`): no file, no fsync, no `git` per input; `verify` reads each ended
+//! run's files from the store (`MemoryStore::bundle`).
 //!
 //! A crash is a panic anywhere in the proxy, a call the server received that no allowed invoke recorded
 //! first (counted over the whole fuzzing session, so that a late call is never blamed on the wrong input),
@@ -160,11 +160,8 @@ fuzz_target!(init: { world(); }, |data: &[u8]| {
             .filter(|l| l["event"]["type"] == "invoke" && l["decision"]["decision"] == "allow")
             .count();
         ALLOWED_INVOKES.fetch_add(allowed, Ordering::SeqCst);
-        let dumped = scratch().join("dumped");
-        let _ = std::fs::remove_dir_all(&dumped);
-        w.store.dump(&dumped).unwrap();
-        let d = cap_std::fs::Dir::open_ambient_dir(dumped.join(&run_id), cap_std::ambient_authority()).unwrap();
-        let o = runbook_host::bundle::verify::verify_bundle(&d, None, &[]);
+        let bundle = w.store.bundle(&run_id).expect("the ended run's directory is in the store");
+        let o = runbook_host::bundle::verify::verify_bundle(&bundle, None, &[]);
         if let Some(f) = o.failure {
             panic!("the proxy's bundle does not verify: {}: {}\n{events}", f.place, f.message);
         }

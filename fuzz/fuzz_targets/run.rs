@@ -3,7 +3,7 @@
 //! advances, verdicts, approvals (requested by the run, answered through the channel), ticks and raw
 //! event lines. A crash is a panic; an error other than the run's own refusals; a run whose evidence
 //! does not replay (`Run::resume_in` refused as `RunError::Tampered`, by type, or ending at another chain
-//! head); or a finished run whose bundle `verify` refuses (the store dumped into a scratch directory).
+//! head); or a finished run whose bundle `verify` refuses (read from the store: `MemoryStore::bundle`).
 //! The first byte chooses the corpus document, the second the claim; each later pair of bytes is one
 //! operation and its argument.
 #![no_main]
@@ -156,14 +156,10 @@ fuzz_target!(init: { policy(); documents(); }, |data: &[u8]| {
     assert_eq!(replayed.chain_head(), run.chain_head(), "the replay ends at another chain head");
     // A finished run that no trap broke verifies.
     if run.broken().is_none() && run.finished() {
-        let dir = scratch();
-        let _ = std::fs::remove_dir_all(&dir);
-        store.dump(&dir).unwrap();
-        let d = cap_std::fs::Dir::open_ambient_dir(dir.join("r-fuzz"), cap_std::ambient_authority()).unwrap();
-        let o = runbook_host::bundle::verify::verify_bundle(&d, None, &[]);
+        let bundle = store.bundle("r-fuzz").expect("the run's directory is in the store");
+        let o = runbook_host::bundle::verify::verify_bundle(&bundle, None, &[]);
         if let Some(f) = o.failure {
             panic!("the run's bundle does not verify: {}: {}", f.place, f.message);
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 });

@@ -204,7 +204,7 @@ pub fn document_file(document: &[u8]) -> &'static str {
 /// The chain's `h0` (docs/spec/bundle.md#the-hash-chain): the sha256 of the document's envelope, or of the document when it has
 /// none.
 pub fn chain_h0(document: &[u8]) -> String {
-    match crate::envelope(document) {
+    match crate::envelope_from(&crate::doc::analysis_of(document)) {
         Ok(e) => sha256_hex(e.as_bytes()),
         Err(_) => sha256_hex(document),
     }

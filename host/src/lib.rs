@@ -1,10 +1,10 @@
 //! Embeds the runbook policy component with wasmtime, for the `runbook-host` CLI and other Rust hosts.
 //!
 //! Every decision comes from the component; this crate only loads it, bounds it and moves bytes in and
-//! out. One [`Policy`] holds one engine and one pre-instantiated component; each [`Session`] has an
-//! instance in its own store that no other session uses while it lives (one a cleanly ended session left,
-//! or a new one; never one that trapped), the stateless document calls share one, and a verification has
-//! a new one; fuel and a memory cap are a backstop (the module enforces its own limits first, so a
+//! out. One [`Policy`] holds one engine and one pre-instantiated component; each [`Session`] and each
+//! [`Verifier`] has an instance in its own store that nothing else uses while it lives (one a cleanly ended
+//! session or verification left, or a new one; never one that trapped), and the stateless document calls
+//! share one; fuel and a memory cap are a backstop (the module enforces its own limits first, so a
 //! backstop never changes an answer, only turns a fault into a fail-closed halt with reason `host-trap`).
 
 // The layers, lowest first; a module uses only those above it in this list (docs/layout.md):
@@ -151,7 +151,7 @@ fn trap(e: wasmtime::Error) -> HostError {
 struct HostState {
     limits: StoreLimits,
     /// The largest linear memory the store has grown to, in bytes: an instance that grew past
-    /// [`IDLE_MEMORY_BYTES`] is not kept for another session.
+    /// [`IDLE_MEMORY_BYTES`] is not kept for another session or verification.
     memory: usize,
 }
 
@@ -197,7 +197,7 @@ pub struct Policy {
     /// envelope when it is resolved, again when it starts or resumes, and a resident server for every run
     /// of the same runbook; the envelope is a function of the bytes and this module alone.
     envelopes: Mutex<Vec<(Vec<u8>, Result<String, Vec<Finding>>)>>,
-    /// Instances that cleanly ended sessions left, for the next sessions ([`Session`]'s `drop`).
+    /// Instances that cleanly ended sessions and verifications left, for the next ones ([`give_back`]).
     idle: Arc<Idle>,
 }
 
@@ -392,13 +392,15 @@ impl Policy {
     /// Every consistency check of a run bundle (WIT `verify-bundle`): `entries` are its top-level
     /// entries, `module_sha256` this module's, `signers_sha256` the verifier's allowed signers'.
     pub fn verify_bundle(&self, entries: &[(String, BundleItem)], module_sha256: &str, signers_sha256: Option<&str>) -> Result<Verification, HostError> {
-        // An instance of its own, dropped after: it holds the whole bundle, which the shared one should not
-        // keep, and replays every event in one call, so its fuel grows with the bundle.
+        // Not the shared instance: the call holds the whole bundle and replays every event, so its fuel grows
+        // with the bundle; a kept one, given back when it did not trap and did not grow past the bound.
         let bytes: usize = entries.iter().map(|(n, i)| n.len() + if let BundleItem::File(b) = i { b.len() } else { 0 }).sum();
-        let (mut store, inst) = self.instance()?;
+        let (mut store, inst) = self.kept_instance()?;
         store.set_fuel(self.limits.fuel_per_call.saturating_mul(1 + (bytes as u64 >> 20))).map_err(trap)?;
         count_call();
-        inst.runbook_policy_policy().call_verify_bundle(&mut store, entries, module_sha256, signers_sha256).map_err(trap)
+        let v = inst.runbook_policy_policy().call_verify_bundle(&mut store, entries, module_sha256, signers_sha256).map_err(trap);
+        give_back(&Arc::downgrade(&self.idle), store, inst, None, self.limits.fuel_per_call, v.is_err());
+        v
     }
 
     /// [`Policy::verify_bundle`] with `events.ndjson` pushed in pieces (WIT `verifier`), so that the
@@ -406,11 +408,19 @@ impl Policy {
     /// `events.ndjson` file's bytes being the first piece (empty when they are all pushed).
     pub fn verifier(&self, entries: &[(String, BundleItem)], module_sha256: &str, signers_sha256: Option<&str>) -> Result<Verifier, HostError> {
         let bytes: usize = entries.iter().map(|(n, i)| n.len() + if let BundleItem::File(b) = i { b.len() } else { 0 }).sum();
-        // An instance of its own, as for verify_bundle.
-        let (mut store, inst) = self.instance()?;
+        // A kept instance, as for verify_bundle: the document's analysis is often there already.
+        let (mut store, inst) = self.kept_instance()?;
         store.set_fuel(self.limits.fuel_per_call.saturating_mul(1 + (bytes as u64 >> 20))).map_err(trap)?;
         let handle = inst.runbook_policy_policy().verifier().call_constructor(&mut store, entries, module_sha256, signers_sha256).map_err(trap)?;
-        Ok(Verifier { store, inst, handle, fuel: self.limits.fuel_per_call, bytes: bytes as u64 })
+        Ok(Verifier {
+            store: Some(store),
+            inst: Some(inst),
+            handle,
+            fuel: self.limits.fuel_per_call,
+            bytes: bytes as u64,
+            trapped: false,
+            idle: Arc::downgrade(&self.idle),
+        })
     }
 
     /// The `events.ndjson` record of an event line and its decision line (WIT `record-line`).
@@ -469,7 +479,7 @@ impl Policy {
         self.with_util(|store, inst| inst.runbook_policy_policy().call_version(store))
     }
 
-    /// How many instances ended sessions left for the next ones (at most [`IDLE`]); for tests.
+    /// How many instances ended sessions and verifications left for the next ones (at most [`IDLE`]); for tests.
     #[doc(hidden)]
     pub fn kept_instances(&self) -> usize {
         self.idle.lock().unwrap_or_else(|e| e.into_inner()).len()
@@ -478,7 +488,7 @@ impl Policy {
     /// Starts a supervised run of `document`, on an instance a cleanly ended session left when there is
     /// one: the module's memo of the documents analysed there saves parsing the same runbook again.
     pub fn session(&self, document: &[u8]) -> Result<Session, HostError> {
-        let (mut store, inst) = self.session_instance()?;
+        let (mut store, inst) = self.kept_instance()?;
         let handle = inst.runbook_policy_policy().session().call_constructor(&mut store, document).map_err(trap)?;
         Ok(self.live_session(store, inst, handle))
     }
@@ -487,9 +497,10 @@ impl Policy {
         Session { store: Some(store), inst: Some(inst), handle, events: 0, trapped: None, fuel: self.limits.fuel_per_call, idle: Arc::downgrade(&self.idle) }
     }
 
-    /// An instance for a new session: one a cleanly ended session left (it holds the module's memo of the
-    /// documents it analysed, so a session of the same runbook does not parse it again), else a new one.
-    fn session_instance(&self) -> Result<(Store<HostState>, bindings::RunbookPolicy), HostError> {
+    /// An instance for a new session or verification: one a cleanly ended session or verification left (it
+    /// holds the module's memo of the documents it analysed, so a session of the same runbook does not parse
+    /// it again), else a new one.
+    fn kept_instance(&self) -> Result<(Store<HostState>, bindings::RunbookPolicy), HostError> {
         let kept = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let Some((mut store, inst)) = kept else { return self.instance() };
         count_call();
@@ -501,7 +512,7 @@ impl Policy {
     /// every later event exactly as the session the snapshot was taken of. The inner error is the module's
     /// refusal of the snapshot, naming the field; the outer one a trap.
     pub fn restore(&self, document: &[u8], snapshot: &str) -> Result<Result<Session, String>, HostError> {
-        let (mut store, inst) = self.session_instance()?;
+        let (mut store, inst) = self.kept_instance()?;
         let handle = match inst.runbook_policy_policy().session().call_restore(&mut store, document, snapshot).map_err(trap)? {
             Ok(h) => h,
             Err(refusal) => return Ok(Err(refusal)),
@@ -605,14 +616,18 @@ impl Trapped {
     }
 }
 
-/// A bundle's verification in progress ([`Policy::verifier`]), in an instance of its own.
+/// A bundle's verification in progress ([`Policy::verifier`]), in an instance no other call uses meanwhile
+/// (given back for later sessions and verifications as a [`Session`]'s is).
 pub struct Verifier {
-    store: Store<HostState>,
-    inst: bindings::RunbookPolicy,
+    store: Option<Store<HostState>>,
+    inst: Option<bindings::RunbookPolicy>,
     handle: ResourceAny,
     fuel: u64,
     /// Bytes given so far.
     bytes: u64,
+    /// Whether a call failed: the instance is then never given back.
+    trapped: bool,
+    idle: Weak<Idle>,
 }
 
 impl Verifier {
@@ -620,20 +635,50 @@ impl Verifier {
         count_call();
         // A piece may end a line that began many pieces before, so fuel grows with all the bytes given so
         // far, as verify_bundle's with the whole bundle.
-        self.store.set_fuel(self.fuel.saturating_mul(1 + (self.bytes >> 20))).map_err(trap)
+        live(&mut self.store).set_fuel(self.fuel.saturating_mul(1 + (self.bytes >> 20))).map_err(trap)
     }
 
     /// The next piece of `events.ndjson`, of any size.
     pub fn push(&mut self, chunk: &[u8]) -> Result<(), HostError> {
         self.bytes += chunk.len() as u64;
         self.refuel()?;
-        self.inst.runbook_policy_policy().verifier().call_push(&mut self.store, self.handle, chunk).map_err(trap)
+        let r = live_inst(&self.inst).runbook_policy_policy().verifier().call_push(live(&mut self.store), self.handle, chunk).map_err(trap);
+        self.trapped |= r.is_err();
+        r
     }
 
     /// What every check found: exactly what `verify_bundle` finds for the same bytes.
     pub fn finish(mut self) -> Result<Verification, HostError> {
         self.refuel()?;
-        self.inst.runbook_policy_policy().verifier().call_finish(&mut self.store, self.handle).map_err(trap)
+        let r = live_inst(&self.inst).runbook_policy_policy().verifier().call_finish(live(&mut self.store), self.handle).map_err(trap);
+        self.trapped |= r.is_err();
+        r
+    }
+}
+
+impl Drop for Verifier {
+    fn drop(&mut self) {
+        let (Some(store), Some(inst)) = (self.store.take(), self.inst.take()) else { return };
+        give_back(&self.idle, store, inst, Some(self.handle), self.fuel, self.trapped);
+    }
+}
+
+/// Keeps an instance a session or a verification used for a later one, when it ended cleanly: never
+/// after a trap (the instance refuses to be entered again, and the `resource_drop` below fails), never
+/// one whose memory grew past [`IDLE_MEMORY_BYTES`], and at most [`IDLE`] of them. The run or the
+/// verification (`handle`) is dropped in the module first, so what a later user finds is the module's
+/// memo of documents, nothing of this one.
+fn give_back(idle: &Weak<Idle>, mut store: Store<HostState>, inst: bindings::RunbookPolicy, handle: Option<ResourceAny>, fuel: u64, trapped: bool) {
+    let Some(idle) = idle.upgrade() else { return };
+    if trapped || store.data().memory > IDLE_MEMORY_BYTES {
+        return;
+    }
+    if store.set_fuel(fuel).is_err() || handle.is_some_and(|h| h.resource_drop(&mut store).is_err()) {
+        return;
+    }
+    let mut idle = idle.lock().unwrap_or_else(|e| e.into_inner());
+    if idle.len() < IDLE {
+        idle.push((store, inst));
     }
 }
 
@@ -650,34 +695,21 @@ pub struct Session {
     idle: Weak<Idle>,
 }
 
-/// A session's store, while the session lives.
+/// A session's or verifier's store, while it lives.
 fn live(store: &mut Option<Store<HostState>>) -> &mut Store<HostState> {
     store.as_mut().expect("a session's instance is taken only when it is dropped")
 }
 
-/// A session's instance, while the session lives.
+/// A session's or verifier's instance, while it lives.
 fn live_inst(inst: &Option<bindings::RunbookPolicy>) -> &bindings::RunbookPolicy {
     inst.as_ref().expect("a session's instance is taken only when it is dropped")
 }
 
 impl Drop for Session {
-    /// Keeps the instance for a later session when this one ended cleanly: never after a trap (the
-    /// instance refuses to be entered again, and the `resource_drop` below fails), never one whose memory
-    /// grew past [`IDLE_MEMORY_BYTES`], and at most [`IDLE`] of them. The session's run is dropped in the
-    /// module first, so what a later session finds is the module's memo of documents, not this run.
+    /// Keeps the instance for a later session ([`give_back`]).
     fn drop(&mut self) {
-        let Some(idle) = self.idle.upgrade() else { return };
-        let (Some(mut store), Some(inst)) = (self.store.take(), self.inst.take()) else { return };
-        if self.trapped.is_some() || store.data().memory > IDLE_MEMORY_BYTES {
-            return;
-        }
-        if store.set_fuel(self.fuel).is_err() || self.handle.resource_drop(&mut store).is_err() {
-            return;
-        }
-        let mut idle = idle.lock().unwrap_or_else(|e| e.into_inner());
-        if idle.len() < IDLE {
-            idle.push((store, inst));
-        }
+        let (Some(store), Some(inst)) = (self.store.take(), self.inst.take()) else { return };
+        give_back(&self.idle, store, inst, Some(self.handle), self.fuel, self.trapped.is_some());
     }
 }
 

@@ -8,9 +8,9 @@
 //!   `write` and an fsync, cut back to the last whole record on failure; a replace is
 //!   [`crate::files::write_atomic`]; the crash points of [`crate::faults`] are where they always were.
 //! - [`MemoryStore`]: the same files in memory, shared by its clones (a test or a fuzz target keeps one
-//!   clone and reads what a run wrote). No fsync, no crash point, no disk. [`MemoryStore::dump`] writes
-//!   its files into a directory, where [`super::verify`] reads them as it reads any bundle. A run on a
-//!   memory store never runs `git` (see [`Store::on_disk`]).
+//!   clone and reads what a run wrote). No fsync, no crash point, no disk. [`MemoryStore::bundle`] hands
+//!   [`super::verify`] a run's files as they are, to check as it checks a directory. A run on a memory
+//!   store never runs `git` (see [`Store::on_disk`]).
 
 use crate::files::*;
 use cap_std::fs::{Dir, File, OpenOptions};
@@ -227,8 +227,20 @@ impl MemoryStore {
         self.lock().files.clone()
     }
 
+    /// The files of the run directory `run_id`, as `verify` reads a bundle ([`super::verify::Source`]);
+    /// None when there is no such directory.
+    pub fn bundle(&self, run_id: &str) -> Option<super::verify::MemoryBundle> {
+        let f = self.lock();
+        if !f.dirs.contains(run_id) {
+            return None;
+        }
+        let prefix = format!("{run_id}/");
+        let files = f.files.range(prefix.clone()..).take_while(|(k, _)| k.starts_with(&prefix));
+        Some(super::verify::MemoryBundle(files.map(|(k, b)| (k[prefix.len()..].to_string(), b.clone())).collect()))
+    }
+
     /// Writes every directory and file into `dir` (created when missing) as a [`DirStore`] would hold
-    /// them: `verify` reads a run's directory there as any bundle.
+    /// them: the files of a run on disk, for a test that compares them with a [`DirStore`]'s.
     pub fn dump(&self, dir: &Path) -> io::Result<()> {
         let f = self.lock();
         std::fs::create_dir_all(dir)?;

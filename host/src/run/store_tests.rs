@@ -78,6 +78,22 @@ fn a_run_in_memory_writes_the_bytes_of_the_same_run_on_disk() {
     let d = cap_std::fs::Dir::open_ambient_dir(dumped.join("r-same"), cap_std::ambient_authority()).unwrap();
     let o = crate::bundle::verify::verify_bundle(&d, None, &[]);
     assert!(o.failure.is_none(), "{:?}", o.failure.map(|f| f.message));
+    // Read from the store itself, without the files written anywhere, verify finds the same; and the same
+    // failure, at the same place, once a decision is edited in both.
+    let summary = |o: crate::bundle::verify::Outcome| (o.checks, o.failure.map(|f| (f.place, f.message)), o.run_id, o.outcome, o.events, o.reasons);
+    let mut held = memory.bundle("r-same").expect("the run's directory");
+    assert!(memory.bundle("r-other").is_none() && held.0.contains_key("receipt.json") && !held.0.keys().any(|k| k.contains('/')));
+    assert_eq!(summary(crate::bundle::verify::verify_bundle(&held, None, &[])), summary(o));
+    let events = String::from_utf8(held.0["events.ndjson"].clone()).unwrap();
+    let edited = events.replacen(r#""decision":{"decision":"allow""#, r#""decision":{"decision":"deny""#, 1);
+    assert_ne!(edited, events);
+    held.0.insert("events.ndjson".into(), edited.clone().into_bytes());
+    std::fs::write(dumped.join("r-same/events.ndjson"), &edited).unwrap();
+    let (from_memory, from_disk) =
+        (summary(crate::bundle::verify::verify_bundle(&held, None, &[])), summary(crate::bundle::verify::verify_bundle(&d, None, &[])));
+    assert!(from_memory.1.as_ref().is_some_and(|f| f.0.starts_with("events.ndjson:")), "{:?}", from_memory.1);
+    assert_eq!(from_memory, from_disk);
+    std::fs::write(dumped.join("r-same/events.ndjson"), &events).unwrap();
     let policy = Arc::clone(crate::files::shared_policy().unwrap());
     let (again, r) =
         Run::resume_in(policy, memory.shared(), "r-same", in_memory.t0_ms(), Some(&in_memory.pin()), Guard::default(), RunOptions::default()).unwrap();

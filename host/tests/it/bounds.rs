@@ -113,3 +113,72 @@ fn a_kept_instance_answers_as_a_new_one_and_a_trapped_one_is_never_kept() {
         assert_eq!(s.handle_line(l), native.handle_line(l), "{l}");
     }
 }
+
+#[test]
+fn a_verification_on_a_kept_instance_answers_as_on_a_new_one_and_gives_it_back() {
+    use runbook_host::BundleItem;
+    let dir = repo().join("conformance/vectors/run/end-library-completed/expected/r-20261202T000000Z-000000000001");
+    let intact = runbook_host::bundle::verify::entries_at(&dir).unwrap();
+    // The first allowed decision (the start's) recorded as a deny: the replay names its line.
+    let edited: Vec<(String, BundleItem)> = intact
+        .iter()
+        .map(|(n, i)| match i {
+            BundleItem::File(b) if n == "events.ndjson" => {
+                let t = String::from_utf8(b.clone()).unwrap();
+                (n.clone(), BundleItem::File(t.replacen(r#""decision":{"decision":"allow""#, r#""decision":{"decision":"deny""#, 1).into_bytes()))
+            }
+            _ => (n.clone(), i.clone()),
+        })
+        .collect();
+    assert_ne!(format!("{edited:?}"), format!("{intact:?}"));
+    let sha = runbook_host::module_sha256();
+    // Each answer from a new Policy, so from an instance nothing ran in before.
+    let fresh = |e: &[(String, BundleItem)]| Policy::load_with_cache(Some(module_cache())).unwrap().verify_bundle(e, sha, None).unwrap();
+    let (good, bad) = (fresh(&intact), fresh(&edited));
+    assert!(good.failure.is_none() && good.checks.len() > 8, "{good:?}");
+    assert_eq!(bad.failure.as_ref().map(|f| f.0.as_str()), Some("events.ndjson:1"), "{bad:?}");
+
+    let p = Policy::load_with_cache(Some(module_cache())).unwrap();
+    // The instance the verifications get has analysed another document, and a run of it stopped mid-way.
+    let mut s = p.session(&doc()).unwrap();
+    s.handle_line(START);
+    drop(s);
+    assert_eq!(p.kept_instances(), 1);
+    for (e, want) in [(&intact, &good), (&edited, &bad), (&intact, &good), (&edited, &bad)] {
+        assert_eq!(format!("{:?}", p.verify_bundle(e, sha, None).unwrap()), format!("{want:?}"));
+        assert_eq!(p.kept_instances(), 1, "verify_bundle gives the instance back");
+        let v = p.verifier(e, sha, None).unwrap();
+        assert_eq!(p.kept_instances(), 0, "the verifier holds it");
+        assert_eq!(format!("{:?}", v.finish().unwrap()), format!("{want:?}"));
+        assert_eq!(p.kept_instances(), 1, "a finished verifier gives it back");
+    }
+    // A session on the instance the verifications used answers as the native core.
+    let mut native = runbook_policy::Session::new(&doc());
+    let mut s = p.session(&doc()).unwrap();
+    for l in [START, r#"{"type":"end","at":2}"#] {
+        assert_eq!(s.handle_line(l), native.handle_line(l), "{l}");
+    }
+    assert_eq!(s.report().unwrap(), native.report());
+    drop(s);
+    assert_eq!(p.kept_instances(), 1);
+
+    // An instance whose memory a large bundle grew past 32 MiB is not kept (its memory never shrinks).
+    let mut large = intact.clone();
+    large.push(("padding".into(), BundleItem::File(vec![b'x'; 40 << 20])));
+    large.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(p.verify_bundle(&large, sha, None).is_ok());
+    assert_eq!(p.kept_instances(), 0, "an instance grown past the bound is dropped");
+    assert_eq!(format!("{:?}", p.verify_bundle(&intact, sha, None).unwrap()), format!("{good:?}"));
+    assert_eq!(p.kept_instances(), 1);
+
+    // A verification that runs out of fuel is a trap, and its instance is not given back.
+    let q = Policy::load_with(Some(module_cache()), Limits { fuel_per_call: 2_000_000, ..Limits::default() }).unwrap();
+    drop(q.session(&doc()).unwrap());
+    assert_eq!(q.kept_instances(), 1);
+    assert!(matches!(q.verify_bundle(&intact, sha, None), Err(HostError::Trap(_))));
+    assert_eq!(q.kept_instances(), 0, "a trapped instance is never kept");
+    drop(q.session(&doc()).unwrap());
+    let v = q.verifier(&intact, sha, None);
+    assert!(matches!(v.and_then(|v| v.finish()), Err(HostError::Trap(_))));
+    assert_eq!(q.kept_instances(), 0, "a trapped verifier's instance is never kept");
+}

@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = 'f9d745abaa1bc77eb407fb18b18484a9ffab58f31f7124efd3146d890ec923f2';
+export const COMPONENT_SHA256 = '3554999fa2042009321da42a669b451a6270a3fed072b86b8923166ec6717012';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';

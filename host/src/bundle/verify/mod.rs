@@ -3,26 +3,109 @@
 //!
 //! Every consistency check is the module's (WIT `verifier`, the streaming form of `verify-bundle`,
 //! `guest/src/verify.rs`), so the packages and a browser verify with the same code. The host keeps what needs a file system or a key: it reads
-//! the bundle's top-level entries through a `cap-std` capability (no name reaches outside it; symbolic
-//! links are passed as "not a regular file", never followed), bounds how much it reads, checks the bytes
-//! of every SSH signature the module found answering a request, and the receipt's DSSE signature.
+//! the bundle's top-level entries through a [`Source`] (a directory through a `cap-std` capability: no name
+//! reaches outside it, symbolic links are passed as "not a regular file", never followed; or a run's files
+//! in a memory store, [`MemoryBundle`]), bounds how much it reads, checks the bytes of every SSH signature
+//! the module found answering a request, and the receipt's DSSE signature.
 
 use crate::bundle::{self, sha256_hex};
 use crate::{BundleItem, SignedAnswer};
 use cap_std::fs::Dir;
 use serde_json::Value;
+use std::collections::BTreeMap;
+
+/// What a bundle's top-level entry is, as verify lists it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A regular file of this many bytes.
+    File(u64),
+    /// A directory holding this many entries.
+    Directory(u32),
+    /// Anything else (a symbolic link): never read.
+    Other,
+}
+
+/// Where verify reads a bundle from: a directory ([`Dir`]) or one run's files in memory ([`MemoryBundle`]).
+/// The checks do not depend on which: the module sees the same entries and bytes either way.
+pub trait Source {
+    /// The top-level entries, in any order (a name that is not UTF-8 is left out).
+    fn listing(&self) -> Result<Vec<(String, Kind)>, Failure>;
+    /// The bytes of `name`, which must be a regular file ("missing", "not a regular file" otherwise).
+    fn read(&self, name: &str) -> Result<Vec<u8>, Failure>;
+    /// Whether there is an entry `name`, of any kind.
+    fn has(&self, name: &str) -> Result<bool, Failure>;
+    /// The regular file `name`, to read in pieces.
+    fn open(&self, name: &str) -> Result<Box<dyn std::io::Read + '_>, Failure>;
+}
+
+impl Source for Dir {
+    fn listing(&self) -> Result<Vec<(String, Kind)>, Failure> {
+        let mut out = Vec::new();
+        for entry in self.entries().or_else(|e| fail(".", format!("cannot be listed: {e}")))? {
+            let entry = entry.or_else(|e| fail(".", format!("cannot be listed: {e}")))?;
+            let Ok(name) = entry.file_name().into_string() else { continue };
+            let meta = self.symlink_metadata(&name).or_else(|e| fail(&name, format!("cannot be read: {e}")))?;
+            let kind = if meta.is_file() {
+                Kind::File(meta.len())
+            } else if meta.is_dir() {
+                let n = self.read_dir(&name).map(|it| it.count()).unwrap_or(0);
+                Kind::Directory(u32::try_from(n).unwrap_or(u32::MAX))
+            } else {
+                Kind::Other
+            };
+            out.push((name, kind));
+        }
+        Ok(out)
+    }
+    fn read(&self, name: &str) -> Result<Vec<u8>, Failure> {
+        match self.symlink_metadata(name) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => return fail(name, "not a regular file"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return fail(name, "missing"),
+            Err(e) => return fail(name, format!("cannot be read: {e}")),
+        }
+        Dir::read(self, name).or_else(|e| fail(name, format!("cannot be read: {e}")))
+    }
+    fn has(&self, name: &str) -> Result<bool, Failure> {
+        match self.symlink_metadata(name) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => fail(name, format!("cannot be read: {e}")),
+        }
+    }
+    fn open(&self, name: &str) -> Result<Box<dyn std::io::Read + '_>, Failure> {
+        Ok(Box::new(Dir::open(self, name).or_else(|e| fail(name, format!("cannot be read: {e}")))?))
+    }
+}
+
+/// One run's bundle held in memory, its files by name (a memory store holds a run's files and no
+/// directory in it: [`crate::bundle::MemoryStore::bundle`]). `verify` reads it as it reads the same files
+/// in a directory, without writing them anywhere.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryBundle(pub BTreeMap<String, Vec<u8>>);
+
+impl Source for MemoryBundle {
+    fn listing(&self) -> Result<Vec<(String, Kind)>, Failure> {
+        Ok(self.0.iter().map(|(n, b)| (n.clone(), Kind::File(b.len() as u64))).collect())
+    }
+    fn read(&self, name: &str) -> Result<Vec<u8>, Failure> {
+        self.0.get(name).cloned().map_or_else(|| fail(name, "missing"), Ok)
+    }
+    fn has(&self, name: &str) -> Result<bool, Failure> {
+        Ok(self.0.contains_key(name))
+    }
+    fn open(&self, name: &str) -> Result<Box<dyn std::io::Read + '_>, Failure> {
+        self.0.get(name).map_or_else(|| fail(name, "missing"), |b| Ok(Box::new(b.as_slice()) as Box<dyn std::io::Read>))
+    }
+}
 
 /// Checks the receipt's signature (`receipt.dsse.json`): against `keys` when given (and then one is
 /// required), else against the key `run.json` names when it announces one. Returns the signer's key id and
 /// whether it was one of `keys`.
-pub fn receipt_signature(dir: &Dir, keys: &[ed25519_dalek::VerifyingKey]) -> Result<Option<(String, bool)>, Failure> {
-    let run: Value = parse_json("run.json", &read(dir, "run.json")?)?;
+pub fn receipt_signature(dir: &dyn Source, keys: &[ed25519_dalek::VerifyingKey]) -> Result<Option<(String, bool)>, Failure> {
+    let run: Value = parse_json("run.json", &dir.read("run.json")?)?;
     let announced = &run["receipt_signature"];
-    let envelope = match dir.read(bundle::RECEIPT_SIGNATURE) {
-        Ok(b) => Some(b),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-        Err(e) => return fail(bundle::RECEIPT_SIGNATURE, e.to_string()),
-    };
+    let envelope = if dir.has(bundle::RECEIPT_SIGNATURE)? { Some(dir.read(bundle::RECEIPT_SIGNATURE)?) } else { None };
     let Some(envelope) = envelope else {
         if !announced.is_null() {
             return fail(bundle::RECEIPT_SIGNATURE, "missing: run.json says the receipt was signed (`receipt_signature`), and the signature is gone");
@@ -45,7 +128,7 @@ pub fn receipt_signature(dir: &Dir, keys: &[ed25519_dalek::VerifyingKey]) -> Res
     } else {
         (keys.to_vec(), true)
     };
-    let receipt = read(dir, "receipt.json")?;
+    let receipt = dir.read("receipt.json")?;
     let v = crate::signatures::dsse::verify_envelope(&envelope, &trusted, &sha256_hex(&receipt), crate::signatures::dsse::RECEIPT_PREDICATE, i64::MIN)
         .map_err(|e| Failure { place: bundle::RECEIPT_SIGNATURE.into(), message: format!("{}: {}", e.kind, e.message) })?;
     if let Some(id) = announced["key_id"].as_str() {
@@ -112,7 +195,7 @@ pub struct Signer {
 /// Everything `runbook-host verify` checks: [`verify_dir_with`] and then, when that passed, the receipt's
 /// signature ([`receipt_signature`]; listed as the check `receipt-signature` only where there is one to
 /// check or `keys` asked for one).
-pub fn verify_bundle(dir: &Dir, signers: Option<crate::signatures::Signers>, keys: &[ed25519_dalek::VerifyingKey]) -> Outcome {
+pub fn verify_bundle(dir: &dyn Source, signers: Option<crate::signatures::Signers>, keys: &[ed25519_dalek::VerifyingKey]) -> Outcome {
     let mut o = verify_dir_with(dir, signers);
     if o.failure.is_none() {
         match receipt_signature(dir, keys) {
@@ -133,7 +216,7 @@ pub const MAX_BUNDLE_BYTES: u64 = 256 << 20;
 
 /// The bundle's top-level entries as the module's `verify-bundle` takes them: regular files with their
 /// bytes, directories with how many entries they hold, anything else (a symbolic link) unread.
-pub fn entries(dir: &Dir) -> Result<Vec<(String, BundleItem)>, Failure> {
+pub fn entries(dir: &dyn Source) -> Result<Vec<(String, BundleItem)>, Failure> {
     list(dir, false).map(|(e, _)| e)
 }
 
@@ -143,29 +226,24 @@ pub const EVENTS_CHUNK: usize = 1 << 20;
 
 /// [`entries`]; with `stream`, `events.ndjson` (a regular file) is listed empty and left to be read in
 /// pieces, and the second value is how many of its bytes the bound lets verify read.
-fn list(dir: &Dir, stream: bool) -> Result<(Vec<(String, BundleItem)>, u64), Failure> {
+fn list(dir: &dyn Source, stream: bool) -> Result<(Vec<(String, BundleItem)>, u64), Failure> {
     let mut out = Vec::new();
     let mut total = 0u64;
-    let listing = dir.entries().or_else(|e| fail(".", format!("cannot be listed: {e}")))?;
-    for entry in listing {
-        let entry = entry.or_else(|e| fail(".", format!("cannot be listed: {e}")))?;
-        let Ok(name) = entry.file_name().into_string() else { continue };
-        let meta = dir.symlink_metadata(&name).or_else(|e| fail(&name, format!("cannot be read: {e}")))?;
-        let item = if meta.is_file() {
-            total = total.saturating_add(meta.len());
-            if total > MAX_BUNDLE_BYTES {
-                return fail(&name, format!("the bundle holds more than {MAX_BUNDLE_BYTES} bytes, which verify does not read"));
+    for (name, kind) in dir.listing()? {
+        let item = match kind {
+            Kind::File(len) => {
+                total = total.saturating_add(len);
+                if total > MAX_BUNDLE_BYTES {
+                    return fail(&name, format!("the bundle holds more than {MAX_BUNDLE_BYTES} bytes, which verify does not read"));
+                }
+                if stream && name == "events.ndjson" {
+                    BundleItem::File(Vec::new())
+                } else {
+                    BundleItem::File(dir.read(&name)?)
+                }
             }
-            if stream && name == "events.ndjson" {
-                BundleItem::File(Vec::new())
-            } else {
-                BundleItem::File(read(dir, &name)?)
-            }
-        } else if meta.is_dir() {
-            let n = dir.read_dir(&name).map(|it| it.count()).unwrap_or(0);
-            BundleItem::Directory(u32::try_from(n).unwrap_or(u32::MAX))
-        } else {
-            BundleItem::Other
+            Kind::Directory(n) => BundleItem::Directory(n),
+            Kind::Other => BundleItem::Other,
         };
         out.push((name, item));
     }
@@ -177,13 +255,13 @@ fn list(dir: &Dir, stream: bool) -> Result<(Vec<(String, BundleItem)>, u64), Fai
 
 /// The module's verification of the bundle in `dir` whose entries are `entries` (`events.ndjson` listed
 /// empty): the events read through `dir` in pieces of [`EVENTS_CHUNK`] bytes, at most `bound` of them.
-fn verification(dir: &Dir, entries: &[(String, BundleItem)], bound: u64, signers_sha256: Option<&str>) -> Result<crate::Verification, Failure> {
+fn verification(dir: &dyn Source, entries: &[(String, BundleItem)], bound: u64, signers_sha256: Option<&str>) -> Result<crate::Verification, Failure> {
     use std::io::Read;
     let module = |e: crate::HostError| Failure { place: "(module)".into(), message: e.to_string() };
     let policy = bundle::shared_policy().map_err(module)?;
     let mut verifier = policy.verifier(entries, crate::module_sha256(), signers_sha256).map_err(module)?;
     if entries.iter().any(|(n, i)| n == "events.ndjson" && matches!(i, BundleItem::File(_))) {
-        let file = dir.open("events.ndjson").or_else(|e| fail("events.ndjson", format!("cannot be read: {e}")))?;
+        let file = dir.open("events.ndjson")?;
         // One byte past the bound shows a file that grew past it since it was listed.
         let mut file = file.take(bound.saturating_add(1));
         let mut piece = vec![0u8; EVENTS_CHUNK];
@@ -212,12 +290,12 @@ pub fn entries_at(path: &std::path::Path) -> Result<Vec<(String, BundleItem)>, F
 }
 
 /// Runs every check on the bundle in `dir`.
-pub fn verify_dir(dir: &Dir) -> Outcome {
+pub fn verify_dir(dir: &dyn Source) -> Outcome {
     verify_dir_with(dir, None)
 }
 
 /// [`verify_dir`], checking signed approvals against the signers the verifier trusts.
-pub fn verify_dir_with(dir: &Dir, signers: Option<crate::signatures::Signers>) -> Outcome {
+pub fn verify_dir_with(dir: &dyn Source, signers: Option<crate::signatures::Signers>) -> Outcome {
     let mut o = Outcome {
         checks: Vec::new(),
         failure: None,
@@ -291,16 +369,6 @@ fn signature_bytes(a: &SignedAnswer, signers: Option<&crate::signatures::Signers
             .or_else(|e| fail(&a.place, format!("not signed by a key of --allowed-signers: {e}")))?;
     }
     Ok(())
-}
-
-fn read(dir: &Dir, name: &str) -> Result<Vec<u8>, Failure> {
-    match dir.symlink_metadata(name) {
-        Ok(m) if m.is_file() => {}
-        Ok(_) => return fail(name, "not a regular file"),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return fail(name, "missing"),
-        Err(e) => return fail(name, format!("cannot be read: {e}")),
-    }
-    dir.read(name).or_else(|e| fail(name, format!("cannot be read: {e}")))
 }
 
 fn parse_json(name: &str, bytes: &[u8]) -> Result<Value, Failure> {
