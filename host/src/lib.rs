@@ -392,11 +392,7 @@ impl Policy {
     /// Every consistency check of a run bundle (WIT `verify-bundle`): `entries` are its top-level
     /// entries, `module_sha256` this module's, `signers_sha256` the verifier's allowed signers'.
     pub fn verify_bundle(&self, entries: &[(String, BundleItem)], module_sha256: &str, signers_sha256: Option<&str>) -> Result<Verification, HostError> {
-        // Not the shared instance: the call holds the whole bundle and replays every event, so its fuel grows
-        // with the bundle; a kept one, given back when it did not trap and did not grow past the bound.
-        let bytes: usize = entries.iter().map(|(n, i)| n.len() + if let BundleItem::File(b) = i { b.len() } else { 0 }).sum();
-        let (mut store, inst) = self.kept_instance()?;
-        store.set_fuel(self.limits.fuel_per_call.saturating_mul(1 + (bytes as u64 >> 20))).map_err(trap)?;
+        let (mut store, inst, _) = self.verification_instance(entries)?;
         count_call();
         let v = inst.runbook_policy_policy().call_verify_bundle(&mut store, entries, module_sha256, signers_sha256).map_err(trap);
         give_back(&Arc::downgrade(&self.idle), store, inst, None, self.limits.fuel_per_call, v.is_err());
@@ -407,20 +403,19 @@ impl Policy {
     /// module's memory holds a piece and a line, not the events: `entries` as for `verify_bundle`, the
     /// `events.ndjson` file's bytes being the first piece (empty when they are all pushed).
     pub fn verifier(&self, entries: &[(String, BundleItem)], module_sha256: &str, signers_sha256: Option<&str>) -> Result<Verifier, HostError> {
-        let bytes: usize = entries.iter().map(|(n, i)| n.len() + if let BundleItem::File(b) = i { b.len() } else { 0 }).sum();
-        // A kept instance, as for verify_bundle: the document's analysis is often there already.
-        let (mut store, inst) = self.kept_instance()?;
-        store.set_fuel(self.limits.fuel_per_call.saturating_mul(1 + (bytes as u64 >> 20))).map_err(trap)?;
+        let (mut store, inst, bytes) = self.verification_instance(entries)?;
         let handle = inst.runbook_policy_policy().verifier().call_constructor(&mut store, entries, module_sha256, signers_sha256).map_err(trap)?;
-        Ok(Verifier {
-            store: Some(store),
-            inst: Some(inst),
-            handle,
-            fuel: self.limits.fuel_per_call,
-            bytes: bytes as u64,
-            trapped: false,
-            idle: Arc::downgrade(&self.idle),
-        })
+        Ok(Verifier { store: Some(store), inst: Some(inst), handle, fuel: self.limits.fuel_per_call, bytes, trapped: false, idle: Arc::downgrade(&self.idle) })
+    }
+
+    /// An instance for a verification of `entries`, and how many bytes they hold: not the shared instance
+    /// (a verification holds the bundle and replays every event, so its fuel grows with the bundle) but a
+    /// kept one, where the document's analysis often is already, given back when it ends cleanly.
+    fn verification_instance(&self, entries: &[(String, BundleItem)]) -> Result<(Store<HostState>, bindings::RunbookPolicy, u64), HostError> {
+        let bytes: u64 = entries.iter().map(|(n, i)| (n.len() + if let BundleItem::File(b) = i { b.len() } else { 0 }) as u64).sum();
+        let (mut store, inst) = self.kept_instance()?;
+        store.set_fuel(self.limits.fuel_per_call.saturating_mul(1 + (bytes >> 20))).map_err(trap)?;
+        Ok((store, inst, bytes))
     }
 
     /// The `events.ndjson` record of an event line and its decision line (WIT `record-line`).
