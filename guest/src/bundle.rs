@@ -204,10 +204,8 @@ pub fn document_file(document: &[u8]) -> &'static str {
 /// The chain's `h0` (docs/spec/bundle.md#the-hash-chain): the sha256 of the document's envelope, or of the document when it has
 /// none.
 pub fn chain_h0(document: &[u8]) -> String {
-    match crate::envelope_from(&crate::doc::analysis_of(document)) {
-        Ok(e) => sha256_hex(e.as_bytes()),
-        Err(_) => sha256_hex(document),
-    }
+    let a = crate::doc::analysis_of(document);
+    a.envelope_sha256().unwrap_or(&a.sha256).to_string()
 }
 
 /// A reference as a bundle may hold it: `id@version` as is, a file by its last path component only (no
@@ -422,17 +420,16 @@ pub fn create(document: &[u8], facts: &str) -> Result<Vec<Effect>, String> {
     let shadow = matches!(f.get("shadow").map(|n| &n.value), Some(Value::Bool(true)));
 
     let doc_file = document_file(document);
-    let sha = sha256_hex(document);
-    let envelope = crate::envelope_from(&crate::doc::analysis_of(document)).ok();
-    let (runbook_id, version) = match envelope.as_deref().map(json::parse).and_then(|p| p.node) {
-        Some(e) => {
-            let d = e.get("document");
-            (d.and_then(|d| d.get("runbook_id")).cloned().unwrap_or_else(null), d.and_then(|d| d.get("version")).cloned().unwrap_or_else(null))
-        }
+    // The memoised analysis: its sha256, envelope and the envelope's sha256 are derived once per document.
+    let a = crate::doc::analysis_of(document);
+    let sha = a.sha256.clone();
+    let envelope = a.envelope_text();
+    // The envelope's `document.runbook_id` and `document.version` (docs/spec/envelope.md), or null without one.
+    let (runbook_id, version) = match envelope {
+        Some(_) => (jcs::opt_s(a.doc.runbook_id.as_deref()), jcs::opt_s(a.doc.version.as_deref())),
         None => (null(), null()),
     };
-    let envelope_sha = envelope.as_deref().map(|e| sha256_hex(e.as_bytes()));
-    // chain_h0 of the same bytes, without deriving the envelope twice.
+    let envelope_sha = a.envelope_sha256().map(str::to_string);
     let h0 = envelope_sha.clone().unwrap_or_else(|| sha.clone());
 
     let mut manifest = obj(vec![

@@ -9,7 +9,7 @@ use crate::yaml;
 use sha2::{Digest, Sha256};
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The module's own limits (docs/spec/runbook.md#limits).
 pub const MAX_DOCUMENT_BYTES: usize = 1 << 20;
@@ -225,9 +225,24 @@ pub struct Analysis {
     pub implied_profile: Profile,
     pub destructive: bool,
     pub max_risk: Risk,
+    /// The envelope's canonical text (None: the document has none) and that text's sha256, each derived the
+    /// first time it is asked for and then kept with the analysis, so that a memoised analysis
+    /// ([`analysis_of`]) derives them once for every bundle, report and verification of its document.
+    envelope: OnceLock<Option<String>>,
+    envelope_sha256: OnceLock<Option<String>>,
 }
 
 impl Analysis {
+    /// The canonical envelope ([`crate::envelope::envelope_of`]), derived on first use.
+    pub fn envelope_text(&self) -> Option<&str> {
+        self.envelope.get_or_init(|| crate::envelope::envelope_of(self)).as_deref()
+    }
+
+    /// The sha256 of [`Analysis::envelope_text`], the chain's `h0` when there is an envelope.
+    pub fn envelope_sha256(&self) -> Option<&str> {
+        self.envelope_sha256.get_or_init(|| self.envelope_text().map(|e| sha256_hex(e.as_bytes()))).as_deref()
+    }
+
     pub fn has_errors(&self) -> bool {
         self.findings.iter().any(|f| f.severity == Severity::Error)
     }
@@ -551,6 +566,8 @@ pub fn analyze(bytes: &[u8]) -> Analysis {
         implied_profile: Profile::R0,
         destructive: false,
         max_risk: Risk::ReadOnly,
+        envelope: OnceLock::new(),
+        envelope_sha256: OnceLock::new(),
     };
     let start = Pos { line: 1, column: 1 };
     if bytes.len() > MAX_DOCUMENT_BYTES {

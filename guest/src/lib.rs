@@ -66,8 +66,8 @@ pub fn envelope(document: &[u8]) -> Result<String, Vec<Finding>> {
 
 /// [`envelope`] of an analysis already made.
 pub fn envelope_from(a: &doc::Analysis) -> Result<String, Vec<Finding>> {
-    match supervisor::envelope_of(a) {
-        Some(e) => Ok(e),
+    match a.envelope_text() {
+        Some(e) => Ok(e.to_string()),
         // Only the findings that leave the document without a model; `lint` reports the rest.
         None => {
             Err(a.findings.iter().filter(|f| f.severity == Severity::Error && supervisor::BLOCKING.iter().any(|c| c.as_str() == f.code)).cloned().collect())
@@ -78,10 +78,10 @@ pub fn envelope_from(a: &doc::Analysis) -> Result<String, Vec<Finding>> {
 /// The document's prose as canonical JSON, for hosts that show it (an MCP client's `runbook_status`): the
 /// runbook's `title` and `description`, and each step's `body` and `expect`, only the keys present:
 /// `{"runbook":{..},"steps":{"<id>":{..}}}`. None when the document does not parse. Prose is data to show,
-/// never a decision input.
+/// never a decision input. From the instance's memo: a proxy asks for it at every status request.
 pub fn prose(document: &[u8]) -> Option<String> {
     use jcs::{obj_owned, s};
-    let a = doc::analyze(document);
+    let a = doc::analysis_of(document);
     if !a.parsed {
         return None;
     }

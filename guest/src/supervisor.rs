@@ -819,7 +819,7 @@ impl Session {
             ("run_id", opt_s(claim.map(|c| c.run_id.as_str()))),
             ("document", obj(vec![("runbook_id", opt_s(a.doc.runbook_id.as_deref())), ("version", opt_s(a.doc.version.as_deref())), ("sha256", s(&a.sha256))])),
             // Derived when asked: a run rarely needs it before its report.
-            ("envelope_sha256", opt_s(envelope_of(a).map(|e| doc::sha256_hex(e.as_bytes())).as_deref())),
+            ("envelope_sha256", opt_s(a.envelope_sha256())),
             ("profile", opt_s(claim.map(|c| c.profile.as_str()))),
             ("coverage", coverage),
             ("outcome", opt_s(self.outcome.map(|o| o.as_str()))),

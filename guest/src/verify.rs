@@ -801,17 +801,18 @@ impl<'a> Cx<'a> {
     /// 6. The envelope: the module's, byte for byte, and the chain's start.
     fn envelope(&mut self, s: &mut Seen) -> Result<(), Failure> {
         // The instance's memo: the session of this check's replay analyses the same bytes.
-        let derived = crate::envelope_from(&crate::doc::analysis_of(self.file(&s.doc_file)));
-        let env_sha = match (self.envelope_bytes(s), derived) {
-            (Some(e), Ok(d)) => {
+        let a = crate::doc::analysis_of(self.file(&s.doc_file));
+        let env_sha = match (self.envelope_bytes(s), a.envelope_text()) {
+            (Some(e), Some(d)) => {
                 if e != d.as_bytes() {
                     return fail("envelope.json", "not the module's envelope of the document, byte for byte");
                 }
-                Some(sha256_hex(e))
+                // The bytes are the derived envelope's: its sha256 is the analysis'.
+                a.envelope_sha256().map(str::to_string)
             }
-            (None, Err(_)) => None,
-            (None, Ok(_)) => return fail("run.json", "the document has an envelope, but the bundle records none"),
-            (Some(_), Err(_)) => return fail("envelope.json", "the document has no complete model, so no envelope"),
+            (None, None) => None,
+            (None, Some(_)) => return fail("run.json", "the document has an envelope, but the bundle records none"),
+            (Some(_), None) => return fail("envelope.json", "the document has no complete model, so no envelope"),
         };
         let (run, report) = (s.run.as_ref().expect("layout"), s.report.as_ref().expect("read"));
         if let Some(ev) = &s.env_v {

@@ -132,13 +132,15 @@ impl Guard {
         let given = p.to_string_lossy();
         let given = given.trim_start_matches("./").trim_end_matches('/').to_string();
         let mut forms = vec![given];
-        if let Ok(c) = p.canonicalize() {
+        // Resolved once each (every run start builds a guard; each resolution is a system call a component).
+        let canonical = p.canonicalize().ok();
+        if let Some(c) = &canonical {
             forms.push(c.to_string_lossy().into_owned());
         }
         if p.is_absolute() {
             let cwd = std::env::current_dir().ok();
             for base in cwd.iter().flat_map(|d| [Some(d.clone()), d.canonicalize().ok()]).flatten() {
-                for full in [Some(p.to_path_buf()), p.canonicalize().ok()].into_iter().flatten() {
+                for full in [Some(p.to_path_buf()), canonical.clone()].into_iter().flatten() {
                     if let Ok(rel) = full.strip_prefix(&base) {
                         forms.push(rel.to_string_lossy().into_owned());
                     }

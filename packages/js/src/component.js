@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = '3554999fa2042009321da42a669b451a6270a3fed072b86b8923166ec6717012';
+export const COMPONENT_SHA256 = 'dbe07e281bfaef62c13302487d7a29302b88f685c9deccb7559312be877cc0e2';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';

@@ -57,7 +57,7 @@ from ._types import (
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "3554999fa2042009321da42a669b451a6270a3fed072b86b8923166ec6717012"
+COMPONENT_SHA256 = "dbe07e281bfaef62c13302487d7a29302b88f685c9deccb7559312be877cc0e2"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
