@@ -204,8 +204,40 @@ pub fn document_file(document: &[u8]) -> &'static str {
 /// The chain's `h0` (docs/spec/bundle.md#the-hash-chain): the sha256 of the document's envelope, or of the document when it has
 /// none.
 pub fn chain_h0(document: &[u8]) -> String {
-    let a = crate::doc::analysis_of(document);
-    a.envelope_sha256().unwrap_or(&a.sha256).to_string()
+    h0_of(&crate::doc::analysis_of(document)).to_string()
+}
+
+/// [`chain_h0`] of an analysis: the one statement of the rule, for `bundle-create`, resume and verify.
+pub fn h0_of(a: &crate::doc::Analysis) -> &str {
+    a.envelope_sha256().unwrap_or(&a.sha256)
+}
+
+/// The resume path's first check (WIT `session.chain-start`, docs/spec/bundle.md#resuming-a-run): that
+/// `run_json` is a run of the analysed document (its `document.sha256` is the document's, its `chain_h0`
+/// the chain's start derived from the document) and, with a `pin` kept out of the agent's reach when the
+/// run began (the document's sha256, `h0`), that it names the same two. `h0`, or the file and why not.
+pub fn chain_start(a: &crate::doc::Analysis, run_json: &str, pin: Option<(&str, &str)>) -> Result<String, (String, String)> {
+    let m = json::parse(run_json).node.filter(|n| matches!(n.value, Value::Obj(_)));
+    let Some(m) = m else {
+        return Err(("run.json".into(), "is not a JSON object".into()));
+    };
+    let at = |path: &[&str]| path.iter().try_fold(&m, |n, k| n.get(k)).and_then(Node::as_str);
+    let Some(doc_file) = at(&["artifacts", "document"]).filter(|f| matches!(*f, "runbook.yaml" | "runbook.json")) else {
+        return Err(("run.json".into(), "`artifacts.document` is not runbook.yaml or runbook.json".into()));
+    };
+    if at(&["document", "sha256"]) != Some(a.sha256.as_str()) {
+        return Err((doc_file.into(), "the document's sha256 is not run.json's".into()));
+    }
+    let h0 = h0_of(a);
+    if at(&["chain_h0"]) != Some(h0) {
+        return Err(("run.json".into(), format!("chain_h0 is not the digest of its document's envelope ({h0})")));
+    }
+    if let Some((doc_sha, pinned_h0)) = pin {
+        if doc_sha != a.sha256 || pinned_h0 != h0 {
+            return Err((doc_file.into(), format!("the document is not the one pinned when the run began (sha256 {}, pinned {doc_sha})", a.sha256)));
+        }
+    }
+    Ok(h0.to_string())
 }
 
 /// A reference as a bundle may hold it: `id@version` as is, a file by its last path component only (no
@@ -430,7 +462,7 @@ pub fn create(document: &[u8], facts: &str) -> Result<Vec<Effect>, String> {
         None => (null(), null()),
     };
     let envelope_sha = a.envelope_sha256().map(str::to_string);
-    let h0 = envelope_sha.clone().unwrap_or_else(|| sha.clone());
+    let h0 = h0_of(&a).to_string();
 
     let mut manifest = obj(vec![
         ("schema", s(RUN_SCHEMA)),
@@ -829,6 +861,31 @@ mod tests {
         assert!(run.contains("\"reference\": \"runbook.json\"") && !run.contains("/abs"), "{run}");
         assert!(create(DOC.as_bytes(), &facts().replace("r-1", "../x")).is_err());
         assert!(create(DOC.as_bytes(), "{}").unwrap_err().contains("run_id"));
+    }
+
+    #[test]
+    fn chain_start_accepts_its_own_run_and_names_each_mismatch() {
+        let e = create(DOC.as_bytes(), &facts()).unwrap();
+        let run = String::from_utf8(e[3].bytes.clone()).unwrap();
+        let a = crate::doc::analysis_of(DOC.as_bytes());
+        let h0 = chain_start(&a, &run, None).unwrap();
+        assert_eq!(h0, chain_h0(DOC.as_bytes()));
+        assert_eq!(chain_start(&a, &run, Some((&a.sha256, &h0))).unwrap(), h0);
+        // Another document's analysis: its sha256 is not run.json's.
+        let other = crate::doc::analysis_of(b"{\"runbook\":\"y\"}");
+        assert_eq!(chain_start(&other, &run, None).unwrap_err(), ("runbook.json".into(), "the document's sha256 is not run.json's".into()));
+        // A chain_h0 the agent rewrote.
+        let forged = run.replace(&format!("\"chain_h0\": \"{h0}\""), &format!("\"chain_h0\": \"{}\"", "0".repeat(64)));
+        assert_ne!(forged, run);
+        let (place, why) = chain_start(&a, &forged, None).unwrap_err();
+        assert!(place == "run.json" && why.contains(&h0), "{place}: {why}");
+        // A pin of another run.
+        let (place, why) = chain_start(&a, &run, Some((&"1".repeat(64), &h0))).unwrap_err();
+        assert!(place == "runbook.json" && why.contains("not the one pinned"), "{place}: {why}");
+        assert!(chain_start(&a, &run, Some((&a.sha256, &"1".repeat(64)))).is_err());
+        // Not run.json's form.
+        assert_eq!(chain_start(&a, "[]", None).unwrap_err().0, "run.json");
+        assert_eq!(chain_start(&a, &run.replace("\"runbook.json\"", "\"../x\""), None).unwrap_err().0, "run.json");
     }
 
     #[test]

@@ -390,6 +390,11 @@ impl GuestSession for Session {
         Ok(t::Replayed { head: r.head, events: r.events, last_at: r.last_at })
     }
 
+    fn chain_start(&self, run_json: String, pin: Option<(String, String)>) -> Result<String, (String, String)> {
+        let pin = pin.as_ref().map(|(d, h)| (d.as_str(), h.as_str()));
+        crate::bundle::chain_start(self.0.borrow().analysis(), &run_json, pin)
+    }
+
     fn state(&self) -> t::RunState {
         run_state(self.0.borrow().state())
     }

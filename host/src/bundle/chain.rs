@@ -19,8 +19,3 @@ pub fn chain_next(prev: &str, event_line: &str, decision_line: &str) -> io::Resu
     let policy = shared_policy().map_err(io_other)?;
     chain_next_with(&policy, prev, event_line, decision_line).map_err(io_other)
 }
-
-/// `h0`: the envelope's sha256, or the document's when there is no envelope.
-pub fn chain_h0(envelope: Option<&str>, document_sha256: &str) -> String {
-    envelope.map(|e| sha256_hex(e.as_bytes())).unwrap_or_else(|| document_sha256.to_string())
-}

@@ -311,6 +311,11 @@ impl Bundle {
         &self.manifest
     }
 
+    /// `run.json` as JSON text (the module reads it; its members as read).
+    pub fn manifest_text(&self) -> String {
+        serde_json::to_string(&self.manifest).unwrap_or_default()
+    }
+
     /// The document's exact bytes, checked against the manifest's sha256.
     pub fn document(&self) -> io::Result<Vec<u8>> {
         let bytes = self.store.read(&self.at(&self.document_file), MAX_SMALL_FILE_BYTES)?;

@@ -11,7 +11,7 @@
 //! always resumed by a full replay ([`Run::resume`]).
 
 use super::{Pin, Resumed, Run, RunError};
-use crate::bundle::{self, Bundle};
+use crate::bundle::Bundle;
 use crate::clock::Clock;
 use crate::Policy;
 use serde_json::{json, Value};
@@ -122,19 +122,14 @@ impl Run {
         if doc_sha != cp.document_sha256 {
             return Err(stale(format!("is of another document (sha256 {})", cp.document_sha256)));
         }
-        let envelope = policy.envelope(&doc)?.ok();
-        let h0 = bundle::chain_h0(envelope.as_deref(), &doc_sha);
-        if b.chain_head() != h0 {
-            return Err(RunError::Tampered(format!("run {run_id}: run.json's chain_h0 is not the digest of its document's envelope ({h0})")));
-        }
-        if let Some(p) = pin {
-            if p.document_sha256 != doc_sha || p.chain_h0 != h0 {
-                return Err(RunError::Tampered(format!(
-                    "run {run_id}: the document is not the one pinned when the run began (sha256 {doc_sha}, pinned {})",
-                    p.document_sha256
-                )));
-            }
-        }
+        let mut session = match policy.restore(&doc, &cp.snapshot)? {
+            Ok(s) => s,
+            Err(why) => return Err(stale(format!("holds a snapshot the module refuses: {why}"))),
+        };
+        // The module checks that run.json (and the pin) name this document and derives the chain's start.
+        let h0 = session
+            .chain_start(&b.manifest_text(), pin.map(super::Pin::pair))?
+            .map_err(|(place, why)| RunError::Tampered(format!("run {run_id}: {place}: {why}")))?;
         let (last, tail) = read_around(&b.dir().join("events.ndjson"), cp.offset)
             .map_err(ev)?
             .map_err(|why| stale(format!("does not match events.ndjson: byte {} {why}", cp.offset)))?;
@@ -144,10 +139,6 @@ impl Run {
             (Some(prefix), Some(line)) if line.starts_with(prefix.as_bytes()) => {}
             _ => return Err(stale(format!("does not match events.ndjson: the record ending at byte {} is not the one with link {}", cp.offset, cp.head))),
         }
-        let mut session = match policy.restore(&doc, &cp.snapshot)? {
-            Ok(s) => s,
-            Err(why) => return Err(stale(format!("holds a snapshot the module refuses: {why}"))),
-        };
         if session.state()?.events != cp.events {
             return Err(stale(format!("counts {} events, its snapshot another number", cp.events)));
         }

@@ -11,7 +11,7 @@
 //! caused it gets an error (the adapter blocks it), every later one too, and the bundle is ended without a
 //! report (`verify` refuses it) when the module cannot vouch for one.
 
-use crate::bundle::{self, Bundle, BundleFacts, SharedStore};
+use crate::bundle::{Bundle, BundleFacts, SharedStore};
 use crate::clock::Clock;
 use crate::registry::Resolved;
 use crate::signatures::Signers;
@@ -20,7 +20,6 @@ use crate::{
     StartClaim, ToolResult, Verdict,
 };
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -187,6 +186,13 @@ pub struct ClientCall {
 pub struct Pin {
     pub document_sha256: String,
     pub chain_h0: String,
+}
+
+impl Pin {
+    /// The pin as the module's `chain-start` takes it.
+    pub fn pair(&self) -> (&str, &str) {
+        (&self.document_sha256, &self.chain_h0)
+    }
 }
 
 /// How a run was resumed (for timing and tests).
@@ -396,19 +402,10 @@ impl Run {
         let ev = |e: std::io::Error| RunError::Evidence(format!("run {run_id}: {e}"));
         let tampered = |m: String| RunError::Tampered(format!("run {run_id}: {m}"));
         let doc = b.document().map_err(|e| if e.kind() == std::io::ErrorKind::InvalidData { tampered(e.to_string()) } else { ev(e) })?;
-        let doc_sha = hex::encode(Sha256::digest(&doc));
-        let envelope = policy.envelope(&doc)?.ok();
-        let h0 = bundle::chain_h0(envelope.as_deref(), &doc_sha);
-        if b.chain_head() != h0 {
-            return Err(tampered(format!("run.json's chain_h0 is not the digest of its document's envelope ({h0})")));
-        }
-        if let Some(p) = pin {
-            if p.document_sha256 != doc_sha || p.chain_h0 != h0 {
-                return Err(tampered(format!("the document is not the one pinned when the run began (sha256 {doc_sha}, pinned {})", p.document_sha256)));
-            }
-        }
-        let bytes = b.events_bytes().map_err(ev)?;
         let mut session = policy.session(&doc)?;
+        // The module checks that run.json (and the pin) name this document and derives the chain's start.
+        let h0 = session.chain_start(&b.manifest_text(), pin.map(Pin::pair))?.map_err(|(place, why)| tampered(format!("{place}: {why}")))?;
+        let bytes = b.events_bytes().map_err(ev)?;
         // The module checks every record (its form, its link, its decision) in one call.
         let replayed = session.replay_events(&bytes, &h0)?.map_err(|(place, why)| tampered(format!("{place}: {why}")))?;
         let (head, last_at, n) = (replayed.head, replayed.last_at, replayed.events);

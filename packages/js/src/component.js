@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = 'dbe07e281bfaef62c13302487d7a29302b88f685c9deccb7559312be877cc0e2';
+export const COMPONENT_SHA256 = 'c498051f0c19d7e1d8ada7145161c6a4d93a90674158c30184e7b3cd780629c4';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';

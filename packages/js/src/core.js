@@ -980,6 +980,22 @@ export class Session {
     return Object.freeze({ head: r.ok.head, events: Number(r.ok.events), lastAt: Number(r.ok.lastAt) });
   }
 
+  /**
+   * The resume path's first check, before `replayEvents`: that `runJson` (run.json's text) is a run of this
+   * session's document (its `document.sha256` and its `chain_h0`, which the module derives) and, with `pin`
+   * (`[documentSha256, chainH0]` kept when the run began), the pinned one. Returns the chain's h0; throws
+   * RunTampered (`place`: `run.json` or the document's file) when it is not.
+   */
+  chainStart(runJson, pin = null) {
+    text(runJson, 'runJson');
+    if (!(pin === null || (Array.isArray(pin) && pin.length === 2 && pin.every((x) => typeof x === 'string')))) {
+      throw new InvalidInput('chainStart: `pin` must be [documentSha256, chainH0] or null');
+    }
+    const r = this.#call('chain-start', (s) => s.chainStart(runJson, pin ?? undefined), true);
+    if (Object.hasOwn(r, 'err')) throw new RunTampered(r.err[0], r.err[1]);
+    return r.ok;
+  }
+
   /** The typed state: phase, step, scope and its tools, what awaits a human, outcome, next deadline. */
   state() {
     return fromWitState(this.#call('state', (s) => s.state()));

@@ -22,7 +22,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { inspect } from 'node:util';
-import { InvalidDocument, InvalidInput, ModuleTrap, Policy, RunBroken, RunOver, RunTampered, documentBytes } from './core.js';
+import { InvalidInput, ModuleTrap, Policy, RunBroken, RunOver, RunTampered, documentBytes } from './core.js';
 import { isObject } from './shared.js';
 
 export const HOST_NAME = 'runbook-policy-js';
@@ -648,9 +648,9 @@ export class Run {
   /**
    * Reopens the run `runId` under `runsRoot` in another process (this one may have exited without `end`),
    * as host/src/run.rs `Run::resume` does, so that later events and `end` write what one Run would have:
-   * the chain's h0 is derived again from the document (the module's envelope's sha256, else the
-   * document's; never read from run.json), and run.json's `chain_h0` and the `pin` kept when the run began
-   * (`run.pin`) must be it; then the module replays every record of events.ndjson, checking its form,
+   * the module derives the chain's h0 again from the document (never read from run.json) and checks that
+   * run.json's `document.sha256` and `chain_h0` and the `pin` kept when the run began (`run.pin`) name it
+   * (`session.chainStart`); then the module replays every record of events.ndjson, checking its form,
    * link and decision, and the run goes on from its head. Throws RunTampered for evidence that does not
    * check out, RunOver for a finished bundle, RunBroken when the bundle cannot be read or its run takes
    * signed approvals or a signed receipt (this package checks no SSH signature and holds no key).
@@ -679,26 +679,14 @@ export class Run {
     const m = JSON.parse(bundle.manifest);
     // Fail closed: this package neither checks SSH signatures nor holds a receipt key.
     if (m.approvals?.signed === true || (m.receipt_signature ?? null) !== null) throw new RunBroken(`run ${runId} takes signed approvals or a signed receipt, which this package cannot check or make: resume it with runbook-host`);
-    const doc = bundle.document;
-    const docSha = sha256Hex(doc);
-    if (m.document?.sha256 !== docSha) throw new RunTampered(bundle.documentFile, "the document's sha256 is not run.json's");
-    let envelope = null;
-    try {
-      envelope = policy.envelope(doc);
-    } catch (e) {
-      if (!(e instanceof InvalidDocument)) throw e;
-    }
-    const h0 = envelope === null ? docSha : sha256Hex(Buffer.from(envelope, 'utf8'));
-    if (bundle.head !== h0) throw new RunTampered('run.json', `chain_h0 is not the digest of its document's envelope (${h0})`);
-    if (pin !== null && (pin.documentSha256 !== docSha || pin.chainH0 !== h0)) {
-      throw new RunTampered(bundle.documentFile, `the document is not the one pinned when the run began (sha256 ${docSha}, pinned ${pin.documentSha256})`);
-    }
-    const session = policy.session(doc);
+    const session = policy.session(bundle.document);
     const guard = guardFor(bundle.dir);
     let replayed;
     let state;
     try {
-      // The module checks every record (its form, its link, its decision) in one call.
+      // The module checks that run.json (and the pin) name this document and derives h0, then checks
+      // every record (its form, its link, its decision) in one call.
+      const h0 = session.chainStart(bundle.manifest, pin === null ? null : [pin.documentSha256, pin.chainH0]);
       replayed = session.replayEvents(events, h0);
       session.setGuard(guard.needles);
       state = session.state();

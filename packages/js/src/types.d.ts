@@ -419,6 +419,12 @@ export class Session {
    * checked by the module; throws RunTampered (`place`: `events.ndjson:N`) and closes the session if one does not check out.
    */
   replayEvents(events: Uint8Array | ArrayBuffer | string, prev: string): Replayed;
+  /**
+   * The resume path's first check: that `runJson` (run.json's text) is a run of this session's document and,
+   * with `pin`, the pinned one; returns the chain's h0 (what `replayEvents` starts from), or throws RunTampered
+   * (`place`: `run.json` or the document's file).
+   */
+  chainStart(runJson: string, pin?: [documentSha256: string, chainH0: string] | null): string;
   state(): RunState;
   /** The guard's needles (docs/spec/run.md#guarded-calls): a typed `invoke` naming one is fed as `guard: true`. Set again after `restore`. */
   setGuard(needles: string[]): void;

@@ -57,7 +57,7 @@ from ._types import (
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "dbe07e281bfaef62c13302487d7a29302b88f685c9deccb7559312be877cc0e2"
+COMPONENT_SHA256 = "c498051f0c19d7e1d8ada7145161c6a4d93a90674158c30184e7b3cd780629c4"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
@@ -775,6 +775,23 @@ class Session:
             raise RunTampered(r[0], r[1])
         g = r.__dict__
         return Replayed(head=g["head"], events=g["events"], last_at=g["last-at"])
+
+    def chain_start(self, run_json: str, pin: Optional[Tuple[str, str]] = None) -> str:
+        """The resume path's first check, before :meth:`replay_events`: that ``run_json`` (run.json's text) is a
+        run of this session's document (its ``document.sha256`` and its ``chain_h0``, derived by the module)
+        and, with ``pin`` (``(document_sha256, chain_h0)`` kept when the run began), the pinned one. Returns
+        the chain's ``h0``; raises :class:`RunTampered` naming the file and why."""
+        if not isinstance(run_json, str):
+            raise TypeError(f"run_json is run.json's text, not {type(run_json).__name__}")
+        if pin is not None and (isinstance(pin, str) or len(pin) != 2 or not all(isinstance(x, str) for x in pin)):
+            raise TypeError("`pin` must be (document_sha256, chain_h0)")
+        r = self._call("[method]session.chain-start", run_json, None if pin is None else tuple(pin))
+        # result<string, tuple<string, string>> lifts bare (a str or a tuple), or tagged by other versions.
+        if isinstance(r, wc.Variant):
+            r = r.payload if r.tag == "ok" else tuple(r.payload)
+        if isinstance(r, tuple):
+            raise RunTampered(r[0], r[1])
+        return r
 
     def state(self) -> RunState:
         return _state(self._call("[method]session.state"))

@@ -37,7 +37,6 @@ from ._types import (
     EndReason,
     Event,
     FinalOutput,
-    InvalidDocument,
     Invoke,
     ModuleTrap,
     Outcome,
@@ -443,21 +442,12 @@ class Run:
                 raise PolicyError(f"run {run_id} is finished (its report is written, or it ended without one): a finished run is not resumed")
             if m.get("approvals") is not None or m.get("receipt_signature") is not None:
                 raise PolicyError(f"run {run_id} has signed approvals or a signed receipt, which this package cannot check: resume it with runbook-host")
-            name, doc = bundle.document()
-            doc_sha = _bundle.sha256_hex(doc)
-            if doc_sha != m["document"]["sha256"]:
-                raise RunTampered(name, "the document's sha256 is not run.json's", run_id)
-            try:
-                h0 = _bundle.sha256_hex(policy.envelope(doc).encode("utf-8"))
-            except InvalidDocument:
-                h0 = doc_sha
-            if bundle.head != h0:
-                raise RunTampered("run.json", f"chain_h0 is not the digest of its document's envelope ({h0})", run_id)
-            if pin is not None and tuple(pin) != (doc_sha, h0):
-                raise RunTampered(name, f"the document is not the one pinned when the run began (sha256 {doc_sha}, pinned {pin[0]})", run_id)
+            _, doc = bundle.document()
             start = _ms(t0) if t0 is not None else _unix_ms(next(e["at"] for e in m["lifecycle"] if e["event"] == "created"))
             session = policy.session(doc)
             try:
+                # The module checks that run.json (and the pin) name this document and derives h0.
+                h0 = session.chain_start(bundle._manifest_text, pin)
                 replayed = session.replay_events(bundle.events_bytes(), h0)
             except RunTampered as e:
                 raise RunTampered(e.place, e.reason, run_id) from None
