@@ -55,6 +55,40 @@ fn end_reason(r: &str) -> Result<runbook_host::EndReason> {
     })
 }
 
+/// The pin a `resume` step names (conformance/vectors/run/README.md): the one the first process kept
+/// (`"kept"`: run.json's `document.sha256` and `chain_h0` before any edit), another, or none.
+fn step_pin(r: &Value, kept: (String, String)) -> Option<(String, String)> {
+    match s(r, "pin") {
+        Some("kept") => Some(kept),
+        Some("another") => Some(("0".repeat(64), "0".repeat(64))),
+        _ => None,
+    }
+}
+
+/// The agent's edit a `resume` step may make first: the bundle's document replaced by the script's file
+/// `swap_document`, and run.json's text edited to match (the old document's sha256 replaced by the new one's).
+fn swap_document(script: &Script, run_dir: &Path, r: &Value) -> Result<()> {
+    let Some(file) = s(r, "swap_document") else { return Ok(()) };
+    let manifest = std::fs::read(run_dir.join("run.json"))?;
+    let m: Value = serde_json::from_slice(&manifest)?;
+    let name = m["artifacts"]["document"].as_str().ok_or_else(|| anyhow!("run.json names no document"))?;
+    let (old, new) = (std::fs::read(run_dir.join(name))?, std::fs::read(script.dir.join(file))?);
+    std::fs::write(run_dir.join(name), &new)?;
+    let (a, b) = (runbook_policy::doc::sha256_hex(&old), runbook_policy::doc::sha256_hex(&new));
+    std::fs::write(run_dir.join("run.json"), String::from_utf8(manifest)?.replace(&a, &b))?;
+    Ok(())
+}
+
+/// Whether a resume's refusal (`place`, `why`) is the one the step's `refused` names (its place, and a
+/// reason that starts with its text); an error when the step wants none or another.
+fn refusal_matches(r: &Value, place: &str, why: &str) -> Result<()> {
+    let want = &r["refused"];
+    if s(want, "place") == Some(place) && s(want, "reason").is_some_and(|w| why.starts_with(w)) {
+        return Ok(());
+    }
+    bail!("the resume was refused at {place}: {why}; the script says {want}")
+}
+
 // ---------------------------------------------------------------------------------------------------
 // wasmtime: the host library's Run.
 
@@ -111,12 +145,35 @@ pub fn drive_wasmtime(dir: &Path, out: &Path) -> Result<()> {
     };
     let policy = std::sync::Arc::new(runbook_host::Policy::load()?);
     let adapter = s(&script.v, "adapter").unwrap_or("library");
-    let (mut run, _) = Run::create_opts(policy, &resolved, claim(&script.v["claim"])?, out, adapter, Guard::default(), opts)?;
+    let facts = opts.facts.clone();
+    let (mut run, _) = Run::create_opts(policy.clone(), &resolved, claim(&script.v["claim"])?, out, adapter, Guard::default(), opts)?;
     for st in script.steps() {
         if run.finished() {
             break;
         }
         clock.set(t0 + st["at"].as_u64().unwrap_or(0));
+        if let Some(r) = st.get("resume") {
+            // This process lets the run go, unended; a new Run resumes it from the bundle.
+            let (run_id, kept) = (run.run_id().to_string(), run.pin());
+            drop(run);
+            swap_document(&script, &out.join(&run_id), r)?;
+            let pin =
+                step_pin(r, (kept.document_sha256, kept.chain_h0)).map(|(document_sha256, chain_h0)| runbook_host::run::Pin { document_sha256, chain_h0 });
+            let store = std::sync::Arc::new(runbook_host::bundle::DirStore::open(out)?);
+            let opts = RunOptions { facts: facts.clone(), ..Default::default() };
+            match Run::resume_in(policy.clone(), store, &run_id, t0, pin.as_ref(), Guard::default(), opts) {
+                Ok((resumed, _)) if r["refused"].is_null() => run = resumed,
+                Ok(_) => bail!("the resume was not refused ({})", r["refused"]),
+                // The host's message is "run <id>: <place>: <why>", the module's place and reason.
+                Err(runbook_host::run::RunError::Tampered(m)) => {
+                    let rest = m.strip_prefix(&format!("run {run_id}: ")).unwrap_or(&m);
+                    let (place, why) = rest.split_once(": ").unwrap_or((rest, ""));
+                    return refusal_matches(r, place, why);
+                }
+                Err(e) => return Err(e.into()),
+            }
+            continue;
+        }
         let r = if let Some(i) = st.get("invoke") {
             run.invoke(s(i, "tool").unwrap_or_default(), &i["arguments"], s(i, "call_id"), s(i, "step")).map(drop)
         } else if let Some(r) = st.get("result") {
@@ -333,6 +390,30 @@ pub fn drive_native(dir: &Path, out: &Path) -> Result<()> {
                 n.feed(at, EventKind::End { reason: leaving.reason })?;
             }
             return n.end(at);
+        } else if let Some(r) = st.get("resume") {
+            // A new session of the bundle's document, checked and replayed as a host resumes a run.
+            let dir = out.join(&n.run_id);
+            let m: Value = serde_json::from_str(&n.manifest)?;
+            let kept = (m["document"]["sha256"].as_str().unwrap_or_default().to_string(), m["chain_h0"].as_str().unwrap_or_default().to_string());
+            swap_document(&script, &dir, r)?;
+            let manifest = std::fs::read_to_string(dir.join("run.json"))?;
+            let doc_file = serde_json::from_str::<Value>(&manifest)?["artifacts"]["document"].as_str().unwrap_or("runbook.yaml").to_string();
+            let document = std::fs::read(dir.join(doc_file))?;
+            let pin = step_pin(r, kept);
+            let events = std::fs::read(dir.join("events.ndjson"))?;
+            let mut session = runbook_policy::Session::new(&document);
+            let checked = runbook_policy::bundle::chain_start(session.analysis(), &manifest, pin.as_ref().map(|(d, h)| (d.as_str(), h.as_str())))
+                .and_then(|h0| runbook_policy::verify::replay_events(&mut session, &events, &h0));
+            match checked {
+                Ok(replayed) if r["refused"].is_null() => {
+                    session.set_guard(&[]);
+                    n.session = session;
+                    n.manifest = manifest;
+                    (n.head, n.lines, n.last_at) = (replayed.head, replayed.events, replayed.last_at);
+                }
+                Ok(_) => bail!("the resume was not refused ({})", r["refused"]),
+                Err((place, why)) => return refusal_matches(r, &place, &why),
+            }
         } else if let Some(r) = st.get("end").and_then(Value::as_str) {
             if !n.session.is_over() {
                 let reason = runbook_policy::event::END_REASONS.iter().find(|(k, _)| *k == r).map(|(_, v)| *v).ok_or_else(|| anyhow!("end reason `{r}`"))?;
@@ -383,6 +464,9 @@ pub fn check_expect(dir: &Path) -> Result<Option<String>> {
         if report["outcome"] != outcome {
             return Ok(Some(format!("expected/ ends {}, the clauses say {outcome}", report["outcome"])));
         }
+    }
+    if expect["resume_refused"] == true && (run.join("report.json").exists() || !run.join("run.json").exists()) {
+        return Ok(Some("expected/ holds an ended run (or none), the clauses say its resume was refused and nothing appended".into()));
     }
     let events = std::fs::read_to_string(run.join("events.ndjson")).context("expected events.ndjson")?;
     let decisions: Vec<Value> = events.lines().map(|l| serde_json::from_str::<Value>(l).map(|v| v["decision"].clone())).collect::<Result<_, _>>()?;

@@ -184,6 +184,35 @@ LATER = [
 ]
 
 
+# Resuming a run in another process (docs/spec/bundle.md#resuming-a-run): the resumed run writes what one run
+# would have; evidence the agent edited, or a pin of another run, is refused before anything is appended.
+RESUME = {"at": 5000, "resume": {"pin": "kept"}}
+# The attack of docs/security.md row 5: the gate removed from the bundle's document, run.json's sha256 edited
+# to match. The swapped document is the example's without its `requires_approval` line.
+SWAPPED = "swapped.yaml"
+RESUMES = [
+    vec("resume-continues-the-run", ["docs/spec/bundle.md#resuming-a-run", "docs/spec/bundle.md#the-hash-chain"],
+        "a run let go before its gate and resumed with its pin goes on and ends as one run would: the same decisions, one chain",
+        TO_GATE + [RESUME, appr(41000, ROTATE_SHA), inv(41800, ROTATE, "c4")] + ROTATED + [{"at": 103000, "final_output": True}, {"at": 103100, "end": "normal"}],
+        {"outcome": "completed", "decisions": TO_GATE_DECISIONS + ["allow", "allow"] + ["allow"] * 7 + ["allow", "halt"]}),
+    vec("resume-swapped-document", ["docs/spec/bundle.md#resuming-a-run"],
+        "a document swapped in the bundle with run.json's sha256 edited to match is refused at resume (run.json's chain_h0 is not the new document's), without a pin",
+        TO_GATE + [{"at": 5000, "resume": {"swap_document": SWAPPED, "refused": {"place": "run.json", "reason": "chain_h0 is not the digest of its document's envelope"}}}],
+        {"decisions": TO_GATE_DECISIONS, "resume_refused": True}),
+    vec("resume-another-pin", ["docs/spec/bundle.md#resuming-a-run"],
+        "an untouched bundle resumed with the pin of another run is refused, naming the document",
+        TO_GATE + [{"at": 5000, "resume": {"pin": "another", "refused": {"place": "runbook.yaml", "reason": "the document is not the one pinned when the run began"}}}],
+        {"decisions": TO_GATE_DECISIONS, "resume_refused": True}),
+]
+
+
+def swapped_document(src):
+    """The example's document without its gate (`requires_approval: true` dropped)."""
+    text = src.read_text()
+    assert "    requires_approval: true\n" in text
+    return text.replace("    requires_approval: true\n", "", 1)
+
+
 def call_id(e):
     """A call id as a driver takes it: text (a stream's numeric id, as its decimal text)."""
     c = e.get("call_id")
@@ -225,7 +254,7 @@ def all_vectors():
     for name, example, stream, outcome in EXAMPLES:
         claim, steps = example_session(ROOT / "examples" / example / stream)
         out.append(vec(name, ["docs/spec/conformance.md#how-expectations-are-written"], f"examples/{example}/{stream} as a whole run", steps, {"outcome": outcome} if outcome else {}, document=example, claim=claim))
-    return out + LATER
+    return out + LATER + RESUMES
 
 
 def write(check):
@@ -239,13 +268,18 @@ def write(check):
             "claim": v["claim"], "steps": v["steps"], "expect": v["expect"],
         }
         text = json.dumps(script, indent=2) + "\n"
+        swap = any(isinstance(st.get("resume"), dict) and st["resume"].get("swap_document") for st in v["steps"])
         if check:
             if not (d / "script.json").is_file() or (d / "script.json").read_text() != text or (d / src.name).read_bytes() != src.read_bytes():
+                differ.append(v["name"])
+            elif swap and (not (d / SWAPPED).is_file() or (d / SWAPPED).read_text() != swapped_document(src)):
                 differ.append(v["name"])
             continue
         d.mkdir(exist_ok=True)
         (d / "script.json").write_text(text)
         shutil.copyfile(src, d / src.name)
+        if swap:
+            (d / SWAPPED).write_text(swapped_document(src))
     if differ:
         sys.exit("make_scripts.py --check: these vectors' inputs differ from the definitions: " + ", ".join(differ))
 

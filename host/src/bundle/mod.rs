@@ -311,18 +311,30 @@ impl Bundle {
         &self.manifest
     }
 
-    /// `run.json` as JSON text (the module reads it; its members as read).
-    pub fn manifest_text(&self) -> String {
-        serde_json::to_string(&self.manifest).unwrap_or_default()
+    /// The clock whose time the bundle's later lifecycle entries record (the run's, so that a resumed run
+    /// on a given clock writes what one run would have; opening a bundle takes the system clock).
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = clock;
+    }
+
+    /// `run.json`'s text, as read or as the module last wrote it.
+    pub fn manifest_text(&self) -> &str {
+        &self.manifest_text
     }
 
     /// The document's exact bytes, checked against the manifest's sha256.
     pub fn document(&self) -> io::Result<Vec<u8>> {
-        let bytes = self.store.read(&self.at(&self.document_file), MAX_SMALL_FILE_BYTES)?;
+        let bytes = self.document_unchecked()?;
         if self.manifest["document"]["sha256"] != sha256_hex(&bytes).as_str() {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("run {}: the document's sha256 is not run.json's", self.run_id)));
         }
         Ok(bytes)
+    }
+
+    /// The document's bytes as they are in the bundle, unchecked: for resume, where the module checks them
+    /// against run.json (`session.chain-start`) and names the file.
+    pub fn document_unchecked(&self) -> io::Result<Vec<u8>> {
+        self.store.read(&self.at(&self.document_file), MAX_SMALL_FILE_BYTES)
     }
 
     /// The bytes of `events.ndjson` as they are now (at most [`MAX_EVIDENCE_BYTES`]).

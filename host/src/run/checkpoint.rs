@@ -128,7 +128,7 @@ impl Run {
         };
         // The module checks that run.json (and the pin) name this document and derives the chain's start.
         let h0 = session
-            .chain_start(&b.manifest_text(), pin.map(super::Pin::pair))?
+            .chain_start(b.manifest_text(), pin.map(super::Pin::pair))?
             .map_err(|(place, why)| RunError::Tampered(format!("run {run_id}: {place}: {why}")))?;
         let (last, tail) = read_around(&b.dir().join("events.ndjson"), cp.offset)
             .map_err(ev)?

@@ -401,10 +401,10 @@ impl Run {
         let run_id = run_id.as_str();
         let ev = |e: std::io::Error| RunError::Evidence(format!("run {run_id}: {e}"));
         let tampered = |m: String| RunError::Tampered(format!("run {run_id}: {m}"));
-        let doc = b.document().map_err(|e| if e.kind() == std::io::ErrorKind::InvalidData { tampered(e.to_string()) } else { ev(e) })?;
+        let doc = b.document_unchecked().map_err(ev)?;
         let mut session = policy.session(&doc)?;
         // The module checks that run.json (and the pin) name this document and derives the chain's start.
-        let h0 = session.chain_start(&b.manifest_text(), pin.map(Pin::pair))?.map_err(|(place, why)| tampered(format!("{place}: {why}")))?;
+        let h0 = session.chain_start(b.manifest_text(), pin.map(Pin::pair))?.map_err(|(place, why)| tampered(format!("{place}: {why}")))?;
         let bytes = b.events_bytes().map_err(ev)?;
         // The module checks every record (its form, its link, its decision) in one call.
         let replayed = session.replay_events(&bytes, &h0)?.map_err(|(place, why)| tampered(format!("{place}: {why}")))?;
@@ -416,6 +416,7 @@ impl Run {
         let resumed = Resumed { events: n, links_checked: n };
         let approvals = channel_for(&b, opts.approvals);
         let clock = opts.facts.clock;
+        b.set_clock(clock.clone());
         let run = Run { policy, session, bundle: b, guard, t0_ms, last_at, broken: None, state: None, signers: None, clock, traffic: None, approvals };
         Ok((run, resumed))
     }

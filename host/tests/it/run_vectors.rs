@@ -29,14 +29,29 @@ fn verify(bundle: &Path) -> (bool, String) {
     (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
 }
 
+/// Whether the vector of `bundle` (its `expected/<run_id>`) ends in a refused resume: its bundle is an
+/// unended run as the agent left it (a swapped document, or nothing edited), which must not verify.
+fn resume_refused(bundle: &Path) -> bool {
+    let script = bundle.parent().and_then(Path::parent).unwrap().join("script.json");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(script).unwrap()).unwrap();
+    v["expect"]["resume_refused"] == true
+}
+
 #[test]
 fn every_expected_bundle_verifies() {
     let all = bundles();
     assert!(all.len() >= 30, "only {} whole-run vectors have an expected bundle", all.len());
+    let mut refused = 0;
     for b in &all {
         let (ok, out) = verify(b);
-        assert!(ok, "{}: {out}", b.display());
+        if resume_refused(b) {
+            refused += 1;
+            assert!(!ok, "{}: a bundle whose resume was refused verifies: {out}", b.display());
+        } else {
+            assert!(ok, "{}: {out}", b.display());
+        }
     }
+    assert!(refused >= 2, "only {refused} vectors end in a refused resume");
 }
 
 #[test]

@@ -16,12 +16,18 @@ before(async () => {
 
 const VECTORS = join(ROOT, 'conformance', 'vectors', 'run');
 
-/** Every run directory under conformance/vectors/run/<name>/expected/ (the directories with a run.json). */
-function bundles() {
+/**
+ * Every run directory under conformance/vectors/run/<name>/expected/ (the directories with a run.json); with
+ * `refused`, only those of the vectors whose resume was refused (an unended bundle as the agent left it),
+ * else only the others.
+ */
+function bundles(refused = false) {
   const out = [];
   for (const name of readdirSync(VECTORS).sort()) {
     const expected = join(VECTORS, name, 'expected');
     if (!existsSync(expected)) continue;
+    const script = JSON.parse(readFileSync(join(VECTORS, name, 'script.json'), 'utf8'));
+    if ((script.expect?.resume_refused === true) !== refused) continue;
     for (const d of readdirSync(expected, { withFileTypes: true })) {
       if (d.isDirectory() && existsSync(join(expected, d.name, 'run.json'))) out.push({ name: `${name}/${d.name}`, dir: join(expected, d.name) });
     }
@@ -63,6 +69,18 @@ test('every whole-run vector\'s bundle verifies, with the checks `runbook-host v
     assert.equal(got.ok, true, `${b.name}: ${JSON.stringify(got.failure)}`);
     assert.ok(got.checks.includes('receipt'), b.name);
     assert.deepEqual(got.signedAnswers, [], b.name);
+    agrees(got, want.result, b.name);
+  }
+});
+
+test('a bundle whose resume was refused fails here as it fails `runbook-host verify`', async () => {
+  const all = bundles(true);
+  assert.ok(all.length >= 2, `the refused resumes' bundles were found (${all.length})`);
+  for (const b of all) {
+    const want = cliVerify(b.dir);
+    assert.equal(want.status, 1, `${b.name}: ${want.stderr}`);
+    const got = await verify(b.dir, { policy });
+    assert.equal(got.ok, false, b.name);
     agrees(got, want.result, b.name);
   }
 });

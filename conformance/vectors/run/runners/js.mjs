@@ -12,9 +12,10 @@
 // The guard's needles are the package's own (`runbook-host`, the package's directory, the runs root and
 // the run's directory): no vector names a path of an implementation's own.
 
-import { readFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { Run, load } from '../../../../packages/js/src/node.js';
+import { Run, RunTampered, load } from '../../../../packages/js/src/node.js';
 
 function usage(message) {
   process.stderr.write(`js.mjs: ${message}\nusage: node js.mjs SCRIPT_DIR OUT_DIR\n`);
@@ -40,6 +41,37 @@ const clock = () => now;
 // An optional text of a step (`call_id`, `step`, `call_sha256`): absent unless it is text (an MCP request
 // id, a number, names no call here), as every driver of the vectors reads it.
 const opt = (v) => (typeof v === 'string' ? v : undefined);
+
+/**
+ * A `resume` step: this process lets the run go (unended) and a new Run resumes it from the bundle, with the
+ * pin the first kept (`"pin": "kept"`), another (`"another"`) or none; first, with `swap_document`, the
+ * agent's edit: the bundle's document replaced by that file's bytes and run.json's text edited to match.
+ * With `refused`, the resume must be refused as tampered with that place and a reason starting with that
+ * text; null then.
+ */
+function resume(policy, run, r) {
+  const pin = { kept: run.pin, another: { documentSha256: '0'.repeat(64), chainH0: '0'.repeat(64) } }[r.pin] ?? null;
+  const runId = run.runId;
+  if (typeof r.swap_document === 'string') {
+    const dir = join(outDir, runId);
+    const manifest = readFileSync(join(dir, 'run.json'), 'latin1');
+    const name = JSON.parse(manifest).artifacts.document;
+    const [old, next] = [readFileSync(join(dir, name)), readFileSync(join(scriptDir, r.swap_document))];
+    const sha = (b) => createHash('sha256').update(b).digest('hex');
+    writeFileSync(join(dir, name), next);
+    writeFileSync(join(dir, 'run.json'), manifest.replaceAll(sha(old), sha(next)), 'latin1');
+  }
+  const want = r.refused ?? null;
+  let resumed;
+  try {
+    resumed = Run.resume(policy, runId, { runsRoot: outDir, t0: facts.t0, pin, clock });
+  } catch (e) {
+    if (want !== null && e instanceof RunTampered && e.place === want.place && e.detail.startsWith(want.reason)) return null;
+    throw e;
+  }
+  if (want !== null) throw new Error(`the resume was not refused (${JSON.stringify(want)})`);
+  return resumed;
+}
 
 /** One step: one call on the Run. */
 function step(run, s) {
@@ -81,7 +113,7 @@ function step(run, s) {
 
 try {
   const policy = await load();
-  const run = await Run.create(policy, {
+  let run = await Run.create(policy, {
     document: join(scriptDir, script.document),
     runsRoot: outDir,
     runId: facts.run_id,
@@ -101,6 +133,12 @@ try {
     // A run whose bundle is finished (refused at admission, or ended) takes no more steps.
     if (run.finished) break;
     try {
+      if (Object.hasOwn(s, 'resume')) {
+        now = facts.t0 + s.at;
+        run = resume(policy, run, s.resume);
+        if (run === null) break;
+        continue;
+      }
       step(run, s);
     } catch (e) {
       throw new Error(`step ${i + 1}: ${e.message}`, { cause: e });

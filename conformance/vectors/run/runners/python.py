@@ -14,6 +14,7 @@ The component is the package's own (``runbook_policy.load()``), or RUNBOOK_POLIC
 run the package with the component the Rust host embeds.
 """
 
+import hashlib
 import json
 import os
 import sys
@@ -72,6 +73,38 @@ def coverage(c):
     raise ValueError(f"claim.coverage {c!r}")
 
 
+def swap_document(run_dir, new_document):
+    """The agent's edit a `resume` step may make first: the bundle's document replaced by ``new_document``'s
+    bytes, and run.json's text edited to match (the old document's sha256 replaced by the new one's)."""
+    manifest = (run_dir / "run.json").read_bytes()
+    name = json.loads(manifest)["artifacts"]["document"]
+    old, new = (run_dir / name).read_bytes(), new_document.read_bytes()
+    (run_dir / name).write_bytes(new)
+    sha = lambda b: hashlib.sha256(b).hexdigest().encode()
+    (run_dir / "run.json").write_bytes(manifest.replace(sha(old), sha(new)))
+
+
+def resume(policy, run, r, script_dir, out_dir, t0, clock):
+    """A `resume` step: this process lets the run go (unended) and a new Run resumes it from the bundle,
+    with the pin the first kept (``"pin": "kept"``), another (``"another"``) or none. With ``refused``, the
+    resume must be refused as tampered with that place and a reason starting with that text; None then."""
+    pin = {"kept": run.pin, "another": ("0" * 64, "0" * 64)}.get(r.get("pin"))
+    run_id = run.run_id
+    if isinstance(r.get("swap_document"), str):
+        swap_document(out_dir / run_id, script_dir / r["swap_document"])
+    want = r.get("refused")
+    try:
+        resumed = rp.Run.resume(policy, run_id, runs_root=out_dir, t0=t0, pin=pin, clock=clock)
+    except rp.RunTampered as e:
+        if want and e.place == want["place"] and e.reason.startswith(want["reason"]):
+            return None
+        raise
+    if want:
+        raise ValueError(f"the resume was not refused ({want})")
+    resumed.guard.needles.clear()
+    return resumed
+
+
 def drive(script_dir, out_dir):
     script = json.loads((script_dir / "script.json").read_text(encoding="utf-8"))
     document = script_dir / script["document"]
@@ -82,8 +115,9 @@ def drive(script_dir, out_dir):
     clock = ManualClock(t0)
     claim = script["claim"]
     host = facts.get("host") or {}
+    policy = load_policy()
     run = rp.Run.create(
-        load_policy(),
+        policy,
         document,
         runs_root=out_dir,
         agent=claim.get("agent", "vectors"),
@@ -134,6 +168,10 @@ def drive(script_dir, out_dir):
             run.end(reason)
         elif isinstance(step.get("end"), str):
             run.end(step["end"])
+        elif isinstance(step.get("resume"), dict):
+            run = resume(policy, run, step["resume"], script_dir, out_dir, t0, clock)
+            if run is None:
+                return
         else:
             raise ValueError(f"script.json: a step this runner does not know: {json.dumps(step)}")
 
