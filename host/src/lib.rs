@@ -812,7 +812,6 @@ impl Session {
         }
     }
 
-    /// The typed state (step, scope, outcome, next deadline, ...).
     /// The resume path's first check (WIT `session.chain-start`, docs/spec/bundle.md#resuming-a-run): that
     /// `run_json` is a run of this session's document and, with `pin`, the pinned one. `Ok(Ok(h0))`, the
     /// link [`Session::replay_events`] starts from; `Ok(Err((file, why)))` when it is not.
@@ -824,6 +823,7 @@ impl Session {
         live_inst(&self.inst).runbook_policy_policy().session().call_chain_start(live(&mut self.store), self.handle, run_json, pin).map_err(trap)
     }
 
+    /// The typed state (step, scope, outcome, next deadline, ...).
     pub fn state(&mut self) -> Result<RunState, HostError> {
         if let Some(t) = &self.trapped {
             return Err(HostError::Trap(t.clone()));
