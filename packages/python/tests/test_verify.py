@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -16,9 +17,15 @@ from .conftest import REPO, verify, verify_fails
 VECTORS = REPO / "conformance" / "vectors" / "run"
 
 
-def vector_bundles() -> List[Path]:
-    """Every run directory of the whole-run vectors' runs roots (found by its run.json)."""
-    return sorted(p.parent for p in VECTORS.glob("*/expected/*/run.json"))
+def vector_bundles(refused: bool = False) -> List[Path]:
+    """Every run directory of the whole-run vectors' runs roots (found by its run.json); with ``refused``,
+    only those of the vectors whose resume was refused (an unended bundle as the agent left it), else only
+    the others."""
+    def resume_refused(run_dir: Path) -> bool:
+        script = json.loads((run_dir.parent.parent / "script.json").read_text(encoding="utf-8"))
+        return script.get("expect", {}).get("resume_refused") is True
+
+    return sorted(p.parent for p in VECTORS.glob("*/expected/*/run.json") if resume_refused(p.parent) == refused)
 
 
 def copy_of(src: Path, tmp_path: Path) -> Path:
@@ -38,6 +45,17 @@ def test_every_vector_bundle_verifies_with_the_clis_checks(policy: rp.Policy, cl
         assert (got.run_id, got.outcome, got.events) == (expected["run_id"], expected["outcome"], expected["events"]), run_dir
         assert [{"code": c, "message": m} for c, m in got.reasons] == expected["share_safety"]["reasons"], run_dir
         assert got.warnings == expected["warnings"] and not got.redacted and got.shadow is None and not got.signed_answers
+
+
+def test_a_bundle_whose_resume_was_refused_fails_as_the_cli_says(policy: rp.Policy, cli: Path) -> None:
+    bundles = vector_bundles(refused=True)
+    assert len(bundles) >= 2
+    for run_dir in bundles:
+        expected = verify_fails(cli, run_dir)
+        got = rp.verify(run_dir, policy=policy)
+        assert not got.ok, run_dir
+        assert got.failure == (expected["failure"]["place"], expected["failure"]["message"]), run_dir
+        assert got.checks == [c["id"] for c in expected["checks"]], run_dir
 
 
 def test_an_edited_outcome_fails_where_and_as_the_cli_says(policy: rp.Policy, cli: Path, tmp_path: Path) -> None:
