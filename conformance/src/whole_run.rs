@@ -164,12 +164,7 @@ pub fn drive_wasmtime(dir: &Path, out: &Path) -> Result<()> {
             match Run::resume_in(policy.clone(), store, &run_id, t0, pin.as_ref(), Guard::default(), opts) {
                 Ok((resumed, _)) if r["refused"].is_null() => run = resumed,
                 Ok(_) => bail!("the resume was not refused ({})", r["refused"]),
-                // The host's message is "run <id>: <place>: <why>", the module's place and reason.
-                Err(runbook_host::run::RunError::Tampered(m)) => {
-                    let rest = m.strip_prefix(&format!("run {run_id}: ")).unwrap_or(&m);
-                    let (place, why) = rest.split_once(": ").unwrap_or((rest, ""));
-                    return refusal_matches(r, place, why);
-                }
+                Err(runbook_host::run::RunError::Tampered(t)) => return refusal_matches(r, &t.place, &t.reason),
                 Err(e) => return Err(e.into()),
             }
             continue;

@@ -10,7 +10,7 @@
 //! mode's service, whose state directory no client may write); a run directory the agent can write is
 //! always resumed by a full replay ([`Run::resume`]).
 
-use super::{Pin, Resumed, Run, RunError};
+use super::{Pin, Resumed, Run, RunError, Tampering};
 use crate::bundle::Bundle;
 use crate::clock::Clock;
 use crate::Policy;
@@ -115,21 +115,21 @@ impl Run {
     ) -> Result<(Run, Resumed), RunError> {
         let run_id = cp.run_id.as_str();
         let ev = |e: std::io::Error| RunError::Evidence(format!("run {run_id}: {e}"));
-        let stale = |m: String| RunError::Tampered(format!("run {run_id}: the checkpoint {m}"));
+        let stale = |m: String| RunError::Tampered(Tampering::new(run_id, "checkpoint", m));
         let mut b = Bundle::open(runs, run_id).map_err(ev)?;
         let doc = b.document().map_err(ev)?;
         let doc_sha = hex::encode(Sha256::digest(&doc));
         if doc_sha != cp.document_sha256 {
-            return Err(stale(format!("is of another document (sha256 {})", cp.document_sha256)));
+            return Err(stale(format!("of another document (sha256 {})", cp.document_sha256)));
         }
         let mut session = match policy.restore(&doc, &cp.snapshot)? {
             Ok(s) => s,
-            Err(why) => return Err(stale(format!("holds a snapshot the module refuses: {why}"))),
+            Err(why) => return Err(stale(format!("a snapshot the module refuses: {why}"))),
         };
         // The module checks that run.json (and the pin) name this document and derives the chain's start.
         let h0 = session
             .chain_start(b.manifest_text(), pin.map(super::Pin::pair))?
-            .map_err(|(place, why)| RunError::Tampered(format!("run {run_id}: {place}: {why}")))?;
+            .map_err(|(place, why)| RunError::Tampered(Tampering::new(run_id, place, why)))?;
         let (last, tail) = read_around(&b.dir().join("events.ndjson"), cp.offset)
             .map_err(ev)?
             .map_err(|why| stale(format!("does not match events.ndjson: byte {} {why}", cp.offset)))?;
@@ -140,11 +140,11 @@ impl Run {
             _ => return Err(stale(format!("does not match events.ndjson: the record ending at byte {} is not the one with link {}", cp.offset, cp.head))),
         }
         if session.state()?.events != cp.events {
-            return Err(stale(format!("counts {} events, its snapshot another number", cp.events)));
+            return Err(stale(format!("{} events, its snapshot another number", cp.events)));
         }
         let replayed = session
             .replay_events(&tail, &cp.head)?
-            .map_err(|(place, why)| RunError::Tampered(format!("run {run_id}: {place} after the checkpoint's {} records: {why}", cp.events)))?;
+            .map_err(|(place, why)| RunError::Tampered(Tampering::new(run_id, place, format!("{why} (after the checkpoint's {} records)", cp.events))))?;
         let n = cp.events + replayed.events;
         let last_at = if replayed.events == 0 { cp.last_at } else { replayed.last_at };
         b.resume_chain(replayed.head, n);

@@ -35,8 +35,9 @@ pub use checkpoint::{Checkpoint, CHECKPOINT_SCHEMA};
 pub enum RunError {
     /// The evidence cannot be written or read (disk, permissions): the host's environment.
     Evidence(String),
-    /// The recorded evidence does not replay to what the module decides (edited, truncated, forged).
-    Tampered(String),
+    /// The recorded evidence does not replay to what the module decides (edited, truncated, forged):
+    /// which run, where and why, as the module names them.
+    Tampered(Tampering),
     /// The policy module trapped or could not be loaded.
     Module(String),
     /// The run is already over and its bundle finished.
@@ -50,7 +51,7 @@ impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RunError::Evidence(m) => write!(f, "the run's evidence cannot be written or read: {m}"),
-            RunError::Tampered(m) => write!(f, "the run's evidence does not check out: {m}"),
+            RunError::Tampered(t) => write!(f, "the run's evidence does not check out: {t}"),
             RunError::Module(m) => write!(f, "the policy module failed: {m}"),
             RunError::Finished(m) | RunError::Refused(m) => write!(f, "{m}"),
         }
@@ -58,6 +59,28 @@ impl std::fmt::Display for RunError {
 }
 
 impl std::error::Error for RunError {}
+
+/// Where a run's evidence fails to check out. `place` is the file or record (`events.ndjson:N`,
+/// `run.json`, the document's file, `checkpoint`), `reason` why; the packages' `RunTampered` carries the
+/// same two, so a caller matches fields, never a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tampering {
+    pub run_id: String,
+    pub place: String,
+    pub reason: String,
+}
+
+impl Tampering {
+    pub fn new(run_id: &str, place: impl Into<String>, reason: impl Into<String>) -> Tampering {
+        Tampering { run_id: run_id.to_string(), place: place.into(), reason: reason.into() }
+    }
+}
+
+impl std::fmt::Display for Tampering {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "run {}: {}: {}", self.run_id, self.place, self.reason)
+    }
+}
 
 impl From<crate::HostError> for RunError {
     fn from(e: crate::HostError) -> RunError {
@@ -400,14 +423,14 @@ impl Run {
         let run_id = b.run_id().to_string();
         let run_id = run_id.as_str();
         let ev = |e: std::io::Error| RunError::Evidence(format!("run {run_id}: {e}"));
-        let tampered = |m: String| RunError::Tampered(format!("run {run_id}: {m}"));
+        let tampered = |(place, why): (String, String)| RunError::Tampered(Tampering::new(run_id, place, why));
         let doc = b.document_unchecked().map_err(ev)?;
         let mut session = policy.session(&doc)?;
         // The module checks that run.json (and the pin) name this document and derives the chain's start.
-        let h0 = session.chain_start(b.manifest_text(), pin.map(Pin::pair))?.map_err(|(place, why)| tampered(format!("{place}: {why}")))?;
+        let h0 = session.chain_start(b.manifest_text(), pin.map(Pin::pair))?.map_err(tampered)?;
         let bytes = b.events_bytes().map_err(ev)?;
         // The module checks every record (its form, its link, its decision) in one call.
-        let replayed = session.replay_events(&bytes, &h0)?.map_err(|(place, why)| tampered(format!("{place}: {why}")))?;
+        let replayed = session.replay_events(&bytes, &h0)?.map_err(tampered)?;
         let (head, last_at, n) = (replayed.head, replayed.last_at, replayed.events);
         b.resume_chain(head, n);
         let mut guard = guard;
@@ -427,10 +450,10 @@ impl Run {
         let recorded = self.bundle.manifest().get("approvals").and_then(|a| a["allowed_signers_sha256"].as_str()).map(str::to_string);
         match recorded {
             Some(sha) if sha != signers.sha256 => {
-                return Err(RunError::Tampered(format!(
-                    "run {}: the allowed signers file changed since the run began (sha256 {}, recorded {sha})",
+                return Err(RunError::Tampered(Tampering::new(
                     self.run_id(),
-                    signers.sha256
+                    "run.json",
+                    format!("the allowed signers file changed since the run began (sha256 {}, recorded {sha})", signers.sha256),
                 )))
             }
             Some(_) => {}
@@ -447,7 +470,7 @@ impl Run {
     /// has no signature to show, and the run is refused as tampered before the next call.
     fn check_signed_history(&self, signers: &Signers) -> Result<(), RunError> {
         let ev = |e: std::io::Error| RunError::Evidence(format!("run {}: {e}", self.run_id()));
-        let tampered = |m: String| RunError::Tampered(format!("run {}: {m}", self.run_id()));
+        let tampered = |place: String, why: String| RunError::Tampered(Tampering::new(self.run_id(), place, why));
         let bytes = self.bundle.events_bytes().map_err(ev)?;
         if !bytes.windows(10).any(|w| w == b"\"approval\"") {
             return Ok(());
@@ -455,11 +478,11 @@ impl Run {
         let signatures = self.bundle.signatures_bytes().map_err(ev)?;
         // Which answers the run must hold, and the payload each signs, are the module's (from the events as
         // it judged them); the signature bytes are checked here, against the allowed signers.
-        let answers = self.policy.signed_history(self.run_id(), &bytes, &signatures)?.map_err(|(place, why)| tampered(format!("{place}: {why}")))?;
+        let answers = self.policy.signed_history(self.run_id(), &bytes, &signatures)?.map_err(|(place, why)| tampered(place, why))?;
         for a in answers {
             signers
                 .check(Some(&a.principal), a.message.as_bytes(), &a.signature, &self.clock)
-                .map_err(|_| tampered(format!("{}: an approval no key of the allowed signers signed", a.place)))?;
+                .map_err(|_| tampered(a.place.clone(), "an approval no key of the allowed signers signed".into()))?;
         }
         Ok(())
     }

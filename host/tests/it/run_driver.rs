@@ -369,35 +369,41 @@ fn a_checkpoint_resumes_the_run_a_full_replay_gives() {
     assert_eq!(new_records(&mut resumed), a, "the resumed run records what the replayed one does");
     drop((replayed, resumed));
 
-    // Checkpoints that do not fit the evidence: refused, naming why.
+    // Checkpoints that do not fit the evidence: refused as tampering, its place and reason typed.
+    use runbook_host::run::{RunError, Tampering};
     let refused = |cp: &Checkpoint| match Run::resume_at(Arc::clone(&policy), &runs, cp, t0, None, Guard::new(&runs, None)) {
         Ok(_) => panic!("a mismatched checkpoint was used: {cp:?}"),
-        Err(e) => e.to_string(),
+        Err(RunError::Tampered(t)) => t,
+        Err(e) => panic!("refused, but not as tampering: {e}"),
+    };
+    let stale = |t: Tampering, why: &str| {
+        assert_eq!((t.run_id.as_str(), t.place.as_str()), (id.as_str(), "checkpoint"), "{t}");
+        assert!(t.reason.contains(why), "{t}");
     };
     let mut past = cp.clone();
     past.offset = before.len() as u64 + 10;
-    assert!(refused(&past).contains("is past its end"), "{}", refused(&past));
+    stale(refused(&past), "is past its end");
     let mut mid = cp.clone();
     mid.offset -= 3;
-    assert!(refused(&mid).contains("is not the end of a record"), "{}", refused(&mid));
+    stale(refused(&mid), "is not the end of a record");
     let mut head = cp.clone();
     head.head = "0".repeat(64);
-    assert!(refused(&head).contains("does not match"), "{}", refused(&head));
+    stale(refused(&head), "is not the one with link");
     let mut count = cp.clone();
     count.events += 1;
-    assert!(refused(&count).contains("counts"), "{}", refused(&count));
+    stale(refused(&count), "its snapshot another number");
     let mut snap = cp.clone();
     snap.snapshot = snap.snapshot.replacen('{', "{\"x\":1,", 1);
-    assert!(refused(&snap).contains("snapshot"), "{}", refused(&snap));
-    // A record after the checkpoint edited: the replay of the tail catches it.
+    stale(refused(&snap), "a snapshot the module refuses");
+    // A record after the checkpoint edited: the replay of the tail catches it, naming the record.
     let text = String::from_utf8(before.clone()).unwrap();
     let tampered = text.replacen("out 12", "out 13", 1);
     assert_ne!(tampered, text);
     std::fs::write(&events, tampered).unwrap();
-    let e = refused(&cp);
-    assert!(e.contains("after the checkpoint"), "{e}");
+    let t = refused(&cp);
+    assert!(t.place.starts_with("events.ndjson:"), "{t}");
+    assert!(t.reason.ends_with(&format!("(after the checkpoint's {} records)", cp.events)), "{t}");
     // Tampered is a variant to match, also through an anyhow error that wraps it (downcast, not searched).
-    use runbook_host::run::RunError;
     let err = Run::resume_at(Arc::clone(&policy), &runs, &cp, t0, None, Guard::new(&runs, None)).err().expect("refused");
     assert!(matches!(err, RunError::Tampered(_)), "{err}");
     let wrapped = anyhow::Error::from(err).context("resuming the run");

@@ -984,7 +984,7 @@ mod tests {
         assert_eq!(kind(RunError::Refused("x".into())), FailureKind::ApprovalRefused);
         assert_eq!(kind(RunError::Finished("x".into())), FailureKind::RunEnded);
         assert_eq!(kind(RunError::Evidence("x".into())), FailureKind::BundleUnwritable);
-        assert_eq!(kind(RunError::Tampered("x".into())), FailureKind::HostError);
+        assert_eq!(kind(RunError::Tampered(crate::run::Tampering::new("r", "run.json", "x"))), FailureKind::HostError);
         assert_eq!(kind(RunError::Module("x".into())), FailureKind::HostError);
     }
 }
