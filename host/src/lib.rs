@@ -203,10 +203,15 @@ pub struct Policy {
 
 type Idle = Mutex<Vec<(Store<HostState>, bindings::RunbookPolicy)>>;
 
-/// How many instances [`Policy`] keeps for later sessions, and the most memory one may have grown to: an
-/// instance's linear memory never shrinks, so one a large run grew is dropped rather than kept.
-const IDLE: usize = 4;
+/// How many instances [`Policy`] keeps for later sessions, the most memory one may have grown to, and the
+/// most all of them may hold together: an instance's linear memory never shrinks, so one a large run grew
+/// is dropped rather than kept. Sixteen, because a resident hook server or a proxy ends sessions in
+/// bursts, and each new session beyond the kept ones pays a new instance (about 69 µs) and a fresh
+/// analysis of its document (about 110 µs for a 4.6 KB runbook; docs/robustness.md). The module starts at
+/// 1.1 MiB of linear memory, so the total bound only bites when instances grew.
+const IDLE: usize = 16;
 const IDLE_MEMORY_BYTES: usize = 32 << 20;
+const IDLE_TOTAL_BYTES: usize = 64 << 20;
 
 /// How many envelopes [`Policy`] keeps, and the largest document it keeps one for: the memo holds at most
 /// this many copies of documents this size (a runbook is a few kilobytes; the module's own limit is 1 MiB).
@@ -660,7 +665,8 @@ impl Drop for Verifier {
 
 /// Keeps an instance a session or a verification used for a later one, when it ended cleanly: never
 /// after a trap (the instance refuses to be entered again, and the `resource_drop` below fails), never
-/// one whose memory grew past [`IDLE_MEMORY_BYTES`], and at most [`IDLE`] of them. The run or the
+/// one whose memory grew past [`IDLE_MEMORY_BYTES`], at most [`IDLE`] of them and at most
+/// [`IDLE_TOTAL_BYTES`] of memory among them. The run or the
 /// verification (`handle`) is dropped in the module first, so what a later user finds is the module's
 /// memo of documents, nothing of this one.
 fn give_back(idle: &Weak<Idle>, mut store: Store<HostState>, inst: bindings::RunbookPolicy, handle: Option<ResourceAny>, fuel: u64, trapped: bool) {
@@ -672,7 +678,8 @@ fn give_back(idle: &Weak<Idle>, mut store: Store<HostState>, inst: bindings::Run
         return;
     }
     let mut idle = idle.lock().unwrap_or_else(|e| e.into_inner());
-    if idle.len() < IDLE {
+    let held: usize = idle.iter().map(|(s, _)| s.data().memory).sum();
+    if idle.len() < IDLE && held + store.data().memory <= IDLE_TOTAL_BYTES {
         idle.push((store, inst));
     }
 }

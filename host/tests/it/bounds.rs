@@ -112,6 +112,19 @@ fn a_kept_instance_answers_as_a_new_one_and_a_trapped_one_is_never_kept() {
     for l in lines {
         assert_eq!(s.handle_line(l), native.handle_line(l), "{l}");
     }
+    drop(s);
+
+    // A burst of sessions that end together (a proxy's or a hook server's clients): sixteen instances are
+    // kept, the rest dropped, and each kept one still answers as the native core does.
+    let r = Policy::load_with(Some(module_cache()), Limits::default()).unwrap();
+    let burst: Vec<_> = (0..20).map(|_| r.session(&snapshot_doc).unwrap()).collect();
+    assert_eq!(r.kept_instances(), 0);
+    drop(burst);
+    assert_eq!(r.kept_instances(), 16, "at most sixteen kept");
+    let again: Vec<_> = (0..16).map(|_| check(&r, &snapshot_doc, &lines)).collect();
+    assert_eq!(r.kept_instances(), 0, "each new session took a kept one");
+    drop(again);
+    assert_eq!(r.kept_instances(), 16);
 }
 
 #[test]
