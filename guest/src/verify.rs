@@ -580,7 +580,6 @@ struct Seen {
     report: Option<Node>,
     receipt: Option<Node>,
     derivation: Option<Node>,
-    doc_sha: String,
     h0: String,
     /// The sha256 of the events the receipt pins (the source's, for a redacted derivative).
     events_source_sha: String,
@@ -793,7 +792,6 @@ impl<'a> Cx<'a> {
             Some("T2") => return fail("run.json", "`document.pinned_sha256` is not the document's sha256"),
             _ => return fail("run.json", "`document.trust` must be T1 (unpinned) or T2 (pinned)"),
         }
-        s.doc_sha = doc_sha;
         self.pass("document-sha256");
         Ok(())
     }
@@ -828,7 +826,8 @@ impl<'a> Cx<'a> {
         if str_at(run, &["envelope_sha256"]) != env_sha.as_deref() {
             return fail("run.json", "`envelope_sha256` is not the envelope's sha256");
         }
-        s.h0 = env_sha.unwrap_or_else(|| s.doc_sha.clone());
+        // The chain's start by the one statement of its rule (the bundle writer's and the resume's).
+        s.h0 = crate::bundle::h0_of(&a).to_string();
         if str_at(run, &["chain_h0"]) != Some(s.h0.as_str()) {
             return fail("run.json", "`chain_h0` is not the chain's start");
         }

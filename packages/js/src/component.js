@@ -5,7 +5,7 @@
 //
 // To move to a new component: copy the file `runbook-host module --out FILE` writes to policy.wasm, put its
 // sha256 here, run `npm run build` (the Python package records the same value).
-export const COMPONENT_SHA256 = 'c498051f0c19d7e1d8ada7145161c6a4d93a90674158c30184e7b3cd780629c4';
+export const COMPONENT_SHA256 = '410a26cd6ed00dd53a0f992bde5eb476d8a6a219dbc9118a57b5c27b7b1fc92c';
 
 /** The WIT interface the glue binds (`wit/policy.wit`). */
 export const INTERFACE = 'runbook:policy/policy@1.2.0';

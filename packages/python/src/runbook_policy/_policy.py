@@ -57,7 +57,7 @@ from ._types import (
 
 #: The sha256 of the component this package ships (``runbook-host module --sha256`` of the same build).
 #: ``load()`` refuses any other bytes unless the caller names their sha256 itself.
-COMPONENT_SHA256 = "c498051f0c19d7e1d8ada7145161c6a4d93a90674158c30184e7b3cd780629c4"
+COMPONENT_SHA256 = "410a26cd6ed00dd53a0f992bde5eb476d8a6a219dbc9118a57b5c27b7b1fc92c"
 
 #: Fuel for one call into the component: far above what the module's own limits let a call use (the
 #: Rust host's value), so it only turns a runaway into a trap, never changes an answer.
