@@ -666,9 +666,8 @@ impl Drop for Verifier {
 /// Keeps an instance a session or a verification used for a later one, when it ended cleanly: never
 /// after a trap (the instance refuses to be entered again, and the `resource_drop` below fails), never
 /// one whose memory grew past [`IDLE_MEMORY_BYTES`], at most [`IDLE`] of them and at most
-/// [`IDLE_TOTAL_BYTES`] of memory among them. The run or the
-/// verification (`handle`) is dropped in the module first, so what a later user finds is the module's
-/// memo of documents, nothing of this one.
+/// [`IDLE_TOTAL_BYTES`] of memory among them. The run or the verification (`handle`) is dropped in the
+/// module first, so what a later user finds is the module's memo of documents, nothing of this one.
 fn give_back(idle: &Weak<Idle>, mut store: Store<HostState>, inst: bindings::RunbookPolicy, handle: Option<ResourceAny>, fuel: u64, trapped: bool) {
     let Some(idle) = idle.upgrade() else { return };
     if trapped || store.data().memory > IDLE_MEMORY_BYTES {

@@ -62,7 +62,8 @@ impl std::error::Error for RunError {}
 
 /// Where a run's evidence fails to check out. `place` is the file or record (`events.ndjson:N`,
 /// `run.json`, the document's file, `checkpoint`), `reason` why; the packages' `RunTampered` carries the
-/// same two, so a caller matches fields, never a message.
+/// same two (Python `place` and `reason`, JavaScript `place` and `detail`), so a caller matches fields,
+/// never a message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tampering {
     pub run_id: String,
